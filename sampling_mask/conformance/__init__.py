@@ -1,0 +1,1 @@
+"""Conformance suite: vectors, runner and hypothesis strategies for implementations of spec v1."""

@@ -1,0 +1,267 @@
+"""Vectorized numpy conversions and checks between the array layouts of spec v1.
+
+The canonical in-memory layout is *ragged* (CSR): ``ids`` int32 [nnz] and ``offsets`` int64 [T+1]
+with ``offsets[0] == 0``, ``offsets`` non-decreasing and ``offsets[T] == nnz``; row t is
+``ids[offsets[t]:offsets[t+1]]``. Every function here is whole-array numpy: no per-row Python loop.
+Functions named ``check_*`` raise :class:`SamplingMaskError` and return nothing useful;
+the rest assume their inputs were checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import ErrorCode, SamplingMaskError
+from .limits import Limits, check_count
+
+__all__ = [
+    "PAD",
+    "as_int_array",
+    "bitmask_to_ragged",
+    "canonical_permutation",
+    "check_ids",
+    "check_offsets",
+    "check_segments",
+    "counts_to_offsets",
+    "dense_to_ragged",
+    "range_indices",
+    "ragged_to_bitmask",
+    "ragged_to_dense",
+    "row_of_ids",
+]
+
+PAD = -1  # dense padding value
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+def as_int_array(
+    value: Any, dtype: np.dtype[Any] | type, *, field: str, ndim: int = 1, allow_negative_one: bool = False
+) -> np.ndarray:
+    """``value`` as a C-contiguous array of ``dtype`` (int32 / int64), without a copy when it already is one.
+
+    Any integer dtype is accepted when every value fits ``dtype``; other dtypes are ``E_DTYPE``.
+    """
+    arr = np.asarray(value)
+    if arr.dtype == object and arr.size == 0:
+        arr = arr.astype(np.int64)
+    if arr.ndim != ndim:
+        if arr.size == 0 and ndim == 1 and arr.dtype.kind in "iuf":
+            arr = arr.reshape(0)
+        else:
+            raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {ndim} dimension(s), got {arr.ndim}", field=field)
+    if arr.dtype.kind == "f" and arr.size == 0:
+        arr = arr.astype(dtype)
+    if arr.dtype.kind not in "iu":
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected an integer array, got {arr.dtype}", field=field)
+    target = np.dtype(dtype)
+    if arr.dtype != target:
+        if arr.size and not np.can_cast(arr.dtype, target, casting="safe"):
+            info = np.iinfo(target)
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < info.min or hi > info.max:
+                bad = lo if lo < info.min else hi
+                raise SamplingMaskError(ErrorCode.E_RANGE, f"value does not fit {target}", field=field, value=bad)
+        arr = arr.astype(target)
+    arr = np.ascontiguousarray(arr)
+    if arr.dtype.byteorder == ">":  # pragma: no cover - big-endian hosts only
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    return arr
+
+
+def counts_to_offsets(counts: np.ndarray, *, field: str = "counts") -> np.ndarray:
+    """int64 offsets [T+1] from per-row lengths; negative lengths are ``E_OFFSETS``."""
+    if counts.size and int(counts.min()) < 0:
+        row = int(np.flatnonzero(counts < 0)[0])
+        raise SamplingMaskError(
+            ErrorCode.E_OFFSETS, "row length is negative", field=field, row=row, value=int(counts[row])
+        )
+    offsets = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets
+
+
+def check_offsets(offsets: np.ndarray, nnz: int, *, field: str = "offsets") -> None:
+    """``offsets[0] == 0``, non-decreasing, ``offsets[-1] == nnz``, else ``E_OFFSETS``."""
+    if offsets.size == 0:
+        raise SamplingMaskError(ErrorCode.E_OFFSETS, "offsets must hold T+1 >= 1 entries", field=field)
+    if int(offsets[0]) != 0:
+        raise SamplingMaskError(ErrorCode.E_OFFSETS, "offsets[0] must be 0", field=field, value=int(offsets[0]))
+    steps = np.diff(offsets)
+    if steps.size and int(steps.min()) < 0:
+        row = int(np.flatnonzero(steps < 0)[0])
+        raise SamplingMaskError(
+            ErrorCode.E_OFFSETS, "offsets decrease", field=field, row=row, value=int(offsets[row + 1])
+        )
+    if int(offsets[-1]) != nnz:
+        raise SamplingMaskError(
+            ErrorCode.E_OFFSETS, f"offsets[T] must equal nnz = {nnz}", field=field, value=int(offsets[-1])
+        )
+
+
+def check_segments(cu_seqlens: np.ndarray, num_rows: int, limits: Limits, *, field: str = "cu_seqlens") -> None:
+    """``0 = cu[0] <= ... <= cu[B] = T``, else ``E_SEGMENTS``; ``B`` within ``limits.max_segments``."""
+    if cu_seqlens.size == 0:
+        raise SamplingMaskError(ErrorCode.E_SEGMENTS, "cu_seqlens must hold B+1 >= 1 entries", field=field)
+    check_count(cu_seqlens.size - 1, limits.max_segments, "segment count", field=field)
+    if int(cu_seqlens[0]) != 0:
+        raise SamplingMaskError(ErrorCode.E_SEGMENTS, "cu_seqlens[0] must be 0", field=field, value=int(cu_seqlens[0]))
+    steps = np.diff(cu_seqlens)
+    if steps.size and int(steps.min()) < 0:
+        seg = int(np.flatnonzero(steps < 0)[0])
+        raise SamplingMaskError(
+            ErrorCode.E_SEGMENTS, "cu_seqlens decrease", field=field, segment=seg, value=int(cu_seqlens[seg + 1])
+        )
+    if int(cu_seqlens[-1]) != num_rows:
+        raise SamplingMaskError(
+            ErrorCode.E_SEGMENTS,
+            f"cu_seqlens[B] must equal the row count T = {num_rows}",
+            field=field,
+            value=int(cu_seqlens[-1]),
+        )
+
+
+def row_of_ids(offsets: np.ndarray) -> np.ndarray:
+    """int64 [nnz]: the row index of every id."""
+    lengths = np.diff(offsets)
+    return np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+
+
+def range_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + n)`` for each (s, n), vectorized (int64)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    shift = np.asarray(starts, dtype=np.int64) - (ends - lengths)
+    return np.arange(total, dtype=np.int64) + np.repeat(shift, lengths)
+
+
+def _first_bad_row(offsets: np.ndarray, id_positions: np.ndarray) -> int:
+    return int(np.searchsorted(offsets, int(id_positions[0]), side="right") - 1)
+
+
+def check_ids(ids: np.ndarray, offsets: np.ndarray, vocab_size: int | None, *, field: str = "ids") -> bool:
+    """Ids in ``[0, vocab_size)`` with no duplicate inside a row; returns whether every row is ascending.
+
+    ``E_RANGE`` for an id out of range, ``E_DUPLICATE`` for a repeated id, both naming the row.
+    """
+    if ids.size == 0:
+        return True
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or (vocab_size is not None and hi >= vocab_size):
+        bad = np.flatnonzero((ids < 0) if lo < 0 else (ids >= vocab_size))
+        row = _first_bad_row(offsets, bad)
+        limit = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
+        raise SamplingMaskError(ErrorCode.E_RANGE, f"id outside {limit}", field=field, row=row, value=int(ids[bad[0]]))
+    starts = np.zeros(ids.size, dtype=bool)
+    starts[offsets[:-1][np.diff(offsets) > 0]] = True
+    steps = np.diff(ids)
+    ascending = bool(np.all((steps > 0) | starts[1:]))
+    if ascending:
+        return True
+    # Unsorted rows: sort a (row, id) key and look for neighbours that are equal.
+    key = (row_of_ids(offsets) << 32) | ids.astype(np.int64)
+    key.sort()
+    dup = np.flatnonzero(key[1:] == key[:-1])
+    if dup.size:
+        k = int(key[dup[0]])
+        raise SamplingMaskError(
+            ErrorCode.E_DUPLICATE, "id repeated within a row", field=field, row=k >> 32, value=k & 0xFFFFFFFF
+        )
+    return False
+
+
+def canonical_permutation(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Permutation of ``ids`` that sorts every row ascending and keeps rows in place."""
+    key = (row_of_ids(offsets) << 32) | ids.astype(np.int64)
+    return np.argsort(key, kind="stable")
+
+
+def dense_to_ragged(dense: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, offsets) from a ``[T, W]`` dense array: ids first, then ``-1`` trailing padding.
+
+    ``E_PADDING`` for ``-1`` before an id; ``E_RANGE`` for any other negative value.
+    """
+    if dense.size and int(dense.min()) < PAD:
+        bad = np.argwhere(dense < PAD)[0]
+        raise SamplingMaskError(
+            ErrorCode.E_RANGE,
+            "negative id other than the -1 padding",
+            field="dense",
+            row=int(bad[0]),
+            value=int(dense[bad[0], bad[1]]),
+        )
+    present = dense != PAD
+    if dense.shape[1] > 1:
+        gap = present[:, 1:] > present[:, :-1]  # an id right after a pad
+        if gap.any():
+            bad = np.argwhere(gap)[0]
+            raise SamplingMaskError(
+                ErrorCode.E_PADDING,
+                f"-1 padding before an id at column {int(bad[1]) + 1}",
+                field="dense",
+                row=int(bad[0]),
+                value=int(dense[bad[0], bad[1] + 1]),
+            )
+    counts = present.sum(axis=1, dtype=np.int64)
+    ids = dense[present].astype(np.int32, copy=False)
+    return np.ascontiguousarray(ids), counts_to_offsets(counts)
+
+
+def ragged_to_dense(ids: np.ndarray, offsets: np.ndarray, width: int) -> np.ndarray:
+    """int32 ``[T, width]``: each row's ids in stored order, then ``-1``. ``width`` >= the widest row."""
+    lengths = np.diff(offsets)
+    dense = np.full((lengths.size, width), PAD, dtype=np.int32)
+    if ids.size:
+        rows = row_of_ids(offsets)
+        cols = np.arange(ids.size, dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+        dense[rows, cols] = ids
+    return dense
+
+
+def bitmask_to_ragged(bits: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids ascending, offsets) from uint8 ``[T, ceil(V/8)]``; id i is bit ``i % 8`` of byte ``i // 8``.
+
+    Works on the non-zero bytes only, so cost follows the ids, not ``T * V``. A set bit at or past
+    ``vocab_size`` is ``E_PADDING``.
+    """
+    num_rows, row_bytes = bits.shape
+    if vocab_size % 8 and num_rows:
+        tail = bits[:, row_bytes - 1] >> (vocab_size % 8)
+        if tail.any():
+            row = int(np.flatnonzero(tail)[0])
+            raise SamplingMaskError(
+                ErrorCode.E_PADDING,
+                f"bit set at or past vocab_size {vocab_size}",
+                field="bitmask",
+                row=row,
+            )
+    flat = bits.reshape(-1)
+    nonzero = np.flatnonzero(flat)
+    expanded = np.unpackbits(flat[nonzero][:, None], axis=1, bitorder="little")  # [n, 8]
+    which, bit = np.nonzero(expanded)
+    byte_pos = nonzero[which]
+    rows = byte_pos // row_bytes
+    ids = ((byte_pos - rows * row_bytes) * 8 + bit).astype(np.int32)
+    counts = np.bincount(rows, minlength=num_rows).astype(np.int64)
+    return ids, counts_to_offsets(counts)
+
+
+def ragged_to_bitmask(ids: np.ndarray, offsets: np.ndarray, vocab_size: int, *, ascending: bool) -> np.ndarray:
+    """uint8 ``[T, ceil(V/8)]`` little bit order. Ids must be unique per row and below ``vocab_size``."""
+    num_rows = offsets.size - 1
+    row_bytes = (vocab_size + 7) // 8
+    bits = np.zeros((num_rows, row_bytes), dtype=np.uint8)
+    if ids.size == 0:
+        return bits
+    if not ascending:
+        ids = ids[canonical_permutation(ids, offsets)]
+    byte_pos = row_of_ids(offsets) * row_bytes + (ids >> 3)
+    values = np.left_shift(1, ids & 7).astype(np.uint8)
+    # Rows are ascending, so ids sharing a byte are neighbours; distinct bits add without carry.
+    starts = np.flatnonzero(np.concatenate(([True], byte_pos[1:] != byte_pos[:-1])))
+    bits.reshape(-1)[byte_pos[starts]] = np.add.reduceat(values, starts)
+    return bits

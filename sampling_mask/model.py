@@ -1,0 +1,679 @@
+"""The core model: :class:`SamplingMask`, an immutable ragged mask with optional companions.
+
+A mask is T rows, one per token position; row t is a *set* S_t of vocabulary ids (int32), stored
+ragged: ``ids`` int32 [nnz] and ``offsets`` int64 [T+1]. Rows are grouped into B segments by
+``cu_seqlens`` int64 [B+1] (``0 = cu[0] <= ... <= cu[B] = T``). An empty row means "no support
+recorded", never "empty support". Every array is read-only; constructors validate unless told
+the input is already valid. Spec: spec/v1/SPEC.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+import types
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import layouts
+from .errors import ErrorCode, SamplingMaskError
+from .limits import DEFAULT_LIMITS, Limits, check_count
+
+__all__ = ["COMPANIONS", "METADATA_KEYS", "SamplingMask", "concat"]
+
+#: Optional per-row / per-id arrays and their dtypes. ``support_logprobs`` is per id (aligned with ids).
+COMPANIONS: Mapping[str, np.dtype[Any]] = types.MappingProxyType(
+    {
+        "sampled_token_ids": np.dtype(np.int32),
+        "sampled_logprobs": np.dtype(np.float32),
+        "temperature": np.dtype(np.float32),
+        "support_logprobs": np.dtype(np.float32),
+    }
+)
+#: Metadata keys the spec defines; other keys are allowed and preserved.
+METADATA_KEYS = ("temperature", "top_k", "top_p", "min_p", "producer")
+
+_MetadataValue = str | int | float | bool | None
+
+
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    if arr.flags.writeable:
+        arr = arr.view()
+        arr.flags.writeable = False
+    return arr
+
+
+def _as_float_array(value: Any, *, field: str, size: int) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.ndim != 1:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected 1 dimension, got {arr.ndim}", field=field)
+    if arr.size == 0 and arr.dtype.kind in "iuO":
+        arr = arr.astype(np.float32)
+    if arr.dtype.kind != "f":
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected a float array, got {arr.dtype}", field=field)
+    if arr.dtype != np.float32:
+        arr = arr.astype(np.float32)
+    if arr.size != size:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {size} values, got {arr.size}", field=field)
+    return np.ascontiguousarray(arr)
+
+
+def _check_metadata(metadata: Mapping[str, Any] | None) -> Mapping[str, _MetadataValue]:
+    if metadata is None:
+        return types.MappingProxyType({})
+    if not isinstance(metadata, Mapping):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "metadata must be a mapping", field="metadata")
+    out: dict[str, _MetadataValue] = {}
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA, "metadata keys must be strings", field="metadata", value=repr(key)
+            )
+        if isinstance(value, np.generic):
+            value = value.item()
+        if value is not None and not isinstance(value, (str, int, float, bool)):
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                "metadata values must be str, int, float, bool or None",
+                field=f"metadata.{key}",
+                value=repr(value)[:80],
+            )
+        out[key] = value
+    return types.MappingProxyType(out)
+
+
+def _metadata_equal(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for key in a:
+        x, y = a[key], b[key]
+        if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
+            continue
+        if type(x) is not type(y) and not (isinstance(x, (int, float)) and isinstance(y, (int, float))):
+            return False
+        if x != y or isinstance(x, bool) != isinstance(y, bool):
+            return False
+    return True
+
+
+def _rows_to_ragged(rows: Sequence[Any], limits: Limits) -> tuple[np.ndarray, np.ndarray]:
+    """Flatten nested Python lists of ids; strict: floats, strings and None are ``E_DTYPE``."""
+    num_rows = check_count(len(rows), limits.max_rows, "row count", field="rows")
+    if num_rows and all(isinstance(r, np.ndarray) for r in rows):
+        counts = np.fromiter(map(len, rows), dtype=np.int64, count=num_rows)
+        flat = np.concatenate([np.asarray(r).reshape(-1) for r in rows]) if num_rows else np.zeros(0, np.int64)
+        return layouts.as_int_array(flat, np.int32, field="rows"), layouts.counts_to_offsets(counts)
+    try:
+        counts = np.fromiter(map(len, rows), dtype=np.int64, count=num_rows)
+    except TypeError:
+        bad = next(i for i, r in enumerate(rows) if not hasattr(r, "__len__") or isinstance(r, (str, bytes, dict)))
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "row must be a list of ids", field="rows", row=bad, value=repr(rows[bad])[:80]
+        ) from None
+    nnz = check_count(int(counts.sum()), limits.max_nnz, "id count", field="rows")
+    try:
+        # operator.index rejects floats, strings and None instead of silently truncating them.
+        flat = np.fromiter(map(operator.index, itertools.chain.from_iterable(rows)), dtype=np.int64, count=nnz)
+    except (TypeError, ValueError, OverflowError):
+        raise _explain_bad_rows(rows) from None
+    if any(isinstance(r, (str, bytes, dict)) for r in rows):
+        raise _explain_bad_rows(rows)
+    return layouts.as_int_array(flat, np.int32, field="rows"), layouts.counts_to_offsets(counts)
+
+
+def _explain_bad_rows(rows: Sequence[Any]) -> SamplingMaskError:
+    """Slow path, taken only after the fast path failed: find the first bad row for the message."""
+    for i, row in enumerate(rows):
+        if isinstance(row, (str, bytes, dict)):
+            return SamplingMaskError(
+                ErrorCode.E_SCHEMA, "row must be a list of ids", field="rows", row=i, value=repr(row)[:80]
+            )
+        for value in row:
+            try:
+                operator.index(value)
+            except TypeError:
+                return SamplingMaskError(
+                    ErrorCode.E_DTYPE, "ids must be integers", field="rows", row=i, value=repr(value)[:80]
+                )
+            if not -(1 << 63) <= value < (1 << 63):
+                return SamplingMaskError(ErrorCode.E_RANGE, "id does not fit int32", field="rows", row=i, value=value)
+    return SamplingMaskError(ErrorCode.E_SCHEMA, "rows must be a sequence of lists of ids", field="rows")
+
+
+class SamplingMask:
+    """An immutable sampling mask (spec v1). Build it with the ``from_*`` constructors.
+
+    Invariants (checked by :meth:`validate`, which every constructor calls by default):
+    ``offsets`` int64 [T+1] tiles ``ids`` int32 [nnz]; ``cu_seqlens`` int64 [B+1] tiles the T rows;
+    ids are in ``[0, vocab_size)`` and unique within a row; per-row companions have T entries and
+    ``support_logprobs`` has nnz; a non-empty row contains its sampled id when sampled ids are given.
+    """
+
+    __slots__ = (
+        "_ids",
+        "_offsets",
+        "_cu_seqlens",
+        "_vocab_size",
+        "_companions",
+        "_metadata",
+        "_ascending",
+        "__weakref__",
+    )
+
+    _ids: np.ndarray
+    _offsets: np.ndarray
+    _cu_seqlens: np.ndarray
+    _vocab_size: int | None
+    _companions: Mapping[str, np.ndarray]
+    _metadata: Mapping[str, _MetadataValue]
+    _ascending: bool | None
+
+    # ------------------------------------------------------------------ construction
+    def __init__(
+        self,
+        ids: Any,
+        offsets: Any,
+        *,
+        cu_seqlens: Any = None,
+        vocab_size: int | None = None,
+        sampled_token_ids: Any = None,
+        sampled_logprobs: Any = None,
+        temperature: Any = None,
+        support_logprobs: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        validate: bool = True,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        """Wrap ragged arrays (no copy when they already have the right dtype). See :meth:`from_ragged`."""
+        ids_arr = layouts.as_int_array(ids, np.int32, field="ids")
+        offsets_arr = layouts.as_int_array(offsets, np.int64, field="offsets")
+        num_rows = max(offsets_arr.size - 1, 0)
+        if cu_seqlens is None:
+            cu = np.array([0, num_rows], dtype=np.int64)
+        else:
+            cu = layouts.as_int_array(cu_seqlens, np.int64, field="cu_seqlens")
+        if vocab_size is not None:
+            if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
+                raise SamplingMaskError(
+                    ErrorCode.E_SCHEMA, "vocab_size must be an integer", field="vocab_size", value=repr(vocab_size)[:80]
+                )
+            vocab_size = int(vocab_size)
+            if vocab_size < 1:
+                raise SamplingMaskError(
+                    ErrorCode.E_RANGE, "vocab_size must be >= 1", field="vocab_size", value=vocab_size
+                )
+            check_count(vocab_size, limits.max_vocab, "vocab_size", field="vocab_size")
+        companions: dict[str, np.ndarray] = {}
+        if sampled_token_ids is not None:
+            companions["sampled_token_ids"] = layouts.as_int_array(
+                sampled_token_ids, np.int32, field="sampled_token_ids"
+            )
+        for name, value, size in (
+            ("sampled_logprobs", sampled_logprobs, num_rows),
+            ("temperature", temperature, num_rows),
+            ("support_logprobs", support_logprobs, ids_arr.size),
+        ):
+            if value is not None:
+                companions[name] = _as_float_array(value, field=name, size=size)
+        self._ids = _readonly(ids_arr)
+        self._offsets = _readonly(offsets_arr)
+        self._cu_seqlens = _readonly(cu)
+        self._vocab_size = vocab_size
+        self._companions = types.MappingProxyType({k: _readonly(v) for k, v in companions.items()})
+        self._metadata = _check_metadata(metadata)
+        self._ascending = None
+        if validate:
+            self.validate(limits)
+
+    @classmethod
+    def from_ragged(cls, ids: Any, offsets: Any, **kwargs: Any) -> SamplingMask:
+        """From CSR: ``ids`` int32 [nnz] and ``offsets`` int64 [T+1] (no copy when dtypes match)."""
+        return cls(ids, offsets, **kwargs)
+
+    @classmethod
+    def from_counts(cls, ids: Any, counts: Any, *, limits: Limits = DEFAULT_LIMITS, **kwargs: Any) -> SamplingMask:
+        """From ``ids`` int32 [nnz] and per-row lengths ``counts`` [T] (prime-rl, SGLang chunked form)."""
+        counts_arr = layouts.as_int_array(counts, np.int64, field="counts")
+        check_count(counts_arr.size, limits.max_rows, "row count", field="counts")
+        offsets = layouts.counts_to_offsets(counts_arr)
+        ids_arr = layouts.as_int_array(ids, np.int32, field="ids")
+        if int(offsets[-1]) != ids_arr.size:
+            raise SamplingMaskError(
+                ErrorCode.E_OFFSETS,
+                f"counts sum to {int(offsets[-1])} but there are {ids_arr.size} ids",
+                field="counts",
+            )
+        return cls(ids_arr, offsets, limits=limits, **kwargs)
+
+    @classmethod
+    def from_rows(
+        cls, rows: Sequence[Sequence[int]], *, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
+    ) -> SamplingMask:
+        """From nested lists (vLLM ``sampling_mask.token_ids``, SGLang, JSON). Row order of ids is kept."""
+        if isinstance(rows, np.ndarray) and rows.ndim == 2:
+            return cls.from_dense(rows, limits=limits, **kwargs)
+        if not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)):
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "rows must be a sequence of lists of ids", field="rows")
+        ids, offsets = _rows_to_ragged(rows, limits)
+        return cls(ids, offsets, limits=limits, **kwargs)
+
+    @classmethod
+    def from_dense(cls, dense: Any, *, limits: Limits = DEFAULT_LIMITS, **kwargs: Any) -> SamplingMask:
+        """From int32 ``[T, W]``: ids first, then ``-1`` trailing padding; an all ``-1`` row is empty."""
+        arr = layouts.as_int_array(dense, np.int32, field="dense", ndim=2)
+        check_count(arr.shape[0], limits.max_rows, "row count", field="dense")
+        check_count(arr.shape[1], limits.max_width, "dense width", field="dense")
+        ids, offsets = layouts.dense_to_ragged(arr)
+        return cls(ids, offsets, limits=limits, **kwargs)
+
+    @classmethod
+    def from_bitmask(
+        cls, bits: Any, vocab_size: int, *, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
+    ) -> SamplingMask:
+        """From uint8 ``[T, ceil(vocab_size / 8)]``, little bit order (vLLM's wide-row fallback)."""
+        arr = np.asarray(bits)
+        if arr.dtype != np.uint8:
+            raise SamplingMaskError(ErrorCode.E_DTYPE, f"bitmask must be uint8, got {arr.dtype}", field="bitmask")
+        if arr.ndim != 2:
+            raise SamplingMaskError(ErrorCode.E_SHAPE, f"bitmask must be 2-D, got {arr.ndim}", field="bitmask")
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
+            raise SamplingMaskError(
+                ErrorCode.E_RANGE, "vocab_size must be an integer >= 1", field="vocab_size", value=repr(vocab_size)[:80]
+            )
+        check_count(int(vocab_size), limits.max_vocab, "vocab_size", field="vocab_size")
+        check_count(arr.shape[0], limits.max_rows, "row count", field="bitmask")
+        if arr.shape[1] != (int(vocab_size) + 7) // 8:
+            raise SamplingMaskError(
+                ErrorCode.E_SHAPE,
+                f"bitmask rows must be ceil({vocab_size}/8) = {(int(vocab_size) + 7) // 8} bytes",
+                field="bitmask",
+                value=arr.shape[1],
+            )
+        ids, offsets = layouts.bitmask_to_ragged(np.ascontiguousarray(arr), int(vocab_size))
+        return cls(ids, offsets, vocab_size=int(vocab_size), limits=limits, **kwargs)
+
+    # ------------------------------------------------------------------ validation
+    def validate(self, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
+        """Check every invariant of the spec; raise :class:`SamplingMaskError` or return ``self``."""
+        ids, offsets = self._ids, self._offsets
+        num_rows = check_count(max(offsets.size - 1, 0), limits.max_rows, "row count", field="offsets")
+        check_count(ids.size, limits.max_nnz, "id count", field="ids")
+        layouts.check_offsets(offsets, ids.size)
+        layouts.check_segments(self._cu_seqlens, num_rows, limits)
+        if num_rows:
+            widest = int(np.diff(offsets).max())
+            if widest > limits.max_width:
+                row = int(np.argmax(np.diff(offsets)))
+                raise SamplingMaskError(
+                    ErrorCode.E_LIMIT,
+                    f"row width {widest} exceeds the limit {limits.max_width}",
+                    field="ids",
+                    row=row,
+                    value=widest,
+                )
+        self._ascending = layouts.check_ids(ids, offsets, self._vocab_size)
+        sampled = self._companions.get("sampled_token_ids")
+        if sampled is not None:
+            self._check_sampled(sampled)
+        temperature = self._companions.get("temperature")
+        if temperature is not None:
+            bad = ~(temperature > 0) & ~np.isnan(temperature) | np.isinf(temperature)
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise SamplingMaskError(
+                    ErrorCode.E_RANGE,
+                    "temperature must be > 0 and finite (or NaN: unknown)",
+                    field="temperature",
+                    row=row,
+                    value=float(temperature[row]),
+                )
+        return self
+
+    def _check_sampled(self, sampled: np.ndarray) -> None:
+        num_rows = self.num_rows
+        if sampled.size != num_rows:
+            raise SamplingMaskError(
+                ErrorCode.E_SHAPE, f"expected {num_rows} sampled ids, got {sampled.size}", field="sampled_token_ids"
+            )
+        lengths = self.row_lengths
+        nonempty = lengths > 0
+        low = np.where(nonempty, 0, -1)
+        bad = (sampled < low) | ((sampled >= self._vocab_size) if self._vocab_size is not None else False)
+        if np.any(bad):
+            row = int(np.flatnonzero(bad)[0])
+            raise SamplingMaskError(
+                ErrorCode.E_RANGE,
+                "sampled id out of range (-1 only on empty rows)",
+                field="sampled_token_ids",
+                row=row,
+                value=int(sampled[row]),
+            )
+        hit = self._ids == np.repeat(sampled, lengths)
+        found = np.zeros(num_rows, dtype=bool)
+        found[layouts.row_of_ids(self._offsets)[hit]] = True
+        missing = nonempty & ~found
+        if missing.any():
+            row = int(np.flatnonzero(missing)[0])
+            raise SamplingMaskError(
+                ErrorCode.E_MISSING_SAMPLED,
+                "non-empty row does not contain its sampled id",
+                field="sampled_token_ids",
+                row=row,
+                value=int(sampled[row]),
+            )
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def ids(self) -> np.ndarray:
+        """int32 [nnz], read-only: every row's ids back to back."""
+        return self._ids
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """int64 [T+1], read-only: row t is ``ids[offsets[t]:offsets[t+1]]``."""
+        return self._offsets
+
+    @property
+    def cu_seqlens(self) -> np.ndarray:
+        """int64 [B+1], read-only: segment b is rows ``cu_seqlens[b]:cu_seqlens[b+1]``."""
+        return self._cu_seqlens
+
+    @property
+    def vocab_size(self) -> int | None:
+        return self._vocab_size
+
+    @property
+    def metadata(self) -> Mapping[str, _MetadataValue]:
+        """Sampler parameters (``temperature``, ``top_k``, ``top_p``, ``min_p``), ``producer`` and extras."""
+        return self._metadata
+
+    @property
+    def companions(self) -> Mapping[str, np.ndarray]:
+        """The optional arrays present, by name (see :data:`COMPANIONS`)."""
+        return self._companions
+
+    @property
+    def sampled_token_ids(self) -> np.ndarray | None:
+        return self._companions.get("sampled_token_ids")
+
+    @property
+    def sampled_logprobs(self) -> np.ndarray | None:
+        return self._companions.get("sampled_logprobs")
+
+    @property
+    def temperature(self) -> np.ndarray | None:
+        return self._companions.get("temperature")
+
+    @property
+    def support_logprobs(self) -> np.ndarray | None:
+        return self._companions.get("support_logprobs")
+
+    @property
+    def num_rows(self) -> int:
+        return self._offsets.size - 1
+
+    @property
+    def num_segments(self) -> int:
+        return self._cu_seqlens.size - 1
+
+    @property
+    def nnz(self) -> int:
+        return self._ids.size
+
+    @property
+    def row_lengths(self) -> np.ndarray:
+        """int64 [T]: |S_t| per row (0 = no support recorded)."""
+        return np.diff(self._offsets)
+
+    @property
+    def is_canonical(self) -> bool:
+        """True when every row is in ascending id order."""
+        if self._ascending is None:
+            self._ascending = layouts.check_ids(self._ids, self._offsets, None)
+        return self._ascending
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    # ------------------------------------------------------------------ views
+    def row(self, i: int) -> np.ndarray:
+        """Row ``i``'s ids as a read-only view (no copy)."""
+        i = self._index(i, self.num_rows, "row")
+        return self._ids[int(self._offsets[i]) : int(self._offsets[i + 1])]
+
+    def segment(self, i: int) -> SamplingMask:
+        """Segment ``i`` as a one-segment mask whose ids and companions are views."""
+        i = self._index(i, self.num_segments, "segment")
+        return self._slice_rows(int(self._cu_seqlens[i]), int(self._cu_seqlens[i + 1]), cu=None)
+
+    def __getitem__(self, key: int | slice) -> Any:
+        """``m[i]`` is row i's ids; ``m[a:b]`` is a mask of those rows, its segments clipped to them."""
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.num_rows)
+            if step != 1:
+                raise SamplingMaskError(ErrorCode.E_SCHEMA, "row slices must have step 1", value=step)
+            stop = max(stop, start)
+            cu = self._cu_seqlens
+            inner = cu[(cu > start) & (cu < stop)]
+            new_cu = np.concatenate(([start], inner, [stop])) - start
+            return self._slice_rows(start, stop, cu=new_cu)
+        return self.row(key)
+
+    @staticmethod
+    def _index(i: int, n: int, what: str) -> int:
+        i = operator.index(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"{what} index out of range for {n} {what}s")
+        return i
+
+    def _slice_rows(self, start: int, stop: int, *, cu: np.ndarray | None) -> SamplingMask:
+        lo, hi = int(self._offsets[start]), int(self._offsets[stop])
+        companions = {}
+        for name, arr in self._companions.items():
+            companions[name] = arr[lo:hi] if name == "support_logprobs" else arr[start:stop]
+        return self._derive(
+            self._ids[lo:hi], self._offsets[start : stop + 1] - lo, cu, companions, ascending=self._ascending
+        )
+
+    def _derive(
+        self,
+        ids: np.ndarray,
+        offsets: np.ndarray,
+        cu: np.ndarray | None,
+        companions: Mapping[str, np.ndarray],
+        *,
+        ascending: bool | None,
+        vocab_size: int | None | bool = True,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SamplingMask:
+        """A new mask from arrays already known valid (no validation)."""
+        out = SamplingMask.__new__(SamplingMask)
+        out._ids = _readonly(ids)
+        out._offsets = _readonly(offsets)
+        out._cu_seqlens = _readonly(cu if cu is not None else np.array([0, offsets.size - 1], dtype=np.int64))
+        out._vocab_size = self._vocab_size if vocab_size is True else vocab_size  # type: ignore[assignment]
+        out._companions = types.MappingProxyType({k: _readonly(v) for k, v in companions.items()})
+        out._metadata = self._metadata if metadata is None else types.MappingProxyType(dict(metadata))
+        out._ascending = ascending
+        return out
+
+    # ------------------------------------------------------------------ conversions
+    def to_rows(self) -> list[list[int]]:
+        """Nested Python lists, one per row, ids in stored order."""
+        flat = self._ids.tolist()
+        bounds = self._offsets.tolist()
+        return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def to_ragged(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids int32 [nnz], offsets int64 [T+1]), read-only views."""
+        return self._ids, self._offsets
+
+    def to_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids int32 [nnz], counts int32 [T])."""
+        return self._ids, self.row_lengths.astype(np.int32)
+
+    def to_dense(self, width: int | None = None) -> np.ndarray:
+        """int32 ``[T, W]``, ``-1`` trailing padding; ``W`` defaults to the widest row (``E_WIDTH`` if too small)."""
+        widest = int(self.row_lengths.max()) if self.num_rows else 0
+        if width is None:
+            width = widest
+        width = operator.index(width)
+        if width < widest:
+            row = int(np.argmax(self.row_lengths))
+            raise SamplingMaskError(
+                ErrorCode.E_WIDTH,
+                f"width {width} is smaller than the widest row ({widest})",
+                field="width",
+                row=row,
+                value=width,
+            )
+        return layouts.ragged_to_dense(self._ids, self._offsets, width)
+
+    def to_bitmask(self, vocab_size: int | None = None) -> np.ndarray:
+        """uint8 ``[T, ceil(V/8)]``, little bit order. Needs a vocab size (given here or on the mask)."""
+        vocab = vocab_size if vocab_size is not None else self._vocab_size
+        if vocab is None:
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "the bitmask layout needs vocab_size", field="vocab_size")
+        if self._vocab_size is not None and vocab != self._vocab_size:
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"vocab_size {vocab} differs from the mask's {self._vocab_size}",
+                field="vocab_size",
+                value=vocab,
+            )
+        if self.nnz and int(self._ids.max()) >= vocab:
+            raise SamplingMaskError(
+                ErrorCode.E_RANGE, f"an id is >= vocab_size {vocab}", field="ids", value=int(self._ids.max())
+            )
+        return layouts.ragged_to_bitmask(self._ids, self._offsets, int(vocab), ascending=self.is_canonical)
+
+    def canonical(self) -> SamplingMask:
+        """The same mask with every row in ascending id order (``support_logprobs`` permuted along)."""
+        if self.is_canonical:
+            return self
+        perm = layouts.canonical_permutation(self._ids, self._offsets)
+        companions = dict(self._companions)
+        if "support_logprobs" in companions:
+            companions["support_logprobs"] = companions["support_logprobs"][perm]
+        return self._derive(self._ids[perm], self._offsets, self._cu_seqlens, companions, ascending=True)
+
+    def with_companions(self, **changes: Any) -> SamplingMask:
+        """A validated copy with companions / ``metadata`` / ``vocab_size`` / ``cu_seqlens`` replaced (None drops one)."""
+        kwargs: dict[str, Any] = dict(self._companions)
+        kwargs.update(cu_seqlens=self._cu_seqlens, vocab_size=self._vocab_size, metadata=self._metadata)
+        unknown = set(changes) - set(COMPANIONS) - {"cu_seqlens", "vocab_size", "metadata"}
+        if unknown:
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown fields {sorted(unknown)}")
+        kwargs.update(changes)
+        return SamplingMask(self._ids, self._offsets, **kwargs)
+
+    # ------------------------------------------------------------------ segments
+    def take(self, segment_indices: Iterable[int] | np.ndarray) -> SamplingMask:
+        """A mask of the given segments, in the given order (repeats allowed)."""
+        idx = np.asarray(list(segment_indices) if not isinstance(segment_indices, np.ndarray) else segment_indices)
+        if idx.size == 0:
+            idx = idx.astype(np.int64)
+        if idx.dtype.kind not in "iu" or idx.ndim != 1:
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA, "segment indices must be a 1-D integer array", field="segment_indices"
+            )
+        nseg = self.num_segments
+        if idx.size and (int(idx.min()) < -nseg or int(idx.max()) >= nseg):
+            bad = int(idx[(idx < -nseg) | (idx >= nseg)][0])
+            raise SamplingMaskError(
+                ErrorCode.E_SEGMENTS,
+                f"segment index out of range for {nseg} segments",
+                field="segment_indices",
+                value=bad,
+            )
+        idx = np.where(idx < 0, idx + nseg, idx).astype(np.int64)
+        cu = self._cu_seqlens
+        seg_rows = cu[idx + 1] - cu[idx]
+        rows = layouts.range_indices(cu[idx], seg_rows)
+        lengths = np.diff(self._offsets)[rows]
+        id_pos = layouts.range_indices(self._offsets[:-1][rows], lengths)
+        companions = {}
+        for name, arr in self._companions.items():
+            companions[name] = arr[id_pos] if name == "support_logprobs" else arr[rows]
+        new_cu = layouts.counts_to_offsets(seg_rows)
+        return self._derive(
+            self._ids[id_pos], layouts.counts_to_offsets(lengths), new_cu, companions, ascending=self._ascending
+        )
+
+    # ------------------------------------------------------------------ equality
+    def __eq__(self, other: object) -> bool:
+        """Equal segmentation, equal row *sets*, and equal vocab_size, companions and metadata.
+
+        Companions are compared in canonical row order (``support_logprobs`` follows its ids);
+        NaN equals NaN.
+        """
+        if not isinstance(other, SamplingMask):
+            return NotImplemented
+        if (
+            self._vocab_size != other._vocab_size
+            or not np.array_equal(self._cu_seqlens, other._cu_seqlens)
+            or not np.array_equal(self._offsets, other._offsets)
+            or self._companions.keys() != other._companions.keys()
+            or not _metadata_equal(self._metadata, other._metadata)
+        ):
+            return False
+        a, b = self.canonical(), other.canonical()
+        if not np.array_equal(a._ids, b._ids):
+            return False
+        return all(
+            np.array_equal(a._companions[k], b._companions[k], equal_nan=k != "sampled_token_ids")
+            for k in a._companions
+        )
+
+    def same_support(self, other: SamplingMask) -> bool:
+        """Equal segmentation and row sets, ignoring vocab_size, companions and metadata."""
+        return (
+            np.array_equal(self._cu_seqlens, other._cu_seqlens)
+            and np.array_equal(self._offsets, other._offsets)
+            and np.array_equal(self.canonical()._ids, other.canonical()._ids)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        extras = "".join(f", {k}" for k in self._companions)
+        return (
+            f"SamplingMask(rows={self.num_rows}, segments={self.num_segments}, nnz={self.nnz}, "
+            f"vocab_size={self._vocab_size}{extras})"
+        )
+
+
+def concat(masks: Sequence[SamplingMask]) -> SamplingMask:
+    """Rows and segments of ``masks`` one after another.
+
+    All masks must agree on vocab_size (None counts as unknown and adopts the other), on which
+    companions they carry and on metadata, else ``E_SCHEMA``.
+    """
+    if not masks:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "concat needs at least one mask")
+    vocabs: set[int] = {m.vocab_size for m in masks if m.vocab_size is not None}
+    if len(vocabs) > 1:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, f"masks disagree on vocab_size: {sorted(vocabs)}", field="vocab_size"
+        )
+    names = {tuple(sorted(m.companions)) for m in masks}
+    if len(names) > 1:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "masks carry different companions", field="companions")
+    first = masks[0]
+    if any(not _metadata_equal(first.metadata, m.metadata) for m in masks[1:]):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "masks carry different metadata", field="metadata")
+    ids = np.concatenate([m.ids for m in masks])
+    row_base = np.cumsum([0] + [m.num_rows for m in masks])
+    nnz_base = np.cumsum([0] + [m.nnz for m in masks])
+    offsets = np.concatenate([[0]] + [m.offsets[1:] + nnz_base[i] for i, m in enumerate(masks)]).astype(np.int64)
+    cu = np.concatenate([[0]] + [m.cu_seqlens[1:] + row_base[i] for i, m in enumerate(masks)]).astype(np.int64)
+    companions = {k: np.concatenate([m.companions[k] for m in masks]) for k in first.companions}
+    ascending = all(m._ascending for m in masks) if all(m._ascending is not None for m in masks) else None
+    return first._derive(
+        ids, offsets, cu, companions, ascending=ascending, vocab_size=next(iter(vocabs)) if vocabs else None
+    )
