@@ -12,9 +12,10 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import pickle
 import types
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 
@@ -640,12 +641,34 @@ class SamplingMask:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
+        """Pickle protocol 5 hands the arrays out of band (``pickle.PickleBuffer``): Ray and
+        multiprocessing move them without copies. We never unpickle untrusted data ourselves."""
+        names = ("ids", "offsets", "cu_seqlens", *self._companions)
+        arrays = (self._ids, self._offsets, self._cu_seqlens, *self._companions.values())
+        wrap: Any = pickle.PickleBuffer if int(protocol) >= 5 else np.asarray
+        payload = tuple((name, str(arr.dtype), wrap(arr)) for name, arr in zip(names, arrays, strict=True))
+        return (_unpickle, (payload, self._vocab_size, dict(self._metadata), self._ascending))
+
     def __repr__(self) -> str:
         extras = "".join(f", {k}" for k in self._companions)
         return (
             f"SamplingMask(rows={self.num_rows}, segments={self.num_segments}, nnz={self.nnz}, "
             f"vocab_size={self._vocab_size}{extras})"
         )
+
+
+def _unpickle(
+    payload: tuple[tuple[str, str, Any], ...], vocab_size: int | None, metadata: dict[str, Any], ascending: bool | None
+) -> SamplingMask:
+    arrays = {name: _readonly(np.frombuffer(buf, dtype=np.dtype(dtype))) for name, dtype, buf in payload}
+    out = SamplingMask.__new__(SamplingMask)
+    out._ids, out._offsets, out._cu_seqlens = arrays.pop("ids"), arrays.pop("offsets"), arrays.pop("cu_seqlens")
+    out._vocab_size = vocab_size
+    out._companions = types.MappingProxyType(arrays)
+    out._metadata = types.MappingProxyType(metadata)
+    out._ascending = ascending
+    return out
 
 
 def concat(masks: Sequence[SamplingMask]) -> SamplingMask:
