@@ -5,12 +5,29 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .errors import ErrorCode, SamplingMaskError
 from .limits import DEFAULT_LIMITS, Limits
 from .model import COMPANIONS, METADATA_KEYS, SamplingMask, concat
 
+if TYPE_CHECKING:
+    from .codecs import decode, encode, load, save
+
 __version__ = "0.1.0"
 SPEC_VERSION = 1
+
+_CODEC_EXPORTS = ("decode", "encode", "load", "save")
+
+
+def __getattr__(name: str) -> object:
+    """``encode``, ``decode``, ``save`` and ``load`` from :mod:`sampling_mask.codecs`, imported on first use."""
+    if name in _CODEC_EXPORTS:
+        from . import codecs
+
+        return getattr(codecs, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "COMPANIONS",
@@ -23,4 +40,8 @@ __all__ = [
     "SamplingMaskError",
     "__version__",
     "concat",
+    "decode",
+    "encode",
+    "load",
+    "save",
 ]

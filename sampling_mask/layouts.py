@@ -19,6 +19,7 @@ from .limits import Limits, check_count
 __all__ = [
     "PAD",
     "as_int_array",
+    "asarray_checked",
     "bitmask_to_ragged",
     "canonical_permutation",
     "check_ids",
@@ -36,6 +37,16 @@ PAD = -1  # dense padding value
 _INT32_MAX = np.iinfo(np.int32).max
 
 
+def asarray_checked(value: Any, *, field: str) -> np.ndarray:
+    """``np.asarray(value)``; ragged nesting or unconvertible objects are ``E_SHAPE``, not a bare ValueError."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE, f"not a rectangular array ({type(exc).__name__})", field=field
+        ) from None
+
+
 def as_int_array(
     value: Any, dtype: np.dtype[Any] | type, *, field: str, ndim: int = 1, allow_negative_one: bool = False
 ) -> np.ndarray:
@@ -43,7 +54,7 @@ def as_int_array(
 
     Any integer dtype is accepted when every value fits ``dtype``; other dtypes are ``E_DTYPE``.
     """
-    arr = np.asarray(value)
+    arr = asarray_checked(value, field=field)
     if arr.dtype == object and arr.size == 0:
         arr = arr.astype(np.int64)
     if arr.ndim != ndim:
@@ -195,18 +206,23 @@ def dense_to_ragged(dense: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             value=int(dense[bad[0], bad[1]]),
         )
     present = dense != PAD
-    if dense.shape[1] > 1:
-        gap = present[:, 1:] > present[:, :-1]  # an id right after a pad
-        if gap.any():
-            bad = np.argwhere(gap)[0]
+    counts = np.count_nonzero(present, axis=1).astype(np.int64)
+    width = dense.shape[1]
+    if width:
+        # Valid rows are a run of ids then only padding: the first -1 sits exactly at the row's count.
+        first_pad = np.argmin(present, axis=1)  # 0 also when a row has no -1 at all
+        first_pad[present[np.arange(present.shape[0]), first_pad]] = width
+        bad_rows = np.flatnonzero(first_pad != counts)
+        if bad_rows.size:
+            row = int(bad_rows[0])
+            col = int(first_pad[row]) + int(np.argmax(present[row, int(first_pad[row]) :]))
             raise SamplingMaskError(
                 ErrorCode.E_PADDING,
-                f"-1 padding before an id at column {int(bad[1]) + 1}",
+                f"-1 padding before an id at column {col}",
                 field="dense",
-                row=int(bad[0]),
-                value=int(dense[bad[0], bad[1] + 1]),
+                row=row,
+                value=int(dense[row, col]),
             )
-    counts = present.sum(axis=1, dtype=np.int64)
     ids = dense[present].astype(np.int32, copy=False)
     return np.ascontiguousarray(ids), counts_to_offsets(counts)
 
@@ -214,12 +230,27 @@ def dense_to_ragged(dense: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def ragged_to_dense(ids: np.ndarray, offsets: np.ndarray, width: int) -> np.ndarray:
     """int32 ``[T, width]``: each row's ids in stored order, then ``-1``. ``width`` >= the widest row."""
     lengths = np.diff(offsets)
-    dense = np.full((lengths.size, width), PAD, dtype=np.int32)
+    num_rows = lengths.size
+    dense = np.full((num_rows, width), PAD, dtype=np.int32)
     if ids.size:
-        rows = row_of_ids(offsets)
-        cols = np.arange(ids.size, dtype=np.int64) - np.repeat(offsets[:-1], lengths)
-        dense[rows, cols] = ids
+        # Flat position of id j in row t: t * width + (j - offsets[t]); one repeat, one scatter.
+        shift = np.arange(num_rows, dtype=np.int64) * width - offsets[:-1]
+        dense.reshape(-1)[np.arange(ids.size, dtype=np.int64) + np.repeat(shift, lengths)] = ids
     return dense
+
+
+def _nonzero_bytes(flat: np.ndarray) -> np.ndarray:
+    """Ascending int64 positions of the non-zero bytes of a uint8 vector.
+
+    Scans 8 bytes per step (a uint64 view) and expands only the non-zero words: a sparse bitmask
+    costs about a tenth of a byte-wise ``flatnonzero``.
+    """
+    whole = flat.size - flat.size % 8
+    words = np.flatnonzero(flat[:whole].view(np.uint64))
+    candidates = (words[:, None] * 8 + np.arange(8, dtype=np.int64)).reshape(-1)
+    inside = candidates[flat[candidates] != 0]
+    tail = np.flatnonzero(flat[whole:]) + whole
+    return np.concatenate((inside, tail)).astype(np.int64, copy=False)
 
 
 def bitmask_to_ragged(bits: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -240,7 +271,7 @@ def bitmask_to_ragged(bits: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np
                 row=row,
             )
     flat = bits.reshape(-1)
-    nonzero = np.flatnonzero(flat)
+    nonzero = _nonzero_bytes(flat)
     expanded = np.unpackbits(flat[nonzero][:, None], axis=1, bitorder="little")  # [n, 8]
     which, bit = np.nonzero(expanded)
     byte_pos = nonzero[which]

@@ -9,19 +9,20 @@ the input is already valid. Spec: spec/v1/SPEC.md.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import operator
 import pickle
 import types
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, SupportsIndex
 
 import numpy as np
 
 from . import layouts
 from .errors import ErrorCode, SamplingMaskError
-from .limits import DEFAULT_LIMITS, Limits, check_count
+from .limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
 
 __all__ = ["COMPANIONS", "METADATA_KEYS", "SamplingMask", "concat"]
 
@@ -36,6 +37,10 @@ COMPANIONS: Mapping[str, np.dtype[Any]] = types.MappingProxyType(
 )
 #: Metadata keys the spec defines; other keys are allowed and preserved.
 METADATA_KEYS = ("temperature", "top_k", "top_p", "min_p", "producer")
+#: Value types of the defined metadata keys (None, "unknown", is always allowed; bool never counts as a number).
+_METADATA_TYPES: Mapping[str, tuple[type, ...]] = types.MappingProxyType(
+    {"temperature": (int, float), "top_k": (int,), "top_p": (int, float), "min_p": (int, float), "producer": (str,)}
+)
 
 _MetadataValue = str | int | float | bool | None
 
@@ -48,7 +53,7 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
 
 
 def _as_float_array(value: Any, *, field: str, size: int) -> np.ndarray:
-    arr = np.asarray(value)
+    arr = layouts.asarray_checked(value, field=field)
     if arr.ndim != 1:
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected 1 dimension, got {arr.ndim}", field=field)
     if arr.size == 0 and arr.dtype.kind in "iuO":
@@ -82,6 +87,14 @@ def _check_metadata(metadata: Mapping[str, Any] | None) -> Mapping[str, _Metadat
                 field=f"metadata.{key}",
                 value=repr(value)[:80],
             )
+        expected = _METADATA_TYPES.get(key)
+        if expected is not None and value is not None and (isinstance(value, bool) or not isinstance(value, expected)):
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"metadata {key!r} must be {' or '.join(t.__name__ for t in expected)}",
+                field=f"metadata.{key}",
+                value=repr(value)[:80],
+            )
         out[key] = value
     return types.MappingProxyType(out)
 
@@ -105,7 +118,8 @@ def _rows_to_ragged(rows: Sequence[Any], limits: Limits) -> tuple[np.ndarray, np
     num_rows = check_count(len(rows), limits.max_rows, "row count", field="rows")
     if num_rows and all(isinstance(r, np.ndarray) for r in rows):
         counts = np.fromiter(map(len, rows), dtype=np.int64, count=num_rows)
-        flat = np.concatenate([np.asarray(r).reshape(-1) for r in rows]) if num_rows else np.zeros(0, np.int64)
+        # An empty np.array([]) is float64; it must not turn the concatenation into floats.
+        flat = np.concatenate([r.reshape(-1) if r.size else np.zeros(0, np.int64) for r in rows])
         return layouts.as_int_array(flat, np.int32, field="rows"), layouts.counts_to_offsets(counts)
     try:
         counts = np.fromiter(map(len, rows), dtype=np.int64, count=num_rows)
@@ -251,7 +265,7 @@ class SamplingMask:
 
     @classmethod
     def from_rows(
-        cls, rows: Sequence[Sequence[int]], *, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
+        cls, rows: Sequence[Collection[int]] | np.ndarray, *, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
     ) -> SamplingMask:
         """From nested lists (vLLM ``sampling_mask.token_ids``, SGLang, JSON). Row order of ids is kept."""
         if isinstance(rows, np.ndarray) and rows.ndim == 2:
@@ -275,14 +289,18 @@ class SamplingMask:
         cls, bits: Any, vocab_size: int, *, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
     ) -> SamplingMask:
         """From uint8 ``[T, ceil(vocab_size / 8)]``, little bit order (vLLM's wide-row fallback)."""
-        arr = np.asarray(bits)
+        arr = layouts.asarray_checked(bits, field="bitmask")
         if arr.dtype != np.uint8:
             raise SamplingMaskError(ErrorCode.E_DTYPE, f"bitmask must be uint8, got {arr.dtype}", field="bitmask")
         if arr.ndim != 2:
             raise SamplingMaskError(ErrorCode.E_SHAPE, f"bitmask must be 2-D, got {arr.ndim}", field="bitmask")
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
             raise SamplingMaskError(
-                ErrorCode.E_RANGE, "vocab_size must be an integer >= 1", field="vocab_size", value=repr(vocab_size)[:80]
+                ErrorCode.E_SCHEMA, "vocab_size must be an integer", field="vocab_size", value=repr(vocab_size)[:80]
+            )
+        if vocab_size < 1:
+            raise SamplingMaskError(
+                ErrorCode.E_RANGE, "vocab_size must be >= 1", field="vocab_size", value=int(vocab_size)
             )
         check_count(int(vocab_size), limits.max_vocab, "vocab_size", field="vocab_size")
         check_count(arr.shape[0], limits.max_rows, "row count", field="bitmask")
@@ -451,15 +469,22 @@ class SamplingMask:
         return self._slice_rows(int(self._cu_seqlens[i]), int(self._cu_seqlens[i + 1]), cu=None)
 
     def __getitem__(self, key: int | slice) -> Any:
-        """``m[i]`` is row i's ids; ``m[a:b]`` is a mask of those rows, its segments clipped to them."""
+        """``m[i]`` is row i's ids; ``m[a:b]`` is a mask of those rows, its segments clipped to them.
+
+        A segment is kept when it shares a row with ``[a, b)``, or when it is empty and sits at a
+        position in ``[a, b]``; so ``m[:] == m``. Zero-copy: ids and companions are views.
+        """
         if isinstance(key, slice):
             start, stop, step = key.indices(self.num_rows)
             if step != 1:
                 raise SamplingMaskError(ErrorCode.E_SCHEMA, "row slices must have step 1", value=step)
             stop = max(stop, start)
             cu = self._cu_seqlens
-            inner = cu[(cu > start) & (cu < stop)]
-            new_cu = np.concatenate(([start], inner, [stop])) - start
+            lo, hi = cu[:-1], cu[1:]
+            # Keep segments sharing a row with [start, stop), and empty segments lying in [start, stop]:
+            # m[:] keeps every segment, and m[a:a] keeps only empty segments at a.
+            keep = (np.minimum(hi, stop) > np.maximum(lo, start)) | ((lo == hi) & (lo >= start) & (lo <= stop))
+            new_cu = np.concatenate(([0], np.clip(hi[keep], start, stop) - start)).astype(np.int64)
             return self._slice_rows(start, stop, cu=new_cu)
         return self.row(key)
 
@@ -508,7 +533,14 @@ class SamplingMask:
         """Nested Python lists, one per row, ids in stored order."""
         flat = self._ids.tolist()
         bounds = self._offsets.tolist()
-        return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        # A million new lists would trigger the cyclic GC over and over (3x slower); none can form a cycle.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        finally:
+            if was_enabled:
+                gc.enable()
 
     def to_ragged(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids int32 [nnz], offsets int64 [T+1]), read-only views."""
@@ -518,8 +550,11 @@ class SamplingMask:
         """(ids int32 [nnz], counts int32 [T])."""
         return self._ids, self.row_lengths.astype(np.int32)
 
-    def to_dense(self, width: int | None = None) -> np.ndarray:
-        """int32 ``[T, W]``, ``-1`` trailing padding; ``W`` defaults to the widest row (``E_WIDTH`` if too small)."""
+    def to_dense(self, width: int | None = None, *, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
+        """int32 ``[T, W]``, ``-1`` trailing padding; ``W`` defaults to the widest row (``E_WIDTH`` if too small).
+
+        ``E_LIMIT`` when ``T * W * 4`` bytes exceed ``limits.max_bytes``.
+        """
         widest = int(self.row_lengths.max()) if self.num_rows else 0
         if width is None:
             width = widest
@@ -533,10 +568,14 @@ class SamplingMask:
                 row=row,
                 value=width,
             )
+        checked_nbytes((self.num_rows, width), 4, limits, field="dense")
         return layouts.ragged_to_dense(self._ids, self._offsets, width)
 
-    def to_bitmask(self, vocab_size: int | None = None) -> np.ndarray:
-        """uint8 ``[T, ceil(V/8)]``, little bit order. Needs a vocab size (given here or on the mask)."""
+    def to_bitmask(self, vocab_size: int | None = None, *, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
+        """uint8 ``[T, ceil(V/8)]``, little bit order. Needs a vocab size (given here or on the mask).
+
+        ``E_LIMIT`` when ``T * ceil(V/8)`` bytes exceed ``limits.max_bytes``.
+        """
         vocab = vocab_size if vocab_size is not None else self._vocab_size
         if vocab is None:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "the bitmask layout needs vocab_size", field="vocab_size")
@@ -551,6 +590,7 @@ class SamplingMask:
             raise SamplingMaskError(
                 ErrorCode.E_RANGE, f"an id is >= vocab_size {vocab}", field="ids", value=int(self._ids.max())
             )
+        checked_nbytes((self.num_rows, (int(vocab) + 7) // 8), 1, limits, field="bitmask")
         return layouts.ragged_to_bitmask(self._ids, self._offsets, int(vocab), ascending=self.is_canonical)
 
     def canonical(self) -> SamplingMask:
@@ -687,6 +727,14 @@ def concat(masks: Sequence[SamplingMask]) -> SamplingMask:
     names = {tuple(sorted(m.companions)) for m in masks}
     if len(names) > 1:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "masks carry different companions", field="companions")
+    for i, m in enumerate(masks):
+        if vocabs and m.vocab_size is None and m.nnz and int(m.ids.max()) >= next(iter(vocabs)):
+            raise SamplingMaskError(
+                ErrorCode.E_RANGE,
+                f"mask {i} has an id >= the other masks' vocab_size {next(iter(vocabs))}",
+                field="ids",
+                value=int(m.ids.max()),
+            )
     first = masks[0]
     if any(not _metadata_equal(first.metadata, m.metadata) for m in masks[1:]):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "masks carry different metadata", field="metadata")

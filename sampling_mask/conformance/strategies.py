@@ -12,7 +12,16 @@ from hypothesis import strategies as st
 
 from ..model import SamplingMask
 
-__all__ = ["masks", "rows_lists"]
+__all__ = [
+    "PAYLOAD_FORMS",
+    "masks",
+    "masks_for",
+    "payloads",
+    "rows_lists",
+    "scorer_inputs",
+    "shuffled_rows",
+    "typed_arrays",
+]
 
 
 @st.composite
@@ -67,3 +76,167 @@ def masks(
             "producer": draw(st.sampled_from(["vllm-0.32", "sglang", "test"])),
         }
     return SamplingMask.from_rows(rows, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------ payloads
+#: Forms :func:`payloads` draws (the byte forms other than json-rows / base64 are written by this
+#: library's encoder, so they exercise a decoder, not an independent writer).
+PAYLOAD_FORMS = (
+    "dense",
+    "packed",
+    "ragged",
+    "counts",
+    "bitmask",
+    "model",
+    "json-rows",
+    "base64",
+    "json",
+    "msgpack",
+    "arrow",
+    "arrows",
+    "parquet",
+)
+_ROWS_ONLY = ("json-rows", "base64")  # these forms carry rows and nothing else
+
+
+@st.composite
+def typed_arrays(draw: Any, arr: np.ndarray) -> dict[str, Any]:
+    """``arr`` as a suite typed array, drawn as readable ``values`` or as little-endian ``hex``."""
+    from .payloads import array_to_json
+
+    if draw(st.booleans()):
+        return array_to_json(arr)
+    le = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+    return {"dtype": arr.dtype.name, "shape": list(arr.shape), "hex": np.ascontiguousarray(le).tobytes().hex()}
+
+
+@st.composite
+def shuffled_rows(draw: Any, mask: SamplingMask) -> SamplingMask:
+    """The same mask with the ids of every row in a drawn order (``support_logprobs`` follows)."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    keys = np.repeat(np.arange(mask.num_rows), mask.row_lengths) * 2.0 + rng.random(mask.nnz)
+    perm = np.argsort(keys, kind="stable")
+    kwargs: dict[str, Any] = dict(mask.companions)
+    if "support_logprobs" in kwargs:
+        kwargs["support_logprobs"] = kwargs["support_logprobs"][perm]
+    return SamplingMask(
+        mask.ids[perm],
+        mask.offsets,
+        cu_seqlens=mask.cu_seqlens,
+        vocab_size=mask.vocab_size,
+        metadata=mask.metadata,
+        **kwargs,
+    )
+
+
+def masks_for(form: str) -> st.SearchStrategy[SamplingMask]:
+    """Masks a payload of ``form`` can hold (rows only for json-rows / base64; a vocab_size for bitmask)."""
+    if form in _ROWS_ONLY:
+        return rows_lists(max_rows=8, max_width=6).map(SamplingMask.from_rows)
+    if form == "bitmask":
+        return st.integers(1, 40).flatmap(lambda v: masks(vocab_size=v, max_rows=8))
+    return masks(max_rows=8)
+
+
+@st.composite
+def payloads(draw: Any, form: str, *, mask: SamplingMask | None = None) -> tuple[dict[str, Any], SamplingMask]:
+    """``(payload, mask)``: a payload of ``form`` (conformance/README.md, "Payloads") and the mask it holds.
+
+    Payloads vary what must not matter: the id order inside rows, dense padding width, values vs hex
+    arrays, int32 vs int64 ``cu_seqlens`` (packed). ``mask`` fixes the mask instead of drawing one.
+    """
+    m = mask if mask is not None else draw(masks_for(form))
+    if form == "bitmask":  # a bitmask has no id order: its per-id companions follow ascending ids
+        stored = m.canonical()
+    elif form in ("arrow", "arrows", "parquet"):
+        stored = m
+    else:
+        stored = draw(shuffled_rows(m))
+    if form in ("dense", "packed", "ragged", "counts", "bitmask"):
+        widest = int(stored.row_lengths.max()) if stored.num_rows else 0
+        arrays: dict[str, np.ndarray] = {}
+        if form in ("dense", "packed"):
+            arrays["dense"] = stored.to_dense(widest + draw(st.integers(0, 3)))
+            if form == "packed":
+                arrays["cu_seqlens"] = stored.cu_seqlens.astype(draw(st.sampled_from([np.int32, np.int64])))
+        elif form == "ragged":
+            arrays["ids"], arrays["offsets"] = stored.ids, stored.offsets
+        elif form == "counts":
+            arrays["ids"], arrays["counts"] = stored.to_counts()
+        else:
+            arrays["bitmask"] = stored.to_bitmask()
+        if form != "packed" and stored.num_segments != 1:
+            arrays["cu_seqlens"] = stored.cu_seqlens
+        arrays.update(stored.companions)
+        payload: dict[str, Any] = {key: draw(typed_arrays(arr)) for key, arr in arrays.items()}
+        if stored.vocab_size is not None:
+            payload["vocab_size"] = stored.vocab_size
+        if stored.metadata:
+            payload["metadata"] = dict(stored.metadata)
+        return payload, m
+    if form == "model":
+        from .payloads import mask_to_json
+
+        doc = mask_to_json(m)
+        doc["rows"] = stored.to_rows()
+        if "support_logprobs" in doc:
+            bounds = stored.offsets.tolist()
+            values = [float(v) for v in stored.support_logprobs.tolist()]  # type: ignore[union-attr]
+            doc["support_logprobs"] = [values[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return doc, m
+    if form == "json-rows":
+        import json
+
+        spaced = draw(st.booleans())
+        return {"text": json.dumps(stored.to_rows(), separators=(", ", ": ") if spaced else (",", ":"))}, m
+    if form == "base64":
+        import base64
+        import json
+
+        widest = int(stored.row_lengths.max()) if stored.num_rows else 0
+        dense = stored.to_dense(widest + draw(st.integers(0, 2))).astype("<i4")
+        env = {"data": base64.b64encode(dense.tobytes()).decode("ascii"), "shape": list(dense.shape), "dtype": "int32"}
+        return {"text": json.dumps(env)}, m
+    import sampling_mask
+
+    data = sampling_mask.encode(stored, form)
+    return ({"text": data.decode("utf-8")} if form == "json" else {"hex": data.hex()}), m
+
+
+# ------------------------------------------------------------------------------------------ scorer inputs
+@st.composite
+def scorer_inputs(
+    draw: Any, *, max_rows: int = 5, max_vocab: int = 12, empty_rows: bool = True, hidden: bool | None = None
+) -> dict[str, Any]:
+    """A ``scorer`` payload: float64 logits (or hidden + weight), a mask of the logits' vocabulary,
+    targets inside each non-empty row's support, a scalar or per-row temperature."""
+    vocab = draw(st.integers(1, max_vocab))
+    num_rows = draw(st.integers(0, max_rows))
+    rows = []
+    for _ in range(num_rows):
+        low = 0 if empty_rows else 1
+        rows.append(draw(st.lists(st.integers(0, vocab - 1), min_size=low, max_size=vocab, unique=True)))
+    targets = [draw(st.sampled_from(r)) if r else draw(st.integers(0, vocab - 1)) for r in rows]
+    finite = st.floats(-20.0, 20.0, allow_nan=False, width=64)
+    temps = st.floats(0.25, 2.0, allow_nan=False, width=64)
+    temperature: Any = draw(temps) if draw(st.booleans()) else [draw(temps) for _ in rows]
+    payload: dict[str, Any] = {
+        "mask": {"rows": rows},
+        "targets": {"dtype": "int64", "shape": [num_rows], "values": targets},
+        "temperature": temperature
+        if not isinstance(temperature, list)
+        else {"dtype": "float64", "shape": [num_rows], "values": temperature},
+        "empty_rows": "full",
+    }
+    use_hidden = draw(st.booleans()) if hidden is None else hidden
+    if use_hidden:
+        dim = draw(st.integers(1, 4))
+        h = [[draw(finite) / 5 for _ in range(dim)] for _ in range(num_rows)]
+        w = [[draw(finite) / 5 for _ in range(dim)] for _ in range(vocab)]
+        payload["hidden"] = {"dtype": "float64", "shape": [num_rows, dim], "values": h}
+        payload["weight"] = {"dtype": "float64", "shape": [vocab, dim], "values": w}
+    else:
+        z = [[draw(finite) for _ in range(vocab)] for _ in range(num_rows)]
+        payload["logits"] = {"dtype": "float64", "shape": [num_rows, vocab], "values": z}
+    return payload

@@ -1,0 +1,165 @@
+"""Run one atheris fuzz target, write seed corpora, or record a failing input as a regression case.
+
+    python fuzz/run.py --list
+    python fuzz/run.py TARGET --seconds 60 [--corpus DIR] [--rss-limit-mb 2048] [-- LIBFUZZER_FLAGS...]
+    python fuzz/run.py TARGET --replay FILE...          # run inputs once, no fuzzing (no atheris needed)
+    python fuzz/run.py --seeds DIR [TARGET...]           # write seed corpora to DIR/<target>/
+    python fuzz/run.py --add-regression TARGET FILE...   # copy inputs into fuzz/regressions/<target>/
+
+Fuzzing needs ``atheris``. Only ``sampling_mask`` is instrumented for coverage. The corpus starts
+with :func:`targets.seeds` (written into ``--corpus`` when it is empty, else a temporary folder).
+Crash / timeout / OOM inputs go to ``--artifacts`` (default: a temporary folder, printed at the end).
+Exit status: 0 when the time ran out without a finding, non-zero otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REGRESSIONS = HERE / "regressions"
+
+
+def _targets() -> object:
+    sys.path.insert(0, str(HERE))
+    import targets
+
+    return targets
+
+
+def write_seeds(directory: Path, names: list[str]) -> dict[str, int]:
+    """Write each target's seeds to ``directory/<target>/<sha1>``; returns the count per target."""
+    targets = _targets()
+    counts = {}
+    for name in names:
+        folder = directory / name
+        folder.mkdir(parents=True, exist_ok=True)
+        data = targets.seeds(name)  # type: ignore[attr-defined]
+        for item in data:
+            (folder / hashlib.sha1(item).hexdigest()).write_bytes(item)
+        counts[name] = len(data)
+    return counts
+
+
+def add_regressions(name: str, files: list[str]) -> None:
+    folder = REGRESSIONS / name
+    folder.mkdir(parents=True, exist_ok=True)
+    for file in files:
+        data = Path(file).read_bytes()
+        dest = folder / f"{hashlib.sha1(data).hexdigest()[:16]}.bin"
+        dest.write_bytes(data)
+        print(f"{file} -> {dest.relative_to(HERE.parent)}")
+
+
+def replay(name: str, files: list[str]) -> int:
+    targets = _targets()
+    for file in files:
+        targets.run_one(name, Path(file).read_bytes())  # type: ignore[attr-defined]
+        print(f"ok {file}")
+    return 0
+
+
+def _escape(token: bytes) -> str:
+    """A libFuzzer dictionary entry body: printable ASCII as is, the rest (and quote, backslash) as \\xNN."""
+    return "".join(chr(b) if 0x20 <= b < 0x7F and b not in (0x22, 0x5C) else f"\\x{b:02x}" for b in token)
+
+
+def fuzz(name: str, args: argparse.Namespace, extra: list[str]) -> int:
+    import atheris
+
+    with atheris.instrument_imports(include=["sampling_mask"]):
+        import sampling_mask.adapters  # noqa: F401  (instrument every module the targets reach)
+        import sampling_mask.codecs.arrow  # noqa: F401
+        import sampling_mask.codecs.compact  # noqa: F401
+        import sampling_mask.codecs.json  # noqa: F401
+        import sampling_mask.codecs.msgpack  # noqa: F401
+
+        targets = _targets()
+    if name not in targets.TARGETS:  # type: ignore[attr-defined]
+        print(f"unknown target {name!r}; see --list", file=sys.stderr)
+        return 2
+    run_one = targets.run_one  # type: ignore[attr-defined]
+
+    def test_one_input(data: bytes) -> None:
+        run_one(name, data)
+
+    scratch = Path(tempfile.mkdtemp(prefix=f"sampling-mask-fuzz-{name}-"))
+    corpus = Path(args.corpus) if args.corpus else scratch / "corpus"
+    corpus.mkdir(parents=True, exist_ok=True)
+    if not any(corpus.iterdir()):
+        for item in targets.seeds(name):  # type: ignore[attr-defined]
+            (corpus / hashlib.sha1(item).hexdigest()).write_bytes(item)
+    tokens = targets.dictionary(name)  # type: ignore[attr-defined]
+    if tokens:
+        dict_path = scratch / f"{name}.dict"
+        dict_path.write_text("".join(f'"{_escape(token)}"\n' for token in tokens), encoding="ascii")
+        extra = [f"-dict={dict_path}", *extra]
+    artifacts = Path(args.artifacts) if args.artifacts else scratch / "artifacts"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    flags = [
+        f"-max_total_time={args.seconds}",
+        f"-rss_limit_mb={args.rss_limit_mb}",
+        f"-timeout={args.timeout}",
+        f"-artifact_prefix={artifacts}{os.sep}",
+        "-print_final_stats=1",
+    ]
+    if args.runs is not None:
+        flags.append(f"-runs={args.runs}")
+    print(f"fuzzing {name}: corpus {corpus}, artifacts {artifacts}", flush=True)
+    atheris.Setup([sys.argv[0], *flags, *extra, str(corpus)], test_one_input)
+    try:
+        atheris.Fuzz()  # exits the process
+    finally:
+        if not args.corpus and not any(artifacts.iterdir()):
+            shutil.rmtree(scratch, ignore_errors=True)
+    return 0  # pragma: no cover
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1 :]
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target", nargs="*")
+    parser.add_argument("--list", action="store_true", help="print the target names")
+    parser.add_argument("--seconds", type=int, default=60, help="fuzzing time (libFuzzer -max_total_time)")
+    parser.add_argument("--runs", type=int, default=None, help="stop after this many inputs (libFuzzer -runs)")
+    parser.add_argument("--rss-limit-mb", type=int, default=2048, help="memory blow-up threshold")
+    parser.add_argument("--timeout", type=int, default=10, help="seconds one input may take")
+    parser.add_argument("--corpus", help="corpus folder to read and extend (kept)")
+    parser.add_argument("--artifacts", help="folder for crash / timeout / OOM inputs")
+    parser.add_argument("--replay", nargs="+", metavar="FILE", help="run these inputs once through TARGET")
+    parser.add_argument("--seeds", metavar="DIR", help="write seed corpora to DIR/<target>/")
+    parser.add_argument("--add-regression", action="store_true", help="copy FILEs (after TARGET) into regressions")
+    args = parser.parse_args(argv)
+    # Fuzzing imports the package itself, under instrumentation: nothing may import it before.
+    if args.list:
+        print("\n".join(_targets().TARGETS))  # type: ignore[attr-defined]
+        return 0
+    if args.seeds:
+        names = args.target or list(_targets().TARGETS)  # type: ignore[attr-defined]
+        for name, count in write_seeds(Path(args.seeds), names).items():
+            print(f"{name}: {count} seeds")
+        return 0
+    if args.add_regression:
+        if len(args.target) < 2:
+            parser.error("--add-regression needs TARGET FILE...")
+        add_regressions(args.target[0], args.target[1:])
+        return 0
+    if len(args.target) != 1:
+        parser.error("name exactly one target (see --list)")
+    if args.replay:
+        return replay(args.target[0], args.replay)
+    return fuzz(args.target[0], args, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Helpers shared by the adapters: duck-typed field access, strict base64, fast nested-list flattening."""
+
+from __future__ import annotations
+
+import base64
+import marshal
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .. import layouts
+from ..alignment import as_host_array
+from ..codecs import _buffers
+from ..errors import ErrorCode, SamplingMaskError
+from ..limits import Limits, check_count, checked_nbytes
+from ..model import SamplingMask
+
+__all__ = [
+    "MISSING",
+    "array_from_base64",
+    "array_to_base64",
+    "float_array",
+    "get_field",
+    "int_array",
+    "ragged_from_lists",
+]
+
+MISSING: Any = object()
+
+
+def get_field(obj: Any, name: str, default: Any = MISSING, *, where: str | None = None) -> Any:
+    """``obj[name]`` for mappings, ``obj.name`` otherwise; ``default`` (or ``E_SCHEMA``) when absent."""
+    if isinstance(obj, Mapping):
+        if name in obj:
+            return obj[name]
+    elif hasattr(obj, name):
+        return getattr(obj, name)
+    if default is not MISSING:
+        return default
+    field = f"{where}.{name}" if where else name
+    raise SamplingMaskError(ErrorCode.E_SCHEMA, f"missing field {name!r}", field=field)
+
+
+def int_array(value: Any, dtype: type, *, field: str, ndim: int = 1) -> np.ndarray:
+    """A C-contiguous integer array (numpy, torch or lists); see :func:`layouts.as_int_array`."""
+    try:
+        host = as_host_array(value)
+    except (TypeError, ValueError) as exc:
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"not an integer array: {exc}", field=field) from None
+    return layouts.as_int_array(host, dtype, field=field, ndim=ndim)
+
+
+def float_array(value: Any, *, field: str, size: int | None = None, ndim: int = 1) -> np.ndarray:
+    """A float32 array (NaN / -inf kept); ``E_DTYPE`` for non-numbers, ``E_SHAPE`` for a wrong size."""
+    try:
+        arr = as_host_array(value)
+    except (TypeError, ValueError) as exc:
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"not a float array: {exc}", field=field) from None
+    if arr.size == 0 and arr.dtype.kind in "iuO":
+        arr = arr.astype(np.float32).reshape((0,) * ndim)
+    if arr.dtype.kind not in "iuf":
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected numbers, got {arr.dtype}", field=field)
+    if arr.ndim != ndim:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {ndim} dimension(s), got {arr.ndim}", field=field)
+    if size is not None and arr.shape[0] != size:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {size} values, got {arr.shape[0]}", field=field)
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def array_from_base64(
+    text: Any, dtype: str, *, field: str, limits: Limits, shape: tuple[int, ...] | None = None
+) -> np.ndarray:
+    """A read-only little-endian ``dtype`` array from strict base64 text, through the wire helpers of
+    :mod:`sampling_mask.codecs._buffers`: the decoded size is derived from the text length and checked
+    against ``limits`` and ``shape`` (``E_LIMIT`` / ``E_BYTES``) before decoding; bad base64 is ``E_ENCODING``.
+    Without ``shape`` the array is 1-D and the bytes must hold whole values (``E_BYTES``)."""
+    wire = _buffers.WIRE_DTYPES[dtype]
+    if not isinstance(text, str):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"expected base64 text, got {type(text).__name__}", field=field)
+    if shape is None:
+        if not text.isascii() or len(text) % 4:
+            raise SamplingMaskError(ErrorCode.E_ENCODING, "not padded ASCII base64", field=field, value=len(text))
+        decoded = len(text) // 4 * 3 - (2 if text.endswith("==") else 1 if text.endswith("=") else 0)
+        if decoded % wire.itemsize:
+            raise SamplingMaskError(
+                ErrorCode.E_BYTES, f"{decoded} bytes are not whole {dtype} values", field=field, value=decoded
+            )
+        shape = (decoded // wire.itemsize,)
+    nbytes = checked_nbytes(shape, wire.itemsize, limits, field=field)
+    raw = _buffers.decode_base64(text, nbytes, limits, field=field)
+    return _buffers.array_from_buffer(raw, wire, shape, limits, field=field)
+
+
+def array_to_base64(array: np.ndarray, dtype: str) -> str:
+    """Standard base64 of ``array`` as little-endian ``dtype`` in C order."""
+    return base64.b64encode(np.ascontiguousarray(array, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()).decode(
+        "ascii"
+    )
+
+
+# ---------------------------------------------------------------------------- nested lists
+# marshal (format version 2: no back-references) writes a list as b"[" + int32 length and every
+# int in [-2**31, 2**31) as b"i" + int32, all little-endian: a list of lists of such ints is a run of
+# 5-byte records that numpy reads in place. Anything else (floats, bools, str, None, big ints,
+# tuples, numpy scalars, list subclasses) breaks that record layout, and the exact generic path
+# (SamplingMask.from_rows) then decides, so strictness is unchanged.
+_RECORD = np.dtype([("code", "u1"), ("value", "<i4")])
+_LIST, _INT = ord("["), ord("i")
+
+
+def _ragged_from_marshal(data: bytes, num_rows: int, limits: Limits) -> tuple[np.ndarray, np.ndarray] | None:
+    if len(data) % _RECORD.itemsize:
+        return None
+    records = np.frombuffer(data, dtype=_RECORD)
+    codes, values = records["code"], records["value"]
+    is_list = codes == _LIST
+    headers = np.flatnonzero(is_list)
+    if headers.size != num_rows + 1 or int(np.count_nonzero(codes == _INT)) != records.size - headers.size:
+        return None
+    if headers[0] != 0 or int(values[0]) != num_rows:
+        return None
+    counts = values[headers[1:]].astype(np.int64)
+    offsets = layouts.counts_to_offsets(counts)
+    # Row b's header must sit right before its ids: record 1 + b + offsets[b].
+    if not np.array_equal(headers[1:], 1 + np.arange(num_rows, dtype=np.int64) + offsets[:-1]):
+        return None
+    check_count(int(offsets[-1]), limits.max_nnz, "id count", field="rows")
+    return np.ascontiguousarray(values[~is_list]), offsets
+
+
+def ragged_from_lists(rows: Any, *, limits: Limits) -> tuple[np.ndarray, np.ndarray]:
+    """(ids int32, offsets int64) from nested lists of ids, as strict as ``SamplingMask.from_rows``."""
+    if type(rows) is list:
+        check_count(len(rows), limits.max_rows, "row count", field="rows")
+        try:
+            data = marshal.dumps(rows, 2)
+        except (ValueError, TypeError):  # an object marshal cannot write: the generic path explains it
+            data = None
+        if data is not None:
+            fast = _ragged_from_marshal(data, len(rows), limits)
+            if fast is not None:
+                return fast
+    generic = SamplingMask.from_rows(rows, limits=limits, validate=False)
+    return generic.ids, generic.offsets

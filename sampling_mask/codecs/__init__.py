@@ -1,0 +1,266 @@
+"""Wire and file encodings of a :class:`~sampling_mask.SamplingMask`: one entry point, one module each.
+
+Codec contract: a codec module turns a mask into ``bytes`` and back, losslessly unless its format
+says otherwise, and its decoder raises only :class:`~sampling_mask.SamplingMaskError` on bad input
+after checking every declared size against ``Limits`` and the real buffer length.
+
+========== ========================== ===================== ===========================
+format     module                     file extension        detected by content
+========== ========================== ===================== ===========================
+arrow      :mod:`.arrow` (IPC file)    ``.arrow .feather``   magic ``ARROW1``
+arrows     :mod:`.arrow` (IPC stream)  ``.arrows``           continuation ``FF FF FF FF``
+parquet    :mod:`.arrow`               ``.parquet``          magic ``PAR1``
+msgpack    :mod:`.msgpack`             ``.msgpack``          map whose first key is ``sampling_mask``
+json       :mod:`.json`                ``.json``             object with key ``sampling_mask``
+json-rows  :mod:`.json`                (``.json``)           a JSON array
+base64     :mod:`.json`                (``.json``)           object with ``data``, ``shape``, ``dtype``
+========== ========================== ===================== ===========================
+
+Only these fixed modules are ever imported; nothing in a payload selects code. pyarrow and
+msgpack are imported by the modules that need them, on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import ErrorCode, SamplingMaskError
+from ..limits import DEFAULT_LIMITS, Limits, check_count
+from ..model import SamplingMask
+
+__all__ = [
+    "EXTENSIONS",
+    "FORMATS",
+    "decode",
+    "detect_format",
+    "encode",
+    "format_for_path",
+    "iter_masks",
+    "load",
+    "open_writer",
+    "save",
+]
+
+FORMATS = ("arrow", "arrows", "parquet", "msgpack", "json", "json-rows", "base64")
+_MODULES = {
+    "arrow": "arrow",
+    "arrows": "arrow",
+    "parquet": "arrow",
+    "msgpack": "msgpack",
+    "json": "json",
+    "json-rows": "json",
+    "base64": "json",
+}
+_ARROW_FORMATS = ("arrow", "arrows", "parquet")
+_JSON_FORMATS = ("json", "json-rows", "base64")
+EXTENSIONS = {
+    ".arrow": "arrow",
+    ".feather": "arrow",
+    ".arrows": "arrows",
+    ".parquet": "parquet",
+    ".msgpack": "msgpack",
+    ".json": "json",
+}
+
+
+def _module(fmt: str) -> Any:
+    if fmt not in _MODULES:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown format {fmt!r}; one of {list(FORMATS)}", value=fmt)
+    return importlib.import_module(f"{__name__}.{_MODULES[fmt]}")
+
+
+def format_for_path(path: str | os.PathLike[str]) -> str:
+    """The format a file name implies (``E_SCHEMA`` for an extension not in :data:`EXTENSIONS`)."""
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    if ext not in EXTENSIONS:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, f"no format for extension {ext!r}; pass format=", field="path", value=ext
+        )
+    return EXTENSIONS[ext]
+
+
+def _sniff(data: Any) -> str:
+    """The format by its first bytes; ``"json"`` stands for the whole JSON family (decided after parsing)."""
+    if isinstance(data, str):
+        return "json"
+    try:
+        head = bytes(memoryview(data)[:32])
+    except TypeError:
+        raise SamplingMaskError(ErrorCode.E_ENCODING, "input must be bytes-like or str") from None
+    if head.startswith(b"ARROW1"):
+        return "arrow"
+    if head.startswith(b"\xff\xff\xff\xff"):
+        return "arrows"
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    from . import msgpack as msgpack_codec
+
+    if msgpack_codec.is_envelope(head):
+        return "msgpack"
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
+    if text[:1] in (b"{", b"["):
+        return "json"
+    raise SamplingMaskError(
+        ErrorCode.E_ENCODING, "unrecognised encoding (not Arrow, Parquet, our msgpack envelope or JSON)", value=head[:8]
+    )
+
+
+def detect_format(data: Any) -> str:
+    """Which of :data:`FORMATS` ``data`` is, by content (JSON objects are parsed to tell the forms apart)."""
+    fmt = _sniff(data)
+    if fmt == "json":
+        from . import json as json_codec
+
+        return json_codec.detect(json_codec.parse(data))
+    return fmt
+
+
+def encode(mask: SamplingMask, format: str, **opts: Any) -> bytes:
+    """``mask`` as bytes in ``format`` (one of :data:`FORMATS`); ``opts`` go to that codec's ``encode``."""
+    module = _module(format)
+    if format == "msgpack":
+        return module.encode(mask, **opts)  # type: ignore[no-any-return]
+    return module.encode(mask, format, **opts)  # type: ignore[no-any-return]
+
+
+def decode(
+    data: Any, format: str | None = None, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True
+) -> SamplingMask:
+    """A mask from bytes (or JSON text) in ``format``, detected by content when None.
+
+    Binary formats return views of ``data`` where they can (keep it unchanged while the mask lives).
+    ``validate=False`` skips the O(nnz) content checks of msgpack and Arrow input from a trusted
+    producer; sizes and byte counts are checked regardless.
+    """
+    fmt = _sniff(data) if format is None else format
+    if fmt in _JSON_FORMATS:
+        from . import json as json_codec
+
+        return json_codec.decode(data, format, limits=limits)
+    module = _module(fmt)
+    if isinstance(data, str):
+        raise SamplingMaskError(ErrorCode.E_ENCODING, f"{fmt} input must be bytes, not str", value=fmt)
+    if fmt == "msgpack":
+        return module.decode(data, limits=limits, validate=validate)  # type: ignore[no-any-return]
+    return module.decode(data, fmt, limits=limits, validate=validate)  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
+    """A temporary path next to ``path``, renamed over it only when the block succeeds."""
+    target = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(target))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def save(path: str | os.PathLike[str], mask: SamplingMask, *, format: str | None = None, **opts: Any) -> None:
+    """Write ``mask`` to ``path`` (format from the extension unless given). Atomic: the file is written
+    next to ``path`` and renamed over it, so a failed save never leaves a truncated file there."""
+    fmt = format_for_path(path) if format is None else format
+    _module(fmt)
+    with _atomic_path(path) as tmp:
+        if fmt in _ARROW_FORMATS:
+            extra_columns = opts.pop("extra_columns", None)
+            with open_writer(tmp, format=fmt, **opts) as writer:
+                writer.write(mask, extra_columns=extra_columns)
+        else:
+            data = encode(mask, fmt, **opts)
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+
+
+def _read_bytes(path: str | os.PathLike[str], limits: Limits) -> bytes:
+    size = os.stat(path).st_size
+    check_count(size, limits.max_bytes, "file size", field="path")
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _path_format(path: str | os.PathLike[str], format: str | None) -> str | None:
+    """The explicit format, else the extension's (None: unknown extension, sniff the content)."""
+    if format is not None:
+        _module(format)
+        return format
+    return EXTENSIONS.get(os.path.splitext(os.fspath(path))[1].lower())
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    validate: bool = True,
+) -> SamplingMask:
+    """Read a mask from ``path``. Arrow IPC files are memory-mapped (ids view the mapping); a ``.json``
+    file may hold any JSON form; an unknown extension is detected by content."""
+    fmt = _path_format(path, format)
+    if fmt is None:
+        with open(path, "rb") as fh:
+            fmt = _sniff(fh.read(32))
+    if fmt in _ARROW_FORMATS:
+        from . import arrow
+
+        return arrow.load(path, fmt, limits=limits, validate=validate)
+    data = _read_bytes(path, limits)
+    if fmt in _JSON_FORMATS:
+        return decode(data, format, limits=limits)
+    return decode(data, fmt, limits=limits, validate=validate)
+
+
+def iter_masks(
+    path: str | os.PathLike[str] | bytes,
+    *,
+    format: str | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    validate: bool = True,
+    batch_size: int | None = None,
+) -> Iterator[SamplingMask]:
+    """Stream the masks of a file (or bytes): one per Arrow record batch / Parquet row group, so a large
+    file never sits in memory whole. Formats without batches yield their one mask."""
+    fmt: str | None
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        fmt = _sniff(path) if format is None else format
+    else:
+        fmt = _path_format(path, format)
+        if fmt is None:
+            with open(path, "rb") as fh:
+                fmt = _sniff(fh.read(32))
+    if fmt in _ARROW_FORMATS:
+        from . import arrow
+
+        yield from arrow.iter_masks(path, fmt, limits=limits, validate=validate, batch_size=batch_size)
+    elif isinstance(path, (bytes, bytearray, memoryview)):
+        yield decode(path, format, limits=limits, validate=validate)
+    else:
+        yield load(path, format=format, limits=limits, validate=validate)
+
+
+def open_writer(path: str | os.PathLike[str], *, format: str | None = None, **opts: Any) -> Any:
+    """A streaming writer for an Arrow IPC file / stream or Parquet file: ``.write(mask)`` appends one
+    record batch (row group); ``.close()`` (or leaving the ``with`` block) finishes the file.
+
+    Options: ``compression`` (``"zstd"``, ``"lz4"``; Parquet also its own codecs), ``large_lists``,
+    ``compact``, ``id_order``. The file is written in place as batches arrive (use :func:`save` for
+    an atomic single write).
+    """
+    fmt = format_for_path(path) if format is None else format
+    if fmt not in _ARROW_FORMATS:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, f"{fmt!r} has no record batches; streaming needs arrow, arrows or parquet", value=fmt
+        )
+    from . import arrow
+
+    return arrow.Writer.to_path(path, fmt, **opts)

@@ -1,0 +1,175 @@
+"""A strict, bounded msgpack reader whose ``bin`` values are views of the input (zero copy).
+
+``msgpack.unpackb`` copies every ``bin`` into a new ``bytes`` object, so arrays decoded from it
+could never share memory with the payload. This reader parses the msgpack subset the envelope
+uses and returns each ``bin`` as a ``memoryview`` slice of the input instead.
+
+Invariants: every declared length is checked against the bytes that remain before anything is
+sliced or built (``E_ENCODING``); containers nest at most ``max_depth`` deep and the payload holds
+at most ``max_objects`` objects (``E_LIMIT``); map keys are unique strings (``E_SCHEMA``); strings
+are strict UTF-8; ``ext`` types, the reserved byte 0xc1 and trailing bytes are ``E_ENCODING``.
+Iterative: hostile nesting cannot exhaust the Python stack.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from ..errors import ErrorCode, SamplingMaskError
+
+__all__ = ["MAX_OBJECTS", "read"]
+
+#: At most this many msgpack objects per payload (the envelope itself needs a few dozen).
+MAX_OBJECTS = 1 << 20
+
+_FIXED = {  # type byte -> (struct format, size) for fixed-width scalars
+    0xCA: (">f", 4),
+    0xCB: (">d", 8),
+    0xCC: (">B", 1),
+    0xCD: (">H", 2),
+    0xCE: (">I", 4),
+    0xCF: (">Q", 8),
+    0xD0: (">b", 1),
+    0xD1: (">h", 2),
+    0xD2: (">i", 4),
+    0xD3: (">q", 8),
+}
+_LENGTH = {1: ">B", 2: ">H", 4: ">I"}
+_STR = {0xD9: 1, 0xDA: 2, 0xDB: 4}
+_BIN = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+_ARRAY = {0xDC: 2, 0xDD: 4}
+_MAP = {0xDE: 2, 0xDF: 4}
+_EXT = {0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8}
+_PENDING = object()  # a map slot waiting for its key
+
+
+def _truncated(pos: int) -> SamplingMaskError:
+    return SamplingMaskError(ErrorCode.E_ENCODING, f"msgpack payload truncated at byte {pos}", value=pos)
+
+
+class _Container:
+    __slots__ = ("items", "remaining", "key", "is_map")
+
+    def __init__(self, is_map: bool, remaining: int) -> None:
+        self.is_map = is_map
+        self.remaining = remaining  # values still to read (map: entries)
+        self.items: Any = {} if is_map else []
+        self.key: Any = _PENDING
+
+
+def read(data: Any, *, max_depth: int, max_objects: int = MAX_OBJECTS) -> Any:
+    """Parse exactly one msgpack object spanning all of ``data``; ``bin`` values are memoryviews of it."""
+    view = memoryview(data)
+    if view.ndim != 1 or view.format not in ("B", "b", "c"):
+        view = view.cast("B")
+    end = len(view)
+    pos = 0
+    objects = 0
+    stack: list[_Container] = []
+    top: list[Any] = []
+    done = False
+    while not done:
+        if pos >= end:
+            raise _truncated(pos)
+        objects += 1
+        if objects > max_objects:
+            raise SamplingMaskError(ErrorCode.E_LIMIT, f"more than {max_objects} msgpack objects", value=objects)
+        tag = view[pos]
+        pos += 1
+        value: Any
+        container: _Container | None = None
+        if tag <= 0x7F:
+            value = tag
+        elif tag >= 0xE0:
+            value = tag - 0x100
+        elif 0xA0 <= tag <= 0xBF or tag in _STR:
+            if tag in _STR:
+                width = _STR[tag]
+                if pos + width > end:
+                    raise _truncated(pos)
+                (size,) = struct.unpack_from(_LENGTH[width], view, pos)
+                pos += width
+            else:
+                size = tag & 0x1F
+            if pos + size > end:
+                raise _truncated(pos)
+            try:
+                value = str(view[pos : pos + size], "utf-8")
+            except UnicodeDecodeError:
+                raise SamplingMaskError(ErrorCode.E_ENCODING, "invalid UTF-8 in a msgpack str", value=pos) from None
+            pos += size
+        elif tag in _BIN:
+            width = _BIN[tag]
+            if pos + width > end:
+                raise _truncated(pos)
+            (size,) = struct.unpack_from(_LENGTH[width], view, pos)
+            pos += width
+            if pos + size > end:
+                raise _truncated(pos)
+            value = view[pos : pos + size]
+            pos += size
+        elif tag in _FIXED:
+            fmt, width = _FIXED[tag]
+            if pos + width > end:
+                raise _truncated(pos)
+            (value,) = struct.unpack_from(fmt, view, pos)
+            pos += width
+        elif tag == 0xC0:
+            value = None
+        elif tag in (0xC2, 0xC3):
+            value = tag == 0xC3
+        elif 0x80 <= tag <= 0x9F or tag in _ARRAY or tag in _MAP:
+            is_map = tag <= 0x8F or tag in _MAP
+            if tag <= 0x9F:
+                size = tag & 0x0F
+            else:
+                width = _ARRAY.get(tag) or _MAP[tag]
+                if pos + width > end:
+                    raise _truncated(pos)
+                (size,) = struct.unpack_from(_LENGTH[width], view, pos)
+                pos += width
+            # Every element takes at least one byte: a count beyond the remaining bytes is forged.
+            if size * (2 if is_map else 1) > end - pos:
+                raise _truncated(pos)
+            if len(stack) + 1 > max_depth:
+                raise SamplingMaskError(
+                    ErrorCode.E_LIMIT, f"msgpack containers nest deeper than the limit {max_depth}", value=pos
+                )
+            container = _Container(is_map, size)
+            value = container.items
+        elif tag in _EXT:
+            raise SamplingMaskError(ErrorCode.E_ENCODING, "msgpack ext types are not allowed", value=tag)
+        else:  # 0xc1, never used
+            raise SamplingMaskError(ErrorCode.E_ENCODING, "invalid msgpack type byte 0xc1", value=pos - 1)
+
+        if stack:
+            _attach(stack[-1], value, pos)
+        else:
+            top.append(value)
+        if container is not None and container.remaining > 0:
+            stack.append(container)
+            continue
+        while stack and stack[-1].remaining == 0:
+            stack.pop()
+        done = not stack
+    if pos != end:
+        raise SamplingMaskError(ErrorCode.E_ENCODING, f"{end - pos} trailing bytes after the msgpack object", value=pos)
+    return top[0]
+
+
+def _attach(parent: _Container, value: Any, pos: int) -> None:
+    """Store ``value`` in ``parent``: as the pending key of a map, as a map value, or appended."""
+    if parent.is_map and parent.key is _PENDING:
+        if not isinstance(value, str):
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "msgpack map keys must be strings", value=pos)
+        if value in parent.items:
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "duplicate msgpack map key", field=value[:80])
+        parent.key = value
+        return
+    if parent.is_map:
+        parent.items[parent.key] = value
+        parent.key = _PENDING
+    else:
+        parent.items.append(value)
+    parent.remaining -= 1

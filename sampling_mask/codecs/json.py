@@ -1,0 +1,347 @@
+"""JSON forms: our lossless document (``"json"``), bare nested lists (``"json-rows"``) and the SkyRL
+base64 dense envelope (``"base64"``). Spec: spec/v1/SPEC.md, section ``json``.
+
+``"json"``::
+
+    {"sampling_mask": 1, "vocab_size": 10, "id_order": "ascending", "cu_seqlens": [0, 2, 3],
+     "rows": [[3, 7], [], [5]], "sampled_token_ids": [7, -1, 5], "sampled_logprobs": [-0.5, 0.0, "-Infinity"],
+     "temperature": [1.0, 1.0, 1.0], "support_logprobs": [[-1.25, -0.5], [], [0.0]],
+     "metadata": {"top_k": 2, "producer": "vllm-0.32"}}
+
+``"json-rows"``: ``[[3, 7], [], [5]]`` (vLLM ``choices[i].sampling_mask``, SGLang
+``output_token_sampling_mask``). ``"base64"``: ``{"data": <base64 of int32 [T, W] little-endian>,
+"shape": [T, W], "dtype": "int32"}``, ``-1`` trailing padding.
+
+Invariants: input is strict UTF-8 JSON (a leading BOM is ignored); ``NaN`` / ``Infinity`` tokens,
+duplicate object keys and nesting deeper than ``Limits.max_json_depth`` are rejected; ids are JSON
+integers (never ``true`` / ``1.0``); float arrays hold numbers or the strings ``"NaN"``,
+``"Infinity"``, ``"-Infinity"`` and round-trip float32 exactly. Conversion of parsed lists to arrays
+is whole-list C-level work (``np.fromiter``, ``map``), never a per-element Python loop.
+
+>>> import sampling_mask
+>>> m = sampling_mask.SamplingMask.from_rows([[3, 7], [], [5]])
+>>> encode(m, "json-rows")
+b'[[3,7],[],[5]]'
+>>> decode(b'[[3,7],[],[5]]', "json-rows") == m
+True
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ErrorCode, SamplingMaskError
+from ..limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
+from ..model import SamplingMask
+from ._buffers import array_from_buffer, decode_base64, wire_dtype, wire_shape
+from ._common import (
+    SPEC_MAJOR,
+    VERSION_KEY,
+    check_depth,
+    check_id_order,
+    check_version,
+    id_order_of,
+    metadata_from_json,
+    metadata_to_json,
+    parse_id_order,
+)
+
+__all__ = ["FORMATS", "BASE64_DTYPES", "decode", "detect", "encode", "parse"]
+
+FORMATS = ("json", "json-rows", "base64")
+#: dtypes the base64 envelope may declare for a mask (values must fit int32).
+BASE64_DTYPES = ("int32", "int64")
+_NONFINITE_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_KNOWN_KEYS = frozenset(
+    {
+        VERSION_KEY,
+        "vocab_size",
+        "id_order",
+        "cu_seqlens",
+        "rows",
+        "sampled_token_ids",
+        "sampled_logprobs",
+        "temperature",
+        "support_logprobs",
+    }
+)
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "duplicate JSON object key", field=dup[:80])
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise SamplingMaskError(ErrorCode.E_ENCODING, f"{name} is not JSON; write non-finite floats as strings", value=name)
+
+
+def parse(data: Any, *, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """Strict JSON text (str or UTF-8 bytes) to Python objects, or ``E_ENCODING`` / ``E_LIMIT``."""
+    if isinstance(data, str):
+        text = data
+    else:
+        try:
+            raw = memoryview(data)
+        except TypeError:
+            raise SamplingMaskError(ErrorCode.E_ENCODING, "JSON input must be str or bytes") from None
+        check_count(raw.nbytes, limits.max_bytes, "JSON payload bytes")
+        try:
+            text = str(raw, "utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise SamplingMaskError(ErrorCode.E_ENCODING, f"JSON is not UTF-8: {exc.reason}", value=exc.start) from None
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+    except SamplingMaskError:
+        raise
+    except RecursionError:
+        raise SamplingMaskError(
+            ErrorCode.E_LIMIT, f"JSON nests deeper than the limit {limits.max_json_depth}"
+        ) from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise SamplingMaskError(ErrorCode.E_ENCODING, f"invalid JSON: {exc}") from None
+
+
+def detect(obj: Any) -> str:
+    """Which JSON form a parsed value is: ``"json-rows"`` (a list), ``"json"`` (an object with the
+    version key) or ``"base64"`` (an object with ``data``, ``shape`` and ``dtype``)."""
+    if isinstance(obj, list):
+        return "json-rows"
+    if isinstance(obj, dict):
+        if VERSION_KEY in obj:
+            return "json"
+        if {"data", "shape", "dtype"} <= obj.keys():
+            return "base64"
+    raise SamplingMaskError(
+        ErrorCode.E_SCHEMA, "JSON is neither nested lists, a sampling_mask document nor a base64 envelope"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- arrays
+def _types(values: list[Any]) -> set[type]:
+    return set(map(type, values))
+
+
+def _int_array(values: Any, *, field: str, count: int | None = None, limits: Limits) -> np.ndarray:
+    """int64 array from a JSON list of integers (bools and floats are ``E_DTYPE``)."""
+    if not isinstance(values, list):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected a list of integers", field=field)
+    check_count(len(values), limits.max_rows + 1, "list length", field=field)
+    if count is not None and len(values) != count:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {count} values, got {len(values)}", field=field)
+    if not _types(values) <= {int}:
+        raise SamplingMaskError(ErrorCode.E_DTYPE, "expected JSON integers", field=field)
+    try:
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except OverflowError:
+        raise SamplingMaskError(ErrorCode.E_RANGE, "integer does not fit int64", field=field) from None
+
+
+def _float_array(values: list[Any], *, field: str) -> np.ndarray:
+    """float32 array from JSON numbers and the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``."""
+    kinds = _types(values)
+    if not kinds <= {int, float, str}:
+        raise SamplingMaskError(ErrorCode.E_DTYPE, "expected JSON numbers", field=field)
+    if str in kinds:
+        strings = {v for v in values if type(v) is str}
+        if not strings <= _NONFINITE_TEXT.keys():
+            raise SamplingMaskError(
+                ErrorCode.E_DTYPE, 'strings in a float array must be "NaN", "Infinity" or "-Infinity"', field=field
+            )
+        values = [_NONFINITE_TEXT.get(v, v) if type(v) is str else v for v in values]
+    try:
+        wide = np.fromiter(values, dtype=np.float64, count=len(values))
+    except OverflowError:
+        raise SamplingMaskError(ErrorCode.E_RANGE, "number does not fit float32", field=field) from None
+    with np.errstate(over="ignore"):
+        narrow = wide.astype(np.float32)
+    if not np.array_equal(np.isfinite(wide), np.isfinite(narrow)):
+        raise SamplingMaskError(ErrorCode.E_RANGE, "number does not fit float32", field=field)
+    return narrow
+
+
+def _float_json(arr: np.ndarray) -> list[Any]:
+    """float32 values as JSON-ready Python floats in their shortest exact form; non-finite as strings."""
+    finite = np.isfinite(arr)
+    wide = arr.astype(np.float64)
+    if arr.size:
+        exact = wide[finite]
+        short = arr[finite].astype(str).astype(np.float64)  # shortest float32 text, read back
+        ok = short.astype(np.float32) == arr[finite]
+        wide[finite] = np.where(ok, short, exact)
+    out: list[Any] = wide.tolist()
+    for i in np.flatnonzero(~finite).tolist():
+        v = float(arr[i])
+        out[i] = "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    return out
+
+
+def _split(values: list[Any], offsets: np.ndarray) -> list[list[Any]]:
+    bounds = offsets.tolist()
+    return [values[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _nested_floats(value: Any, offsets: np.ndarray, *, field: str) -> np.ndarray:
+    """Flat float32 from per-row lists that must have exactly the rows' lengths (``E_SHAPE``)."""
+    if not isinstance(value, list) or not _types(value) <= {list}:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected a list of lists of numbers", field=field)
+    if len(value) != offsets.size - 1:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {offsets.size - 1} rows, got {len(value)}", field=field)
+    lengths = np.fromiter(map(len, value), dtype=np.int64, count=len(value))
+    if not np.array_equal(lengths, np.diff(offsets)):
+        row = int(np.flatnonzero(lengths != np.diff(offsets))[0])
+        raise SamplingMaskError(ErrorCode.E_SHAPE, "row length differs from the mask's", field=field, row=row)
+    return _float_array(list(itertools.chain.from_iterable(value)), field=field)
+
+
+def _check_rows(rows: Any, data_has_bools: bool, *, field: str = "rows") -> Sequence[Any]:
+    """Rows must be a list of lists; with ``true`` / ``false`` somewhere in the text, no id may be a bool."""
+    if not isinstance(rows, list):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "rows must be a list of lists of ids", field=field)
+    rows_only = (r for r in rows if isinstance(r, list))
+    if data_has_bools and bool in set(map(type, itertools.chain.from_iterable(rows_only))):
+        raise SamplingMaskError(ErrorCode.E_DTYPE, "ids must be JSON integers, not booleans", field=field)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- encode
+def _check_lossless(mask: SamplingMask, fmt: str) -> None:
+    lost = [name for name in mask.companions]
+    if mask.num_segments != 1:
+        lost.append("cu_seqlens")
+    if mask.vocab_size is not None:
+        lost.append("vocab_size")
+    if mask.metadata:
+        lost.append("metadata")
+    if lost:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA,
+            f"{fmt!r} cannot carry {', '.join(lost)}; use 'json' or pass allow_loss=True",
+            field=lost[0],
+        )
+
+
+def encode(mask: SamplingMask, fmt: str = "json", *, allow_loss: bool = False, width: int | None = None) -> bytes:
+    """UTF-8 JSON bytes in form ``fmt``. ``"json-rows"`` and ``"base64"`` keep only the rows (and their
+    order); they refuse a mask with segments, vocab_size, companions or metadata unless ``allow_loss``.
+    ``width``: the dense width of ``"base64"`` (default: the widest row)."""
+    if fmt == "json":
+        doc: dict[str, Any] = {VERSION_KEY: SPEC_MAJOR, "vocab_size": mask.vocab_size, "id_order": id_order_of(mask)}
+        if mask.num_segments != 1:
+            doc["cu_seqlens"] = mask.cu_seqlens.tolist()
+        doc["rows"] = mask.to_rows()
+        for name, arr in mask.companions.items():
+            if name == "sampled_token_ids":
+                doc[name] = arr.tolist()
+            elif name == "support_logprobs":
+                doc[name] = _split(_float_json(arr), mask.offsets)
+            else:
+                doc[name] = _float_json(arr)
+        if mask.metadata:
+            doc["metadata"] = metadata_to_json(mask.metadata)
+        text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    elif fmt == "json-rows":
+        if not allow_loss:
+            _check_lossless(mask, fmt)
+        text = json.dumps(mask.to_rows(), separators=(",", ":"))
+    elif fmt == "base64":
+        if not allow_loss:
+            _check_lossless(mask, fmt)
+        dense = mask.to_dense(width).astype("<i4", copy=False)
+        env = {"data": base64.b64encode(dense.tobytes()).decode("ascii"), "shape": list(dense.shape), "dtype": "int32"}
+        text = json.dumps(env, separators=(",", ":"))
+    else:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown JSON form {fmt!r}; one of {list(FORMATS)}", value=fmt)
+    return text.encode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------- decode
+def decode(data: Any, fmt: str | None = None, *, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
+    """A mask from JSON text in form ``fmt`` (detected from the parsed value when None)."""
+    if fmt is not None and fmt not in FORMATS:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown JSON form {fmt!r}; one of {list(FORMATS)}", value=fmt)
+    obj = parse(data, limits=limits)
+    found = detect(obj) if fmt is None else fmt
+    has_bools = _mentions_bools(data)
+    if found == "json-rows":
+        if not isinstance(obj, list):
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "json-rows must be a list of lists of ids", field="rows")
+        return SamplingMask.from_rows(_check_rows(obj, has_bools), limits=limits)
+    if not isinstance(obj, dict):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{found} must be a JSON object")
+    if found == "base64":
+        return _decode_base64(obj, limits)
+    return _decode_document(obj, has_bools, limits)
+
+
+def _mentions_bools(data: Any) -> bool:
+    if isinstance(data, str):
+        return "true" in data or "false" in data
+    raw = bytes(data) if not isinstance(data, bytes) else data
+    return b"true" in raw or b"false" in raw
+
+
+def _decode_document(doc: dict[str, Any], has_bools: bool, limits: Limits) -> SamplingMask:
+    if VERSION_KEY not in doc:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing version key", field=VERSION_KEY)
+    check_version(doc[VERSION_KEY])
+    for key, value in doc.items():
+        if key not in _KNOWN_KEYS:
+            check_depth(value, limits.max_json_depth, field=key, depth=2)
+    id_order = parse_id_order(doc.get("id_order"))
+    if "rows" not in doc:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing rows", field="rows")
+    kwargs: dict[str, Any] = {}
+    if doc.get("cu_seqlens") is not None:
+        kwargs["cu_seqlens"] = _int_array(doc["cu_seqlens"], field="cu_seqlens", limits=limits)
+    vocab_size = doc.get("vocab_size")
+    base = SamplingMask.from_rows(
+        _check_rows(doc["rows"], has_bools), vocab_size=vocab_size, limits=limits, validate=False, **kwargs
+    )
+    num_rows = base.num_rows
+    if doc.get("sampled_token_ids") is not None:
+        kwargs["sampled_token_ids"] = _int_array(
+            doc["sampled_token_ids"], field="sampled_token_ids", count=num_rows, limits=limits
+        )
+    for name in ("sampled_logprobs", "temperature"):
+        if doc.get(name) is not None:
+            values = doc[name]
+            if not isinstance(values, list):
+                raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected a list of numbers", field=name)
+            if len(values) != num_rows:
+                raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {num_rows} values, got {len(values)}", field=name)
+            kwargs[name] = _float_array(values, field=name)
+    if doc.get("support_logprobs") is not None:
+        kwargs["support_logprobs"] = _nested_floats(doc["support_logprobs"], base.offsets, field="support_logprobs")
+    metadata = metadata_from_json(doc.get("metadata"))
+    mask = SamplingMask(base.ids, base.offsets, vocab_size=vocab_size, metadata=metadata, limits=limits, **kwargs)
+    return check_id_order(mask, id_order)
+
+
+def _decode_base64(env: dict[str, Any], limits: Limits) -> SamplingMask:
+    for key in ("data", "shape", "dtype"):
+        if key not in env:
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing key", field=key)
+    for key, value in env.items():
+        if key not in ("data", "shape", "dtype"):
+            check_depth(value, limits.max_json_depth, field=key, depth=2)
+    dtype = wire_dtype(env["dtype"], BASE64_DTYPES, field="dtype")
+    shape = wire_shape(env["shape"], field="shape", ndim=2)
+    check_count(shape[0], limits.max_rows, "row count", field="shape")
+    check_count(shape[1], limits.max_width, "dense width", field="shape")
+    nbytes = checked_nbytes(shape, dtype.itemsize, limits, field="data")
+    raw = decode_base64(env["data"], nbytes, limits, field="data")
+    dense = array_from_buffer(raw, dtype, shape, limits, field="data")
+    return SamplingMask.from_dense(dense, limits=limits)

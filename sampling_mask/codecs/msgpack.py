@@ -1,0 +1,234 @@
+"""The msgpack envelope (format ``"msgpack"``): one map, arrays as raw little-endian ``bin``.
+
+Wire format (spec/v1/SPEC.md, section ``msgpack``)::
+
+    {"sampling_mask": 1, "layout": "ragged" | "dense" | "compact", "vocab_size": int | nil,
+     "id_order": "ascending" | "unspecified", "num_rows": T, "nnz": nnz,
+     "ids": ARRAY, "offsets": ARRAY,             # layout "ragged": int32 [nnz], int32|int64 [T+1]
+     "dense": ARRAY,                             # layout "dense":  int32 [T, W], -1 trailing padding
+     "compact": bin,                             # layout "compact": codecs.compact bytes
+     "cu_seqlens": ARRAY,                        # optional, int32|int64 [B+1]; absent: one segment
+     "sampled_token_ids": ARRAY, "sampled_logprobs": ARRAY, "temperature": ARRAY,
+     "support_logprobs": ARRAY,                  # optional companions (int32 / float32)
+     "metadata": {str: nil | bool | int | float | str}}
+    ARRAY = {"dtype": "int32" | "int64" | "float32", "shape": [n, ...], "data": bin}
+
+The encoder writes the version key first (that is how :func:`sampling_mask.decode` recognises the
+envelope). The decoder reads ``bin`` values in place: ids, offsets and companions are read-only
+views of the payload (no copy). Declared dtype / shape are checked against a per-field whitelist,
+``Limits`` and the real ``bin`` length before any view is made. Unknown keys are ignored.
+
+>>> import sampling_mask
+>>> m = sampling_mask.SamplingMask.from_rows([[3, 7], [], [5]], vocab_size=10)
+>>> sampling_mask.decode(encode(m)) == m
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .. import layouts
+from ..errors import ErrorCode, SamplingMaskError
+from ..limits import DEFAULT_LIMITS, Limits, check_count
+from ..model import COMPANIONS, SamplingMask
+from . import _msgpack_reader
+from ._buffers import array_from_buffer, wire_dtype, wire_shape
+from ._common import SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order
+
+__all__ = ["LAYOUTS", "decode", "encode", "is_envelope"]
+
+LAYOUTS = ("ragged", "dense", "compact")
+_INDEX_DTYPES = ("int32", "int64")
+_COMPANION_DTYPES = {"sampled_token_ids": ("int32",), "sampled_logprobs": ("float32",)}
+_COMPANION_DTYPES.update(temperature=("float32",), support_logprobs=("float32",))
+#: The first bytes of every envelope we write: a map header then the fixstr "sampling_mask".
+_KEY_BYTES = b"\xad" + VERSION_KEY.encode()
+
+
+def is_envelope(data: Any) -> bool:
+    """True when ``data`` starts like an envelope: a msgpack map whose first key is the version key."""
+    head = bytes(memoryview(data)[:24])
+    if not head:
+        return False
+    tag = head[0]
+    if 0x80 <= tag <= 0x8F:
+        return head[1:].startswith(_KEY_BYTES)
+    if tag == 0xDE:
+        return head[3:].startswith(_KEY_BYTES)
+    if tag == 0xDF:
+        return head[5:].startswith(_KEY_BYTES)
+    return False
+
+
+def _array(arr: np.ndarray) -> dict[str, Any]:
+    """An ARRAY map over ``arr`` (little-endian, C order)."""
+    arr = np.ascontiguousarray(arr)
+    return {"dtype": arr.dtype.name, "shape": list(arr.shape), "data": arr.reshape(-1).view(np.uint8).data}
+
+
+def encode(
+    mask: SamplingMask, *, layout: str = "ragged", offsets_dtype: str = "int64", width: int | None = None
+) -> bytes:
+    """The envelope bytes. ``layout``: ``"ragged"`` (default, zero-copy decode), ``"dense"`` (``width``
+    defaults to the widest row) or ``"compact"`` (rows stored ascending); ``offsets_dtype``: ``"int64"``
+    (zero-copy decode) or ``"int32"`` (4 bytes per row smaller)."""
+    import msgpack
+
+    if layout not in LAYOUTS:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"layout must be one of {list(LAYOUTS)}", value=layout)
+    if offsets_dtype not in _INDEX_DTYPES:
+        raise SamplingMaskError(
+            ErrorCode.E_DTYPE, f"offsets_dtype must be one of {list(_INDEX_DTYPES)}", value=offsets_dtype
+        )
+    if layout == "compact":
+        mask = mask.canonical()
+    index = np.dtype(offsets_dtype)
+    if index == np.int32 and max(mask.nnz, mask.num_rows) > np.iinfo(np.int32).max:
+        raise SamplingMaskError(ErrorCode.E_LIMIT, "offsets overflow int32; use offsets_dtype='int64'")
+    env: dict[str, Any] = {
+        VERSION_KEY: SPEC_MAJOR,
+        "layout": layout,
+        "vocab_size": mask.vocab_size,
+        "id_order": id_order_of(mask),
+        "num_rows": mask.num_rows,
+        "nnz": mask.nnz,
+    }
+    if layout == "ragged":
+        env["ids"] = _array(mask.ids)
+        env["offsets"] = _array(mask.offsets.astype(index, copy=False))
+    elif layout == "dense":
+        env["dense"] = _array(mask.to_dense(width))
+    else:
+        from . import compact
+
+        env["compact"] = compact.encode_ragged(mask.ids, mask.offsets)
+    if mask.num_segments != 1:
+        env["cu_seqlens"] = _array(mask.cu_seqlens.astype(index, copy=False))
+    for name, arr in mask.companions.items():
+        env[name] = _array(arr)
+    if mask.metadata:
+        env["metadata"] = dict(mask.metadata)
+    try:
+        return msgpack.packb(env, use_bin_type=True, use_single_float=False)  # type: ignore[no-any-return]
+    except (OverflowError, TypeError, ValueError) as exc:
+        raise SamplingMaskError(
+            ErrorCode.E_RANGE, f"a value cannot be written as msgpack: {exc}", field="metadata"
+        ) from None
+
+
+def _get_array(
+    env: Mapping[str, Any], key: str, allowed: tuple[str, ...], limits: Limits, *, ndim: int, required: bool = True
+) -> np.ndarray | None:
+    """The ARRAY at ``env[key]`` as a view of the payload, after dtype / shape / byte checks."""
+    spec = env.get(key)
+    if spec is None:
+        if required:
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing array", field=key)
+        return None
+    if not isinstance(spec, dict):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "an array must be a map {dtype, shape, data}", field=key)
+    dtype = wire_dtype(spec.get("dtype"), allowed, field=key)
+    shape = wire_shape(spec.get("shape"), field=key, ndim=ndim)
+    data = spec.get("data")
+    if not isinstance(data, memoryview):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "array data must be a msgpack bin", field=key)
+    return array_from_buffer(data, dtype, shape, limits, field=key)
+
+
+def _get_count(env: Mapping[str, Any], key: str, limit: int, *, required: bool) -> int | None:
+    value = env.get(key)
+    if value is None:
+        if required:
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing count", field=key)
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "must be an integer", field=key, value=repr(value)[:80])
+    return check_count(value, limit, key, field=key)
+
+
+def _index_array(arr: np.ndarray) -> np.ndarray:
+    return arr if arr.dtype == np.int64 else arr.astype(np.int64)
+
+
+def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True) -> SamplingMask:
+    """A mask from envelope bytes; ids and companions are views of ``data`` (keep it unchanged).
+
+    ``validate=False`` skips the O(nnz) content checks (trusted producers only); sizes, dtypes and
+    byte counts are always checked.
+    """
+    env = _msgpack_reader.read(data, max_depth=limits.max_json_depth)
+    if not isinstance(env, dict):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "the envelope must be a msgpack map")
+    if VERSION_KEY not in env:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing version key", field=VERSION_KEY)
+    check_version(env[VERSION_KEY])
+    layout = env.get("layout", "ragged")
+    if layout not in LAYOUTS:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, f"layout must be one of {list(LAYOUTS)}", field="layout", value=repr(layout)[:80]
+        )
+    id_order = parse_id_order(env.get("id_order"))
+    num_rows = _get_count(env, "num_rows", limits.max_rows, required=layout == "compact")
+    nnz = _get_count(env, "nnz", limits.max_nnz, required=layout == "compact")
+    kwargs: dict[str, Any] = {}
+    if layout == "ragged":
+        ids = _get_array(env, "ids", ("int32",), limits, ndim=1)
+        offsets = _index_array(_get_array(env, "offsets", _INDEX_DTYPES, limits, ndim=1))  # type: ignore[arg-type]
+    elif layout == "dense":
+        dense = _get_array(env, "dense", ("int32",), limits, ndim=2)
+        assert dense is not None
+        check_count(dense.shape[0], limits.max_rows, "row count", field="dense")
+        check_count(dense.shape[1], limits.max_width, "dense width", field="dense")
+        ids, offsets = layouts.dense_to_ragged(dense)
+    else:
+        from . import compact
+
+        blob = env.get("compact")
+        if not isinstance(blob, memoryview):
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "compact data must be a msgpack bin", field="compact")
+        assert num_rows is not None and nnz is not None
+        ids, offsets = compact.decode_ragged(blob, num_rows, nnz, limits=limits)
+    assert ids is not None
+    if num_rows is not None and offsets.size != num_rows + 1:
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE, f"num_rows is {num_rows} but the data holds {offsets.size - 1} rows", field="num_rows"
+        )
+    if nnz is not None and ids.size != nnz:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"nnz is {nnz} but the data holds {ids.size} ids", field="nnz")
+    cu = _get_array(env, "cu_seqlens", _INDEX_DTYPES, limits, ndim=1, required=False)
+    if cu is not None:
+        kwargs["cu_seqlens"] = _index_array(cu)
+    for name in COMPANIONS:
+        arr = _get_array(env, name, _COMPANION_DTYPES[name], limits, ndim=1, required=False)
+        if arr is not None:
+            kwargs[name] = arr
+    vocab_size = env.get("vocab_size")
+    metadata = env.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "metadata must be a map", field="metadata")
+    if not validate:
+        _check_structure(ids, offsets, kwargs, limits)
+    mask = SamplingMask(
+        ids, offsets, vocab_size=vocab_size, metadata=metadata, validate=validate, limits=limits, **kwargs
+    )
+    return check_id_order(mask, id_order) if validate else mask
+
+
+def _check_structure(ids: np.ndarray, offsets: np.ndarray, arrays: Mapping[str, np.ndarray], limits: Limits) -> None:
+    """The O(1) checks kept when content validation is skipped: end points and array lengths."""
+    if offsets.size == 0 or int(offsets[0]) != 0 or int(offsets[-1]) != ids.size:
+        raise SamplingMaskError(ErrorCode.E_OFFSETS, "offsets must run from 0 to nnz", field="offsets")
+    num_rows = offsets.size - 1
+    check_count(num_rows, limits.max_rows, "row count", field="offsets")
+    cu = arrays.get("cu_seqlens")
+    if cu is not None and (cu.size == 0 or int(cu[0]) != 0 or int(cu[-1]) != num_rows):
+        raise SamplingMaskError(ErrorCode.E_SEGMENTS, "cu_seqlens must run from 0 to T", field="cu_seqlens")
+    for name in COMPANIONS:
+        arr = arrays.get(name)
+        expected = ids.size if name == "support_logprobs" else num_rows
+        if arr is not None and arr.size != expected:
+            raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {expected} values, got {arr.size}", field=name)

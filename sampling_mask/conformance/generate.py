@@ -1,0 +1,2601 @@
+"""The source of every conformance vector; the committed files are its output.
+
+``python -m sampling_mask.conformance.generate`` checks that ``conformance/v1`` is exactly what
+this module produces (exit 1 on a missing, stale or stray file); ``--write`` regenerates the files.
+Nothing regenerates them implicitly: a changed golden is a reviewed change.
+
+Expected results are written by hand here (masks) or computed by an independent float64 formula
+(:func:`~sampling_mask.conformance.properties.float64_scores`); binary payloads are built from the spec's layouts with numpy / pyarrow / msgpack
+directly, never by this library's encoders, so the library is tested against them, not with them.
+Real data comes from ``sources/vllm-0.32.json`` (slices of vLLM 0.32's own output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .properties import float64_scores
+
+__all__ = ["build", "main", "render"]
+
+SUITE = "v1"
+REQ, REC = "required", "recommended"
+_SOURCES = Path(__file__).resolve().parent / "sources"
+
+
+# ------------------------------------------------------------------------------------------ builders
+def _shape_of(values: Any) -> list[int]:
+    shape = []
+    while isinstance(values, list):
+        shape.append(len(values))
+        if not values:
+            break
+        values = values[0]
+    return shape
+
+
+def arr(values: Any, dtype: str = "int32", shape: Sequence[int] | None = None) -> dict[str, Any]:
+    """A typed array with readable values (``shape`` needed only when a dimension is 0)."""
+    return {"dtype": dtype, "shape": list(shape) if shape is not None else _shape_of(values), "values": values}
+
+
+def hexarr(values: Any, dtype: str, shape: Sequence[int] | None = None) -> dict[str, Any]:
+    """The same as :func:`arr` but as little-endian bytes in hex."""
+    a = np.array(values, dtype=np.dtype(dtype).newbyteorder("<"))
+    if shape is not None:
+        a = a.reshape(shape)
+    return {"dtype": dtype, "shape": list(a.shape), "hex": a.tobytes().hex()}
+
+
+def rawarr(dtype: str, shape: Sequence[int], data: bytes) -> dict[str, Any]:
+    """A typed array whose bytes need not agree with its declaration (for ``E_BYTES`` / ``E_LIMIT``)."""
+    return {"dtype": dtype, "shape": list(shape), "hex": data.hex()}
+
+
+def mask(
+    rows: list[list[int]],
+    *,
+    cu: list[int] | None = None,
+    vocab: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """An expected canonical model mask; rows must already be ascending (written by hand)."""
+    for i, row in enumerate(rows):
+        if row != sorted(row):
+            raise AssertionError(f"expected masks are canonical: row {i} {row} is not ascending")
+    out: dict[str, Any] = {"rows": rows, "cu_seqlens": cu if cu is not None else [0, len(rows)], "vocab_size": vocab}
+    out.update({k: v for k, v in extra.items() if v is not None})
+    return out
+
+
+def model(rows: list[list[int]], **extra: Any) -> dict[str, Any]:
+    """A model-mask *input* (rows in any order; only the keys given)."""
+    return {"rows": rows, **{k: v for k, v in extra.items() if v is not None}}
+
+
+def ok(m: dict[str, Any]) -> dict[str, Any]:
+    return {"mask": m}
+
+
+def err(*codes: str) -> dict[str, Any]:
+    return {"error": codes[0] if len(codes) == 1 else list(codes)}
+
+
+def dense_rows(rows: list[list[int]], width: int) -> list[list[int]]:
+    return [r + [-1] * (width - len(r)) for r in rows]
+
+
+class File:
+    """One case file being built."""
+
+    def __init__(self, form: str, description: str) -> None:
+        self.form = form
+        self.description = description
+        self.cases: list[dict[str, Any]] = []
+
+    def add(
+        self,
+        slug: str,
+        description: str,
+        spec: str,
+        input: Any,
+        expected: dict[str, Any],
+        *,
+        op: str = "decode",
+        level: str = REQ,
+        options: dict[str, Any] | None = None,
+        limits: dict[str, int] | None = None,
+    ) -> None:
+        case: dict[str, Any] = {
+            "id": f"{self.form}.{slug}",
+            "description": description,
+            "spec": f"SPEC.md#{spec}",
+            "level": level,
+        }
+        if op != "decode":
+            case["op"] = op
+        if options is not None:
+            case["options"] = options
+        if limits is not None:
+            case["limits"] = limits
+        case["input"] = input
+        case["expected"] = expected
+        self.cases.append(case)
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "$schema": "../../test-schema.json",
+            "form": self.form,
+            "description": self.description,
+            "cases": self.cases,
+        }
+
+
+class Book:
+    """Every file of the suite, by path relative to ``conformance/``."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, File] = {}
+
+    def file(self, path: str, form: str, description: str) -> File:
+        f = File(form, description)
+        self.files[f"{SUITE}/{path}"] = f
+        return f
+
+
+def _source() -> dict[str, Any]:
+    return json.loads((_SOURCES / "vllm-0.32.json").read_text(encoding="utf-8"))
+
+
+# ------------------------------------------------------------------------------------------ dense
+ISSUE_ROWS = [[1, 5], [], [7]]  # the foundation issue's example mask, canonical
+
+
+def dense_cases(book: Book) -> None:
+    f = book.file("dense/decode.json", "dense", "Dense int32 [T, W]: a row's ids, then -1 trailing padding.")
+    f.add(
+        "issue-example",
+        "The spec's worked example: -1 padding after the ids; an all -1 row is an empty row.",
+        "layouts",
+        {"dense": arr([[5, 1, -1, -1], [-1, -1, -1, -1], [7, -1, -1, -1]]), "vocab_size": 10},
+        ok(mask(ISSUE_ROWS, vocab=10)),
+    )
+    f.add(
+        "issue-example-hex",
+        "The same mask as raw little-endian int32 bytes.",
+        "layouts",
+        {"dense": hexarr([[5, 1, -1, -1], [-1, -1, -1, -1], [7, -1, -1, -1]], "int32"), "vocab_size": 10},
+        ok(mask(ISSUE_ROWS, vocab=10)),
+    )
+    f.add(
+        "full-rows-no-padding",
+        "Rows exactly as wide as the array carry no padding.",
+        "layouts",
+        {"dense": arr([[1, 2, 3], [4, 5, 6]])},
+        ok(mask([[1, 2, 3], [4, 5, 6]])),
+    )
+    f.add(
+        "rank-order-row",
+        "SkyRL writes ids in rank order; order inside a row carries no meaning.",
+        "model",
+        {"dense": arr([[9, 3, 7, -1]])},
+        ok(mask([[3, 7, 9]])),
+    )
+    f.add(
+        "all-padding-rows",
+        "Observation tokens are all -1 rows: empty rows, no support recorded.",
+        "model",
+        {"dense": arr([[-1, -1], [-1, -1], [-1, -1]])},
+        ok(mask([[], [], []])),
+    )
+    f.add(
+        "trailing-empty-rows",
+        "Empty rows at the end are rows: T counts them.",
+        "model",
+        {"dense": arr([[2, -1], [-1, -1], [-1, -1]])},
+        ok(mask([[2], [], []])),
+    )
+    f.add(
+        "leading-empty-rows",
+        "Empty rows before the first id.",
+        "model",
+        {"dense": arr([[-1, -1], [4, 0]])},
+        ok(mask([[], [0, 4]])),
+    )
+    f.add(
+        "zero-rows",
+        "T = 0: no rows, one empty segment.",
+        "layouts",
+        {"dense": arr([], shape=[0, 4])},
+        ok(mask([])),
+    )
+    f.add(
+        "zero-width",
+        "W = 0 is a valid width: every row is empty.",
+        "layouts",
+        {"dense": arr([[], [], []], shape=[3, 0])},
+        ok(mask([[], [], []])),
+    )
+    f.add(
+        "zero-rows-zero-width",
+        "A [0, 0] array.",
+        "layouts",
+        {"dense": arr([], shape=[0, 0])},
+        ok(mask([])),
+    )
+    f.add(
+        "singleton-rows",
+        "About half of real rows hold one id (greedy-like steps).",
+        "layouts",
+        {"dense": arr([[4], [8], [15]])},
+        ok(mask([[4], [8], [15]])),
+    )
+    f.add(
+        "id-zero",
+        "Id 0 is an id, not padding.",
+        "layouts",
+        {"dense": arr([[0, -1], [-1, -1]])},
+        ok(mask([[0], []])),
+    )
+    f.add(
+        "maximal-int32-id",
+        "The largest int32 is a valid id when vocab_size is unknown.",
+        "model",
+        {"dense": arr([[2147483647, 0]])},
+        ok(mask([[0, 2147483647]])),
+    )
+    f.add(
+        "vocab-boundary",
+        "Ids 0 and vocab_size - 1 are both in range.",
+        "model",
+        {"dense": arr([[9, 0]]), "vocab_size": 10},
+        ok(mask([[0, 9]], vocab=10)),
+    )
+    f.add(
+        "ties-wider-than-top-k",
+        "Ties at the top-k boundary make a row wider than top_k; the width is not bounded by top_k.",
+        "model",
+        {"dense": arr([[11, 3, 7, 5]]), "metadata": {"top_k": 2}},
+        ok(mask([[3, 5, 7, 11]], metadata={"top_k": 2})),
+    )
+    f.add(
+        "wide-padding",
+        "Padding wider than any row changes nothing.",
+        "layouts",
+        {"dense": arr([[3] + [-1] * 7, [6, 2] + [-1] * 6])},
+        ok(mask([[3], [2, 6]])),
+    )
+    f.add(
+        "sampled-token-ids",
+        "Sampled ids ride along; -1 is allowed on an empty row.",
+        "companions",
+        {
+            "dense": arr([[5, 1, -1], [-1, -1, -1], [7, -1, -1]]),
+            "vocab_size": 10,
+            "sampled_token_ids": arr([1, -1, 7]),
+        },
+        ok(mask(ISSUE_ROWS, vocab=10, sampled_token_ids=[1, -1, 7])),
+    )
+    f.add(
+        "support-logprobs-follow-ids",
+        "Canonical order sorts each row and permutes support_logprobs along with its ids.",
+        "companions",
+        {
+            "dense": arr([[9, 3, -1]]),
+            "sampled_token_ids": arr([9]),
+            "sampled_logprobs": arr([-0.25], "float32"),
+            "temperature": arr([0.75], "float32"),
+            "support_logprobs": arr([-0.25, -1.5], "float32"),
+        },
+        ok(
+            mask(
+                [[3, 9]],
+                sampled_token_ids=[9],
+                sampled_logprobs=[-0.25],
+                temperature=[0.75],
+                support_logprobs=[[-1.5, -0.25]],
+            )
+        ),
+    )
+    src = _source()
+    picks = ["17", "18", "19"]
+    f.add(
+        "vllm-0.32-compact-buffer",
+        "vLLM 0.32's compact buffer for three real rows: ascending ids, -1 past each row's count, width 64.",
+        "layouts",
+        {"dense": arr([src["compact_token_ids"][i] for i in picks]), "vocab_size": src["vocab_size"]},
+        ok(mask([src["rows"][i] for i in picks], vocab=src["vocab_size"])),
+    )
+
+    e = book.file("dense/encode.json", "dense", "Encoding a mask as dense int32 [T, W] with -1 trailing padding.")
+    e.add(
+        "encode-default-width",
+        "Without a width, W is the widest row.",
+        "layouts",
+        model([[1, 5], [], [7]], vocab_size=10),
+        {"payload": {"dense": arr(dense_rows(ISSUE_ROWS, 2))}},
+        op="encode",
+    )
+    e.add(
+        "encode-explicit-width",
+        "to_dense(width=4): row 0 holds {1, 5} then -1, -1.",
+        "layouts",
+        model([[1, 5], [], [7]], vocab_size=10),
+        {"payload": {"dense": arr(dense_rows(ISSUE_ROWS, 4))}},
+        op="encode",
+        options={"width": 4},
+    )
+    e.add(
+        "encode-zero-rows",
+        "No rows encode as a [0, 0] array.",
+        "layouts",
+        model([]),
+        {"payload": {"dense": arr([], shape=[0, 0])}},
+        op="encode",
+    )
+    e.add(
+        "encode-all-empty-rows",
+        "Empty rows encode as a [T, 0] array unless a width is given.",
+        "layouts",
+        model([[], []]),
+        {"payload": {"dense": arr([[], []], shape=[2, 0])}},
+        op="encode",
+    )
+
+    bad = book.file("invalid/dense.json", "dense", "Dense payloads that a reader must reject.")
+    bad.add(
+        "padding-between-ids",
+        "-1 between two ids is not trailing padding.",
+        "layouts",
+        {"dense": arr([[5, -1, 1]])},
+        err("E_PADDING"),
+    )
+    bad.add(
+        "padding-before-ids",
+        "A row that starts with -1 and then holds an id.",
+        "layouts",
+        {"dense": arr([[4, 2], [-1, 3]])},
+        err("E_PADDING"),
+    )
+    bad.add(
+        "negative-id-other-than-padding",
+        "-2 is neither an id nor the padding value.",
+        "layouts",
+        {"dense": arr([[3, -2]])},
+        err("E_RANGE"),
+    )
+    bad.add(
+        "id-equals-vocab-size",
+        "Id 10 with vocab_size 10 is out of range.",
+        "model",
+        {"dense": arr([[10, -1]]), "vocab_size": 10},
+        err("E_RANGE"),
+    )
+    bad.add(
+        "duplicate-id",
+        "An id twice in one row: rows are sets.",
+        "model",
+        {"dense": arr([[3, 3, -1]])},
+        err("E_DUPLICATE"),
+    )
+    bad.add(
+        "float32-dtype",
+        "Dense ids must be integers.",
+        "layouts",
+        {"dense": arr([[1.0, 2.0]], "float32")},
+        err("E_DTYPE"),
+    )
+    bad.add(
+        "unknown-dtype",
+        "A dtype name outside the list.",
+        "layouts",
+        {"dense": {"dtype": "complex64", "shape": [1, 1], "hex": "0000000000000000"}},
+        err("E_DTYPE"),
+    )
+    bad.add(
+        "one-dimensional",
+        "Dense is [T, W]; a flat array is not.",
+        "layouts",
+        {"dense": arr([1, 2, 3])},
+        err("E_SHAPE"),
+    )
+    bad.add(
+        "three-dimensional",
+        "NeMo-RL's [B, T, K] must be flattened to [T, W] with cu_seqlens first.",
+        "layouts",
+        {"dense": arr([[[1, -1], [2, -1]]])},
+        err("E_SHAPE"),
+    )
+    bad.add(
+        "negative-dimension",
+        "A declared dimension below zero.",
+        "layouts",
+        {"dense": rawarr("int32", [-1, 2], b"")},
+        err("E_SHAPE"),
+    )
+    bad.add(
+        "bytes-short",
+        "Shape [2, 2] int32 needs 16 bytes; 12 are given.",
+        "layouts",
+        {"dense": rawarr("int32", [2, 2], np.array([1, 2, 3], "<i4").tobytes())},
+        err("E_BYTES"),
+    )
+    bad.add(
+        "bytes-long",
+        "Shape [1, 2] int32 needs 8 bytes; 12 are given.",
+        "layouts",
+        {"dense": rawarr("int32", [1, 2], np.array([1, 2, 3], "<i4").tobytes())},
+        err("E_BYTES"),
+    )
+    bad.add(
+        "forged-shape",
+        "A tiny buffer declaring a 2**40 x 2**20 array must be refused before anything is allocated.",
+        "limits",
+        {"dense": rawarr("int32", [1 << 40, 1 << 20], b"\x01\x00\x00\x00")},
+        err("E_LIMIT", "E_BYTES"),
+    )
+    bad.add(
+        "int64-id-beyond-int32",
+        "An int64 array whose value does not fit int32 must not be truncated.",
+        "model",
+        {"dense": arr([[2147483648]], "int64")},
+        err("E_RANGE"),
+    )
+    bad.add(
+        "rows-over-limit",
+        "T above max_rows.",
+        "limits",
+        {"dense": arr([[1], [2], [3]])},
+        err("E_LIMIT"),
+        limits={"max_rows": 2},
+    )
+    bad.add(
+        "width-over-limit",
+        "W above max_width, even when rows are narrower.",
+        "limits",
+        {"dense": arr([[1, -1, -1]])},
+        err("E_LIMIT"),
+        limits={"max_width": 2},
+    )
+    bad.add(
+        "missing-array",
+        "A dense payload without its array.",
+        "layouts",
+        {"vocab_size": 10},
+        err("E_SCHEMA"),
+    )
+    bad.add(
+        "sampled-id-not-in-row",
+        "A non-empty row must contain its sampled id.",
+        "companions",
+        {"dense": arr([[5, 1], [7, -1]]), "sampled_token_ids": arr([5, 8])},
+        err("E_MISSING_SAMPLED"),
+    )
+    bad.add(
+        "encode-width-too-small",
+        "Encoding with a width below the widest row.",
+        "layouts",
+        model([[1, 5], [], [7]]),
+        err("E_WIDTH"),
+        op="encode",
+        options={"width": 1},
+    )
+
+
+# ------------------------------------------------------------------------------------------ packed
+def packed_cases(book: Book) -> None:
+    d = [[5, 1, -1], [-1, -1, -1], [7, -1, -1]]
+    f = book.file("packed/decode.json", "packed", "Packed: dense [T, W] plus cu_seqlens [B + 1] (int32 or int64).")
+    f.add(
+        "two-sequences",
+        "Two sequences of 2 and 1 rows; cu_seqlens int32 as SkyRL sends it.",
+        "layouts",
+        {"dense": arr(d), "cu_seqlens": arr([0, 2, 3])},
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3])),
+    )
+    f.add(
+        "cu-seqlens-int64",
+        "cu_seqlens may be int64.",
+        "layouts",
+        {"dense": arr(d), "cu_seqlens": arr([0, 2, 3], "int64"), "vocab_size": 10},
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+    )
+    f.add(
+        "empty-sequence-between",
+        "A sequence with no rows between two others.",
+        "model",
+        {"dense": arr(d), "cu_seqlens": arr([0, 1, 1, 3])},
+        ok(mask(ISSUE_ROWS, cu=[0, 1, 1, 3])),
+    )
+    f.add(
+        "empty-sequences-at-both-ends",
+        "Empty sequences first and last.",
+        "model",
+        {"dense": arr(d), "cu_seqlens": arr([0, 0, 3, 3])},
+        ok(mask(ISSUE_ROWS, cu=[0, 0, 3, 3])),
+    )
+    f.add(
+        "all-empty-sequences",
+        "Zero rows in three sequences.",
+        "model",
+        {"dense": arr([], shape=[0, 3]), "cu_seqlens": arr([0, 0, 0, 0])},
+        ok(mask([], cu=[0, 0, 0, 0])),
+    )
+    f.add(
+        "observation-rows",
+        "Multi-turn: tool-output rows are all -1 inside a sequence.",
+        "model",
+        {
+            "dense": arr([[3, 1], [2, -1], [-1, -1], [-1, -1], [8, 9], [6, -1]]),
+            "cu_seqlens": arr([0, 5, 6]),
+        },
+        ok(mask([[1, 3], [2], [], [], [8, 9], [6]], cu=[0, 5, 6])),
+    )
+    f.add(
+        "one-row-per-sequence",
+        "B = T.",
+        "layouts",
+        {"dense": arr(d), "cu_seqlens": arr([0, 1, 2, 3])},
+        ok(mask(ISSUE_ROWS, cu=[0, 1, 2, 3])),
+    )
+    e = book.file("packed/encode.json", "packed", "Encoding a segmented mask as packed dense + cu_seqlens.")
+    e.add(
+        "encode-two-sequences",
+        "Segments survive encoding (the round trip is checked).",
+        "layouts",
+        model([[1, 5], [], [7]], cu_seqlens=[0, 2, 3]),
+        {"payload": {"dense": arr(dense_rows(ISSUE_ROWS, 2))}},
+        op="encode",
+    )
+
+    bad = book.file("invalid/packed.json", "packed", "Packed payloads with a bad cu_seqlens.")
+    bad.add("cu-seqlens-missing", "Packed requires cu_seqlens.", "layouts", {"dense": arr(d)}, err("E_SCHEMA"))
+    for slug, cu, why in (
+        ("cu-seqlens-short-of-rows", [0, 2], "cu[B] = 2 but T = 3"),
+        ("cu-seqlens-past-rows", [0, 4], "cu[B] = 4 but T = 3"),
+        ("cu-seqlens-decreasing", [0, 2, 1, 3], "cu_seqlens decrease"),
+        ("cu-seqlens-not-starting-at-zero", [1, 3], "cu[0] must be 0"),
+    ):
+        bad.add(slug, f"{why}.", "model", {"dense": arr(d), "cu_seqlens": arr(cu)}, err("E_SEGMENTS"))
+    bad.add(
+        "cu-seqlens-empty",
+        "cu_seqlens holds B + 1 >= 1 entries.",
+        "model",
+        {"dense": arr(d), "cu_seqlens": arr([], shape=[0])},
+        err("E_SEGMENTS"),
+    )
+    bad.add(
+        "cu-seqlens-float",
+        "cu_seqlens must be integers.",
+        "layouts",
+        {"dense": arr(d), "cu_seqlens": arr([0.0, 3.0], "float32")},
+        err("E_DTYPE"),
+    )
+    bad.add(
+        "cu-seqlens-two-dimensional",
+        "cu_seqlens is one-dimensional.",
+        "layouts",
+        {"dense": arr(d), "cu_seqlens": arr([[0, 3]])},
+        err("E_SHAPE"),
+    )
+    bad.add(
+        "segments-over-limit",
+        "B above max_segments.",
+        "limits",
+        {"dense": arr(d), "cu_seqlens": arr([0, 1, 2, 3])},
+        err("E_LIMIT"),
+        limits={"max_segments": 2},
+    )
+    bad.add(
+        "padding-between-ids-second-sequence",
+        "Padding rules hold in every sequence.",
+        "layouts",
+        {"dense": arr([[1, -1], [-1, 4]]), "cu_seqlens": arr([0, 1, 2])},
+        err("E_PADDING"),
+    )
+
+
+# ------------------------------------------------------------------------------------------ ragged
+def ragged_cases(book: Book) -> None:
+    src = _source()
+    f = book.file("ragged/decode.json", "ragged", "Ragged (CSR): ids int32 [nnz] and offsets int64 [T + 1].")
+    f.add(
+        "issue-example",
+        "Row t is ids[offsets[t]:offsets[t + 1]]; two segments.",
+        "layouts",
+        {
+            "ids": arr([5, 1, 7]),
+            "offsets": arr([0, 2, 2, 3], "int64"),
+            "cu_seqlens": arr([0, 2, 3], "int64"),
+            "vocab_size": 10,
+        },
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+    )
+    f.add(
+        "issue-example-hex",
+        "The same arrays as little-endian bytes: 4-byte ids, 8-byte offsets.",
+        "layouts",
+        {"ids": hexarr([5, 1, 7], "int32"), "offsets": hexarr([0, 2, 2, 3], "int64"), "vocab_size": 10},
+        ok(mask(ISSUE_ROWS, vocab=10)),
+    )
+    f.add(
+        "zero-rows",
+        "offsets [0]: T = 0.",
+        "layouts",
+        {"ids": arr([], shape=[0]), "offsets": arr([0], "int64")},
+        ok(mask([])),
+    )
+    f.add(
+        "all-empty-rows",
+        "nnz = 0 with T = 2.",
+        "model",
+        {"ids": arr([], shape=[0]), "offsets": arr([0, 0, 0], "int64")},
+        ok(mask([[], []])),
+    )
+    f.add(
+        "trailing-empty-rows",
+        "Repeated final offsets are empty rows at the end.",
+        "model",
+        {"ids": arr([3]), "offsets": arr([0, 1, 1, 1], "int64")},
+        ok(mask([[3], [], []])),
+    )
+    f.add(
+        "unsorted-rows",
+        "SGLang lists rows unsorted; the canonical mask sorts each row.",
+        "model",
+        {"ids": arr([9, 2, 5, 1, 0]), "offsets": arr([0, 3, 5], "int64")},
+        ok(mask([[2, 5, 9], [0, 1]])),
+    )
+    f.add(
+        "same-id-in-different-rows",
+        "Uniqueness is per row, not per mask.",
+        "model",
+        {"ids": arr([4, 4, 4]), "offsets": arr([0, 1, 2, 3], "int64")},
+        ok(mask([[4], [4], [4]])),
+    )
+    f.add(
+        "maximal-int32-id",
+        "The largest int32 is a valid id when vocab_size is unknown.",
+        "model",
+        {"ids": arr([2147483647]), "offsets": arr([0, 1], "int64")},
+        ok(mask([[2147483647]])),
+    )
+    f.add(
+        "vocab-boundary",
+        "Ids 0 and vocab_size - 1.",
+        "model",
+        {"ids": arr([15, 0]), "offsets": arr([0, 2], "int64"), "vocab_size": 16},
+        ok(mask([[0, 15]], vocab=16)),
+    )
+    full = [11, 3, 0, 7, 15, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14]
+    f.add(
+        "full-vocabulary-row",
+        "An untruncated row holds every id of the vocabulary.",
+        "model",
+        {"ids": arr([*full, 2]), "offsets": arr([0, 16, 17], "int64"), "vocab_size": 16},
+        ok(mask([list(range(16)), [2]], vocab=16)),
+    )
+    f.add(
+        "ties-wider-than-top-k",
+        "A row wider than top_k (ties at the boundary) is valid.",
+        "model",
+        {"ids": arr([8, 2, 6, 4, 1]), "offsets": arr([0, 4, 5], "int64"), "metadata": {"top_k": 3}},
+        ok(mask([[2, 4, 6, 8], [1]], metadata={"top_k": 3})),
+    )
+    f.add(
+        "all-empty-segments",
+        "Zero rows in two segments.",
+        "model",
+        {"ids": arr([], shape=[0]), "offsets": arr([0], "int64"), "cu_seqlens": arr([0, 0, 0], "int64")},
+        ok(mask([], cu=[0, 0, 0])),
+    )
+    f.add(
+        "empty-segments-around-rows",
+        "Empty segments before and after the rows.",
+        "model",
+        {"ids": arr([1, 2]), "offsets": arr([0, 1, 2], "int64"), "cu_seqlens": arr([0, 0, 2, 2], "int64")},
+        ok(mask([[1], [2]], cu=[0, 0, 2, 2])),
+    )
+    f.add(
+        "all-companions-unsorted",
+        "Every companion; support_logprobs is per id and follows its ids into canonical order.",
+        "companions",
+        {
+            "ids": arr([9, 3, 5]),
+            "offsets": arr([0, 3, 3], "int64"),
+            "vocab_size": 10,
+            "sampled_token_ids": arr([5, -1]),
+            "sampled_logprobs": arr([-0.5, 0.0], "float32"),
+            "temperature": arr([0.5, 1.0], "float32"),
+            "support_logprobs": arr([-3.0, -1.25, -0.5], "float32"),
+        },
+        ok(
+            mask(
+                [[3, 5, 9], []],
+                vocab=10,
+                sampled_token_ids=[5, -1],
+                sampled_logprobs=[-0.5, 0.0],
+                temperature=[0.5, 1.0],
+                support_logprobs=[[-1.25, -0.5, -3.0], []],
+            )
+        ),
+    )
+    f.add(
+        "sampled-id-on-empty-row",
+        "An empty row (no support recorded) may still name the token that was sampled.",
+        "companions",
+        {"ids": arr([2]), "offsets": arr([0, 1, 1], "int64"), "sampled_token_ids": arr([2, 4])},
+        ok(mask([[2], []], sampled_token_ids=[2, 4])),
+    )
+    f.add(
+        "metadata",
+        "Sampler parameters, producer and unknown keys are kept.",
+        "companions",
+        {
+            "ids": arr([1]),
+            "offsets": arr([0, 1], "int64"),
+            "metadata": {
+                "temperature": 0.7,
+                "top_k": 50,
+                "top_p": 0.95,
+                "min_p": 0.0,
+                "producer": "vllm-0.32",
+                "x-run": "kept",
+            },
+        },
+        ok(
+            mask(
+                [[1]],
+                metadata={
+                    "temperature": 0.7,
+                    "top_k": 50,
+                    "top_p": 0.95,
+                    "min_p": 0.0,
+                    "producer": "vllm-0.32",
+                    "x-run": "kept",
+                },
+            )
+        ),
+    )
+    f.add(
+        "nan-temperature-is-unknown",
+        "A NaN temperature means unknown and is kept.",
+        "companions",
+        {
+            "ids": arr([1]),
+            "offsets": arr([0, 1], "int64"),
+            "temperature": hexarr([math.nan], "float32"),
+        },
+        ok(mask([[1]], temperature=["NaN"])),
+        level=REC,
+    )
+    f.add(
+        "non-finite-sampled-logprob",
+        "sampled_logprobs may hold -inf (a token the sampler scored impossible).",
+        "companions",
+        {
+            "ids": arr([1]),
+            "offsets": arr([0, 1], "int64"),
+            "sampled_logprobs": hexarr([-math.inf], "float32"),
+        },
+        ok(mask([[1]], sampled_logprobs=["-Infinity"])),
+    )
+    picks = ["0", "1", "2", "3"]
+    rows = [src["rows"][i] for i in picks]
+    offsets = np.cumsum([0] + [len(r) for r in rows]).tolist()
+    f.add(
+        "vllm-0.32-csr",
+        "vLLM 0.32's internal CSR (token_ids + offsets) for four real rows, with the sampled ids.",
+        "layouts",
+        {
+            "ids": arr([i for r in rows for i in r]),
+            "offsets": arr(offsets, "int64"),
+            "vocab_size": src["vocab_size"],
+            "sampled_token_ids": arr([src["sampled_token_ids"][i] for i in picks]),
+        },
+        ok(mask(rows, vocab=src["vocab_size"], sampled_token_ids=[src["sampled_token_ids"][i] for i in picks])),
+    )
+
+    e = book.file("ragged/encode.json", "ragged", "Encoding a mask as ragged ids + offsets.")
+    e.add(
+        "encode-issue-example",
+        "ids int32 ascending per row, offsets int64.",
+        "layouts",
+        model([[1, 5], [], [7]], vocab_size=10),
+        {"payload": {"ids": arr([1, 5, 7]), "offsets": arr([0, 2, 2, 3], "int64")}},
+        op="encode",
+    )
+    e.add(
+        "encode-zero-rows",
+        "No rows: ids [] and offsets [0].",
+        "layouts",
+        model([]),
+        {"payload": {"ids": arr([], shape=[0]), "offsets": arr([0], "int64")}},
+        op="encode",
+    )
+    e.add(
+        "encode-companions",
+        "Companions and segments survive encoding (the round trip is checked).",
+        "companions",
+        model(
+            [[3, 5, 9], []],
+            cu_seqlens=[0, 1, 2],
+            vocab_size=10,
+            sampled_token_ids=[5, -1],
+            sampled_logprobs=[-0.5, 0.0],
+            temperature=[0.5, 1.0],
+            support_logprobs=[[-1.25, -0.5, -3.0], []],
+            metadata={"top_k": 3, "producer": "test"},
+        ),
+        {"roundtrip": True},
+        op="encode",
+    )
+
+    bad = book.file("invalid/ragged.json", "ragged", "Ragged payloads that a reader must reject.")
+    for slug, ids, offsets, why in (
+        ("offsets-not-starting-at-zero", [3], [1, 1], "offsets[0] must be 0."),
+        ("offsets-decreasing", [1, 2, 3], [0, 2, 1, 3], "offsets must not decrease."),
+        ("offsets-end-before-nnz", [1, 2, 3], [0, 1, 2], "offsets[T] = 2 leaves an id outside every row."),
+        ("offsets-end-past-nnz", [1, 2], [0, 1, 3], "offsets[T] = 3 points past the 2 ids (off by one)."),
+    ):
+        bad.add(slug, why, "layouts", {"ids": arr(ids), "offsets": arr(offsets, "int64")}, err("E_OFFSETS"))
+    bad.add(
+        "offsets-empty",
+        "offsets holds T + 1 >= 1 entries.",
+        "layouts",
+        {"ids": arr([], shape=[0]), "offsets": arr([], "int64", shape=[0])},
+        err("E_OFFSETS"),
+    )
+    bad.add(
+        "offsets-int64-not-truncated",
+        "offsets[1] = 2**32 + 1: read as 64-bit it points past the one id; truncated to 32 bits it would look valid.",
+        "layouts",
+        {"ids": arr([3]), "offsets": hexarr([0, (1 << 32) + 1], "int64")},
+        err("E_OFFSETS"),
+    )
+    bad.add(
+        "minus-one-id",
+        "-1 is dense padding, never a ragged id.",
+        "model",
+        {"ids": arr([4, -1]), "offsets": arr([0, 2], "int64")},
+        err("E_RANGE"),
+    )
+    bad.add(
+        "id-equals-vocab-size",
+        "Id 10 with vocab_size 10.",
+        "model",
+        {"ids": arr([10]), "offsets": arr([0, 1], "int64"), "vocab_size": 10},
+        err("E_RANGE"),
+    )
+    bad.add(
+        "duplicate-id-unsorted",
+        "A repeated id in an unsorted row.",
+        "model",
+        {"ids": arr([3, 1, 3]), "offsets": arr([0, 3], "int64")},
+        err("E_DUPLICATE"),
+    )
+    bad.add(
+        "duplicate-id-adjacent",
+        "A repeated id next to itself, in the second row.",
+        "model",
+        {"ids": arr([1, 2, 2]), "offsets": arr([0, 1, 3], "int64")},
+        err("E_DUPLICATE"),
+    )
+    bad.add(
+        "float-ids",
+        "ids must be integers.",
+        "layouts",
+        {"ids": arr([1.0], "float32"), "offsets": arr([0, 1], "int64")},
+        err("E_DTYPE"),
+    )
+    bad.add(
+        "float-offsets",
+        "offsets must be integers.",
+        "layouts",
+        {"ids": arr([1]), "offsets": arr([0.0, 1.0], "float64")},
+        err("E_DTYPE"),
+    )
+    bad.add(
+        "unknown-dtype",
+        "A dtype name outside the list.",
+        "layouts",
+        {"ids": {"dtype": "int33", "shape": [1], "values": [1]}, "offsets": arr([0, 1], "int64")},
+        err("E_DTYPE"),
+    )
+    bad.add(
+        "two-dimensional-ids",
+        "ids is one-dimensional.",
+        "layouts",
+        {"ids": arr([[1, 2]]), "offsets": arr([0, 2], "int64")},
+        err("E_SHAPE"),
+    )
+    bad.add(
+        "int64-id-beyond-int32",
+        "An int64 id array holding 2**31 must not be truncated.",
+        "model",
+        {"ids": arr([1 << 31], "int64"), "offsets": arr([0, 1], "int64")},
+        err("E_RANGE"),
+    )
+    bad.add(
+        "offsets-bytes-short",
+        "Two int64 offsets need 16 bytes; 12 are given.",
+        "layouts",
+        {"ids": arr([1]), "offsets": rawarr("int64", [2], bytes(12))},
+        err("E_BYTES"),
+    )
+    bad.add(
+        "forged-shape",
+        "ids declaring 2**40 entries over 4 bytes.",
+        "limits",
+        {"ids": rawarr("int32", [1 << 40], bytes(4)), "offsets": arr([0, 1], "int64")},
+        err("E_LIMIT", "E_BYTES"),
+    )
+    bad.add(
+        "ids-missing",
+        "A ragged payload without ids.",
+        "layouts",
+        {"offsets": arr([0], "int64")},
+        err("E_SCHEMA"),
+    )
+    one = {"ids": arr([1]), "offsets": arr([0, 1], "int64")}
+    bad.add("vocab-size-zero", "vocab_size 0: a vocabulary has at least one id.", "model", {**one, "vocab_size": 0}, err("E_RANGE"))
+    bad.add("vocab-size-negative", "A negative vocab_size.", "model", {**one, "vocab_size": -5}, err("E_RANGE"))
+    bad.add("vocab-size-string", "vocab_size is an integer.", "model", {**one, "vocab_size": "10"}, err("E_SCHEMA"))
+    bad.add(
+        "vocab-size-over-limit",
+        "vocab_size above max_vocab (default 2**24).",
+        "limits",
+        {**one, "vocab_size": (1 << 24) + 1},
+        err("E_LIMIT"),
+    )
+    three = {"ids": arr([1, 2, 3]), "offsets": arr([0, 1, 2, 3], "int64")}
+    bad.add("nnz-over-limit", "nnz above max_nnz.", "limits", three, err("E_LIMIT"), limits={"max_nnz": 2})
+    bad.add("rows-over-limit", "T above max_rows.", "limits", three, err("E_LIMIT"), limits={"max_rows": 2})
+    bad.add(
+        "row-width-over-limit",
+        "A row wider than max_width.",
+        "limits",
+        {"ids": arr([1, 2, 3]), "offsets": arr([0, 3], "int64")},
+        err("E_LIMIT"),
+        limits={"max_width": 2},
+    )
+    two = {"ids": arr([5, 1]), "offsets": arr([0, 2, 2], "int64"), "vocab_size": 10}
+    bad.add(
+        "sampled-ids-wrong-length",
+        "sampled_token_ids has T entries.",
+        "companions",
+        {**two, "sampled_token_ids": arr([5])},
+        err("E_SHAPE"),
+    )
+    bad.add(
+        "support-logprobs-wrong-length",
+        "support_logprobs has nnz entries.",
+        "companions",
+        {**two, "support_logprobs": arr([-0.5, -1.0, -2.0], "float32")},
+        err("E_SHAPE"),
+    )
+    bad.add(
+        "temperature-wrong-length",
+        "temperature has T entries.",
+        "companions",
+        {**two, "temperature": arr([1.0], "float32")},
+        err("E_SHAPE"),
+    )
+    bad.add(
+        "temperature-zero",
+        "temperature > 0: zero is greedy decoding, not a temperature to divide by.",
+        "companions",
+        {**two, "temperature": arr([1.0, 0.0], "float32")},
+        err("E_RANGE"),
+    )
+    bad.add(
+        "temperature-negative",
+        "A negative temperature.",
+        "companions",
+        {**two, "temperature": arr([-0.5, 1.0], "float32")},
+        err("E_RANGE"),
+    )
+    bad.add(
+        "temperature-infinite",
+        "temperature is finite.",
+        "companions",
+        {**two, "temperature": hexarr([1.0, math.inf], "float32")},
+        err("E_RANGE"),
+    )
+    bad.add(
+        "temperature-integer-dtype",
+        "temperature is float32.",
+        "companions",
+        {**two, "temperature": arr([1, 1])},
+        err("E_DTYPE"),
+    )
+    bad.add(
+        "sampled-id-not-in-row",
+        "A non-empty row must contain its sampled id.",
+        "companions",
+        {**two, "sampled_token_ids": arr([7, -1])},
+        err("E_MISSING_SAMPLED"),
+    )
+    bad.add(
+        "sampled-minus-one-on-non-empty-row",
+        "-1 (nothing sampled) is allowed only on an empty row.",
+        "companions",
+        {**two, "sampled_token_ids": arr([-1, -1])},
+        err("E_RANGE", "E_MISSING_SAMPLED"),
+    )
+    bad.add(
+        "sampled-id-beyond-vocab-on-empty-row",
+        "A sampled id on an empty row is still range-checked.",
+        "companions",
+        {**two, "sampled_token_ids": arr([5, 10])},
+        err("E_RANGE"),
+    )
+    bad.add(
+        "sampled-ids-float",
+        "sampled_token_ids is int32.",
+        "companions",
+        {**two, "sampled_token_ids": arr([5.0, -1.0], "float32")},
+        err("E_DTYPE"),
+    )
+    bad.add("metadata-not-object", "metadata is an object.", "companions", {**one, "metadata": [1, 2]}, err("E_SCHEMA"))
+    bad.add(
+        "metadata-nested-value",
+        "metadata values are scalars.",
+        "companions",
+        {**one, "metadata": {"x-run": {"seed": 1}}},
+        err("E_SCHEMA"),
+    )
+    bad.add(
+        "metadata-top-k-string",
+        "A defined metadata key has a defined type: top_k is an integer.",
+        "companions",
+        {**one, "metadata": {"top_k": "50"}},
+        err("E_SCHEMA"),
+    )
+    bad.add(
+        "cu-seqlens-not-tiling",
+        "cu_seqlens must end at T.",
+        "model",
+        {**three, "cu_seqlens": arr([0, 2], "int64")},
+        err("E_SEGMENTS"),
+    )
+
+
+# ------------------------------------------------------------------------------------------ counts
+def counts_cases(book: Book) -> None:
+    f = book.file("counts/decode.json", "counts", "Counts: ids int32 [nnz] and per-row lengths int32 [T].")
+    f.add(
+        "issue-example",
+        "counts are the row lengths; 0 is an empty row.",
+        "layouts",
+        {"ids": arr([5, 1, 7]), "counts": arr([2, 0, 1]), "vocab_size": 10},
+        ok(mask(ISSUE_ROWS, vocab=10)),
+    )
+    f.add(
+        "zero-count-is-no-mask",
+        "prime-rl / verifiers: count 0 means no mask for that token.",
+        "model",
+        {"ids": arr([1, 2, 3]), "counts": arr([0, 3, 0])},
+        ok(mask([[], [1, 2, 3], []])),
+    )
+    f.add(
+        "zero-rows",
+        "No rows at all.",
+        "layouts",
+        {"ids": arr([], shape=[0]), "counts": arr([], shape=[0])},
+        ok(mask([])),
+    )
+    f.add(
+        "trailing-zero-counts",
+        "Trailing zero counts are trailing empty rows.",
+        "model",
+        {"ids": arr([6]), "counts": arr([1, 0, 0])},
+        ok(mask([[6], [], []])),
+    )
+    f.add(
+        "unsorted-rows",
+        "Rows in any order.",
+        "model",
+        {"ids": arr([4, 2, 9, 8]), "counts": arr([2, 2])},
+        ok(mask([[2, 4], [8, 9]])),
+    )
+    f.add(
+        "with-cu-seqlens",
+        "Counts with segments.",
+        "layouts",
+        {"ids": arr([4, 2, 9]), "counts": arr([2, 1, 0]), "cu_seqlens": arr([0, 1, 3], "int64")},
+        ok(mask([[2, 4], [9], []], cu=[0, 1, 3])),
+    )
+    e = book.file("counts/encode.json", "counts", "Encoding a mask as ids + counts.")
+    e.add(
+        "encode-issue-example",
+        "counts int32 [T].",
+        "layouts",
+        model([[1, 5], [], [7]]),
+        {"payload": {"ids": arr([1, 5, 7]), "counts": arr([2, 0, 1])}},
+        op="encode",
+    )
+    bad = book.file("invalid/counts.json", "counts", "Counts payloads that a reader must reject.")
+    bad.add(
+        "sum-below-nnz",
+        "counts sum to 2 but there are 3 ids.",
+        "layouts",
+        {"ids": arr([1, 2, 3]), "counts": arr([1, 1])},
+        err("E_OFFSETS"),
+    )
+    bad.add(
+        "sum-above-nnz",
+        "counts sum to 4 but there are 3 ids.",
+        "layouts",
+        {"ids": arr([1, 2, 3]), "counts": arr([2, 2])},
+        err("E_OFFSETS"),
+    )
+    bad.add(
+        "negative-count",
+        "A negative row length.",
+        "layouts",
+        {"ids": arr([1, 2]), "counts": arr([3, -1])},
+        err("E_OFFSETS"),
+    )
+    bad.add(
+        "float-counts",
+        "counts must be integers.",
+        "layouts",
+        {"ids": arr([1]), "counts": arr([1.0], "float32")},
+        err("E_DTYPE"),
+    )
+    bad.add(
+        "two-dimensional-counts",
+        "counts is one-dimensional.",
+        "layouts",
+        {"ids": arr([1]), "counts": arr([[1]])},
+        err("E_SHAPE"),
+    )
+    bad.add(
+        "rows-over-limit",
+        "T above max_rows.",
+        "limits",
+        {"ids": arr([], shape=[0]), "counts": arr([0, 0, 0])},
+        err("E_LIMIT"),
+        limits={"max_rows": 2},
+    )
+    bad.add(
+        "duplicate-id",
+        "A repeated id within one row.",
+        "model",
+        {"ids": arr([1, 7, 7]), "counts": arr([1, 2])},
+        err("E_DUPLICATE"),
+    )
+
+
+# ------------------------------------------------------------------------------------------ bitmask
+def _bits(rows: list[list[int]], vocab: int) -> list[list[int]]:
+    """Little bit order: id i is bit i % 8 of byte i // 8 (written out here, not by the library)."""
+    out = []
+    for row in rows:
+        b = [0] * ((vocab + 7) // 8)
+        for i in row:
+            b[i // 8] |= 1 << (i % 8)
+        out.append(b)
+    return out
+
+
+def bitmask_cases(book: Book) -> None:
+    src = _source()
+    f = book.file("bitmask/decode.json", "bitmask", "Bitmask: uint8 [T, ceil(V / 8)], id i is bit i % 8 of byte i // 8.")
+    f.add(
+        "issue-example",
+        "Bits 1 and 5 of byte 0 are ids 1 and 5; bit 7 of byte 0 is id 7.",
+        "layouts",
+        {"bitmask": arr([[0x22, 0x00], [0x00, 0x00], [0x80, 0x00]], "uint8"), "vocab_size": 10},
+        ok(mask(ISSUE_ROWS, vocab=10)),
+    )
+    f.add(
+        "little-bit-order",
+        "Bit 0 is the least significant: 0x01 0x01 is ids 0 and 8, 0x80 0x80 is ids 7 and 15.",
+        "layouts",
+        {"bitmask": arr([[0x01, 0x01], [0x80, 0x80]], "uint8"), "vocab_size": 16},
+        ok(mask([[0, 8], [7, 15]], vocab=16)),
+    )
+    f.add(
+        "last-valid-id",
+        "With V = 10 the last id is bit 1 of byte 1.",
+        "layouts",
+        {"bitmask": arr([[0x00, 0x02]], "uint8"), "vocab_size": 10},
+        ok(mask([[9]], vocab=10)),
+    )
+    f.add(
+        "full-vocabulary-row",
+        "Every id of a 12-token vocabulary: 0xff 0x0f.",
+        "model",
+        {"bitmask": arr([[0xFF, 0x0F]], "uint8"), "vocab_size": 12},
+        ok(mask([list(range(12))], vocab=12)),
+    )
+    f.add(
+        "zero-rows",
+        "T = 0.",
+        "layouts",
+        {"bitmask": arr([], "uint8", shape=[0, 2]), "vocab_size": 10},
+        ok(mask([], vocab=10)),
+    )
+    f.add(
+        "vocab-size-one",
+        "V = 1: one byte per row, only bit 0 usable.",
+        "layouts",
+        {"bitmask": arr([[1], [0]], "uint8"), "vocab_size": 1},
+        ok(mask([[0], []], vocab=1)),
+    )
+    f.add(
+        "with-cu-seqlens-and-sampled",
+        "Segments and sampled ids with a bitmask.",
+        "companions",
+        {
+            "bitmask": arr(_bits([[2, 3], [9]], 10), "uint8"),
+            "vocab_size": 10,
+            "cu_seqlens": arr([0, 1, 2], "int64"),
+            "sampled_token_ids": arr([3, 9]),
+        },
+        ok(mask([[2, 3], [9]], cu=[0, 1, 2], vocab=10, sampled_token_ids=[3, 9])),
+    )
+    f.add(
+        "vllm-0.32-wide-row",
+        "vLLM 0.32's bitmask fallback for a real row of 71 ids (wider than the 64-id compact buffer).",
+        "layouts",
+        {
+            "bitmask": {"dtype": "uint8", "shape": [1, 125], "hex": src["bitmask_hex"]["21"]},
+            "vocab_size": src["vocab_size"],
+        },
+        ok(mask([src["rows"]["21"]], vocab=src["vocab_size"])),
+    )
+    e = book.file("bitmask/encode.json", "bitmask", "Encoding a mask as a little-bit-order bitmask.")
+    e.add(
+        "encode-issue-example",
+        "The vocab_size comes from the mask.",
+        "layouts",
+        model([[1, 5], [], [7]], vocab_size=10),
+        {"payload": {"bitmask": arr(_bits(ISSUE_ROWS, 10), "uint8")}},
+        op="encode",
+    )
+    bad = book.file("invalid/bitmask.json", "bitmask", "Bitmask payloads that a reader must reject.")
+    bad.add(
+        "bit-past-vocab-size",
+        "V = 10: bit 2 of byte 1 would be id 10; padding bits must be zero.",
+        "layouts",
+        {"bitmask": arr([[0x00, 0x04]], "uint8"), "vocab_size": 10},
+        err("E_PADDING"),
+    )
+    bad.add(
+        "high-padding-bit",
+        "V = 10: the top bit of the last byte (id 15).",
+        "layouts",
+        {"bitmask": arr([[0x01, 0x00], [0x00, 0x80]], "uint8"), "vocab_size": 10},
+        err("E_PADDING"),
+    )
+    bad.add(
+        "row-bytes-too-many",
+        "V = 10 needs 2 bytes per row, not 3.",
+        "layouts",
+        {"bitmask": arr([[0, 0, 0]], "uint8"), "vocab_size": 10},
+        err("E_SHAPE"),
+    )
+    bad.add(
+        "row-bytes-too-few",
+        "V = 10 needs 2 bytes per row, not 1.",
+        "layouts",
+        {"bitmask": arr([[1]], "uint8"), "vocab_size": 10},
+        err("E_SHAPE"),
+    )
+    bad.add(
+        "int32-dtype",
+        "A bitmask is uint8.",
+        "layouts",
+        {"bitmask": arr([[1, 0]]), "vocab_size": 10},
+        err("E_DTYPE"),
+    )
+    bad.add(
+        "one-dimensional",
+        "A bitmask is [T, ceil(V / 8)].",
+        "layouts",
+        {"bitmask": arr([1, 0], "uint8"), "vocab_size": 10},
+        err("E_SHAPE"),
+    )
+    bad.add(
+        "vocab-size-missing",
+        "A bitmask cannot be read without vocab_size.",
+        "layouts",
+        {"bitmask": arr([[1, 0]], "uint8")},
+        err("E_SCHEMA"),
+    )
+    bad.add(
+        "vocab-size-zero",
+        "vocab_size >= 1.",
+        "model",
+        {"bitmask": arr([[]], "uint8", shape=[1, 0]), "vocab_size": 0},
+        err("E_RANGE"),
+    )
+    bad.add(
+        "vocab-size-over-limit",
+        "vocab_size above max_vocab.",
+        "limits",
+        {"bitmask": arr([[1, 0]], "uint8"), "vocab_size": 16},
+        err("E_LIMIT"),
+        limits={"max_vocab": 8},
+    )
+    bad.add(
+        "bytes-short",
+        "Shape [2, 2] uint8 needs 4 bytes; 3 are given.",
+        "layouts",
+        {"bitmask": rawarr("uint8", [2, 2], b"\x01\x00\x02"), "vocab_size": 10},
+        err("E_BYTES"),
+    )
+    bad.add(
+        "sampled-id-not-set",
+        "The sampled id's bit is not set in its non-empty row.",
+        "companions",
+        {"bitmask": arr(_bits([[1, 5]], 10), "uint8"), "vocab_size": 10, "sampled_token_ids": arr([4])},
+        err("E_MISSING_SAMPLED"),
+    )
+    bad.add(
+        "encode-without-vocab-size",
+        "Encoding as a bitmask needs a vocab_size.",
+        "layouts",
+        model([[1, 5]]),
+        err("E_SCHEMA"),
+        op="encode",
+    )
+
+
+# ------------------------------------------------------------------------------------------ json rows
+def json_rows_cases(book: Book) -> None:
+    src = _source()
+    f = book.file(
+        "json-rows/decode.json",
+        "json-rows",
+        "Bare JSON nested lists (vLLM choices[i].sampling_mask, SGLang output_token_sampling_mask).",
+    )
+    f.add("vllm-issue-example", "One list of ids per token.", "json", {"text": "[[1,5],[],[7]]"}, ok(mask(ISSUE_ROWS)))
+    f.add("empty-document", "[] is a mask of zero rows.", "json", {"text": "[]"}, ok(mask([])))
+    f.add("all-empty-rows", "Every row empty.", "json", {"text": "[[],[],[]]"}, ok(mask([[], [], []])))
+    f.add(
+        "unsorted-rows",
+        "SGLang lists are unsorted; the canonical mask sorts each row.",
+        "json",
+        {"text": "[[9,2,5],[1,0]]"},
+        ok(mask([[2, 5, 9], [0, 1]])),
+    )
+    f.add(
+        "insignificant-whitespace",
+        "JSON whitespace anywhere between tokens.",
+        "json",
+        {"text": " [ [ 1 , 5 ] ,\n\t[ ] ,\r\n [7] ] \n"},
+        ok(mask(ISSUE_ROWS)),
+    )
+    f.add(
+        "maximal-int32-id",
+        "2147483647 is a valid id.",
+        "json",
+        {"text": "[[2147483647,0]]"},
+        ok(mask([[0, 2147483647]])),
+    )
+    f.add(
+        "trailing-empty-rows",
+        "Trailing empty rows are rows.",
+        "json",
+        {"text": "[[3],[],[]]"},
+        ok(mask([[3], [], []])),
+    )
+    f.add(
+        "same-id-in-different-rows",
+        "Uniqueness is per row.",
+        "json",
+        {"text": "[[4],[4]]"},
+        ok(mask([[4], [4]])),
+    )
+    f.add(
+        "ties-wider-than-top-k",
+        "A wide row (ties at the top-k boundary).",
+        "json",
+        {"text": "[[17,3,13,5,11,7]]"},
+        ok(mask([[3, 5, 7, 11, 13, 17]])),
+    )
+    picks = [str(i) for i in range(6)]
+    rows = [src["rows"][i] for i in picks]
+    f.add(
+        "vllm-0.32-completion",
+        "The first six tokens of a real vLLM 0.32 CompletionOutput.sampling_mask.token_ids.",
+        "json",
+        {"text": json.dumps(rows, separators=(", ", ": "))},
+        ok(mask(rows)),
+    )
+    e = book.file("json-rows/encode.json", "json-rows", "Encoding a mask as bare JSON nested lists.")
+    e.add(
+        "encode-roundtrip",
+        "Nested lists of ascending ids (the round trip is checked).",
+        "json",
+        model([[1, 5], [], [7]]),
+        {"roundtrip": True},
+        op="encode",
+    )
+    e.add(
+        "encode-zero-rows",
+        "No rows encode as [].",
+        "json",
+        model([]),
+        {"roundtrip": True},
+        op="encode",
+    )
+
+    bad = book.file("invalid/json-rows.json", "json-rows", "JSON nested lists that a reader must reject.")
+    for slug, text, codes, why in (
+        ("not-json", "[[1,5],", ("E_ENCODING",), "Truncated JSON."),
+        ("empty-text", "", ("E_ENCODING",), "No JSON value at all."),
+        ("trailing-garbage", "[[1]] x", ("E_ENCODING",), "Text after the JSON value."),
+        ("top-level-object", '{"rows": [[1]]}', ("E_SCHEMA",), "The document is a list of rows."),
+        ("flat-list", "[1,5,7]", ("E_SCHEMA",), "A row must be a list."),
+        ("row-is-string", '["15"]', ("E_SCHEMA",), "A row must be a list, not a string."),
+        ("float-id", "[[1.5]]", ("E_DTYPE",), "Ids are JSON integers."),
+        ("integral-float-id", "[[1.0]]", ("E_DTYPE",), "1.0 is a JSON number with a fraction, not an integer id."),
+        ("exponent-id", "[[1e2]]", ("E_DTYPE",), "1e2 is not an integer literal."),
+        ("string-id", '[["3"]]', ("E_DTYPE",), "Ids are not strings."),
+        ("null-id", "[[null]]", ("E_DTYPE",), "null is not an id."),
+        ("boolean-id", "[[true]]", ("E_DTYPE",), "true is not an id."),
+        ("nested-row", "[[[1]]]", ("E_DTYPE",), "An id that is a list."),
+        ("nan-literal", "[[NaN]]", ("E_ENCODING", "E_DTYPE"), "NaN is not JSON."),
+        ("negative-id", "[[-2]]", ("E_RANGE",), "Ids are >= 0."),
+        ("minus-one-is-not-padding", "[[5,-1]]", ("E_RANGE",), "-1 pads dense arrays only."),
+        ("id-beyond-int32", "[[2147483648]]", ("E_RANGE",), "Ids are int32."),
+        ("huge-integer", "[[123456789012345678901234567890]]", ("E_RANGE",), "An integer beyond int64."),
+        ("duplicate-id", "[[3,3]]", ("E_DUPLICATE",), "Rows are sets."),
+    ):
+        bad.add(slug, why, "json", {"text": text}, err(*codes))
+    bad.add(
+        "invalid-utf8",
+        "The bytes are not UTF-8.",
+        "json",
+        {"hex": b"[[1,\xff]]".hex()},
+        err("E_ENCODING"),
+    )
+    bad.add(
+        "deep-nesting",
+        "5000 nested lists: bounded by max_json_depth, never a stack overflow.",
+        "limits",
+        {"text": "[" * 5000 + "]" * 5000},
+        err("E_LIMIT"),
+    )
+    bad.add(
+        "rows-over-limit",
+        "T above max_rows.",
+        "limits",
+        {"text": "[[1],[2],[3]]"},
+        err("E_LIMIT"),
+        limits={"max_rows": 2},
+    )
+
+
+# ------------------------------------------------------------------------------------------ base64
+def _envelope(
+    values: Any, dtype: str = "int32", shape: Sequence[int] | None = None, override: dict[str, Any] | None = None
+) -> str:
+    """SkyRL's envelope of ``values``, written out with base64 / json (``override`` forges fields)."""
+    a = np.array(values, dtype=np.dtype(dtype).newbyteorder("<"))
+    if shape is not None:
+        a = a.reshape(shape)
+    doc: dict[str, Any] = {"data": base64.b64encode(a.tobytes()).decode("ascii"), "shape": list(a.shape), "dtype": dtype}
+    doc.update(override or {})
+    return json.dumps(doc, separators=(", ", ": "))
+
+
+def base64_cases(book: Book) -> None:
+    d = [[5, 1, -1, -1], [-1, -1, -1, -1], [7, -1, -1, -1]]
+    f = book.file("base64/decode.json", "base64", 'SkyRL\'s dense envelope {"data": base64, "shape": [T, W], "dtype"}.')
+    f.add("skyrl-dense", "A dense int32 array in the envelope.", "json", {"text": _envelope(d)}, ok(mask(ISSUE_ROWS)))
+    f.add(
+        "zero-rows",
+        "Shape [0, 4] with empty data.",
+        "json",
+        {"text": _envelope([], shape=[0, 4])},
+        ok(mask([])),
+    )
+    f.add(
+        "observation-rows",
+        "All -1 rows are empty rows.",
+        "json",
+        {"text": _envelope([[3, 2], [-1, -1], [-1, -1]])},
+        ok(mask([[2, 3], [], []])),
+    )
+    e = book.file("base64/encode.json", "base64", "Encoding a mask in the dense base64 envelope.")
+    e.add(
+        "encode-roundtrip",
+        "The envelope round-trips a one-segment mask.",
+        "json",
+        model([[1, 5], [], [7]]),
+        {"roundtrip": True},
+        op="encode",
+    )
+    bad = book.file("invalid/base64.json", "base64", "Envelopes that a reader must reject.")
+    good = base64.b64encode(np.array([[1, 2]], "<i4").tobytes()).decode("ascii")
+    for slug, text, code, why in (
+        ("not-json", '{"data": ', "E_ENCODING", "The envelope is not JSON."),
+        (
+            "bad-alphabet",
+            json.dumps({"data": "AQAA!AIAAAA=", "shape": [1, 2], "dtype": "int32"}),
+            "E_ENCODING",
+            "A character outside the base64 alphabet (the length is right).",
+        ),
+        (
+            "missing-padding",
+            json.dumps({"data": good.rstrip("="), "shape": [1, 2], "dtype": "int32"}),
+            "E_ENCODING",
+            "Strict base64: the padding is required.",
+        ),
+        ("missing-data", json.dumps({"shape": [1, 2], "dtype": "int32"}), "E_SCHEMA", "data is required."),
+        ("not-an-object", json.dumps([[1, 2]]), "E_SCHEMA", "The envelope is an object."),
+        ("dtype-float32", _envelope([[1.0, 2.0]], "float32"), "E_DTYPE", "Dense ids are int32."),
+        ("dtype-unknown", _envelope([[1, 2]], override={"dtype": "complex64"}), "E_DTYPE", "Not a whitelisted dtype."),
+        (
+            "shape-bytes-mismatch",
+            _envelope([[1, 2]], override={"shape": [1, 3]}),
+            "E_BYTES",
+            "Shape [1, 3] int32 needs 12 bytes; 8 are given.",
+        ),
+        ("three-dimensional", _envelope([[[1, -1]]]), "E_SHAPE", "The dense envelope is [T, W]."),
+        ("padding-between-ids", _envelope([[1, -1, 2]]), "E_PADDING", "-1 between ids."),
+    ):
+        bad.add(slug, why, "json", {"text": text}, err(code))
+    bad.add(
+        "forged-shape",
+        "A few bytes declaring a 2**40 x 2**20 array.",
+        "limits",
+        {"text": json.dumps({"data": good, "shape": [1 << 40, 1 << 20], "dtype": "int32"})},
+        err("E_LIMIT", "E_BYTES"),
+    )
+
+
+# ------------------------------------------------------------------------------------------ model
+def model_cases(book: Book) -> None:
+    f = book.file(
+        "model/decode.json",
+        "model",
+        "The suite's logical form: rows as nested lists plus cu_seqlens, vocab_size, companions, metadata.",
+    )
+    f.add(
+        "segments-and-vocab",
+        "The issue example as a model mask.",
+        "model",
+        model([[5, 1], [], [7]], cu_seqlens=[0, 2, 3], vocab_size=10),
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+    )
+    f.add(
+        "unsorted-rows-with-support-logprobs",
+        "Canonicalization permutes support_logprobs with the ids.",
+        "companions",
+        model([[9, 2, 5]], support_logprobs=[[-0.5, -2.0, -1.0]], sampled_token_ids=[5]),
+        ok(mask([[2, 5, 9]], support_logprobs=[[-2.0, -1.0, -0.5]], sampled_token_ids=[5])),
+    )
+    f.add("zero-rows", "An empty mask.", "model", model([]), ok(mask([])))
+    f.add(
+        "non-finite-as-strings",
+        'Non-finite float companions are spelled "-Infinity", "Infinity", "NaN".',
+        "companions",
+        model([[1], []], sampled_logprobs=["-Infinity", 0.0]),
+        ok(mask([[1], []], sampled_logprobs=["-Infinity", 0.0])),
+    )
+    v = book.file("model/validate.json", "model", "validate: is this a valid mask?")
+    v.add(
+        "validate-companions",
+        "A mask with every companion validates.",
+        "companions",
+        model(
+            [[1, 5], [], [7]],
+            cu_seqlens=[0, 2, 3],
+            vocab_size=10,
+            sampled_token_ids=[5, -1, 7],
+            sampled_logprobs=[-0.5, 0.0, 0.0],
+            temperature=[1.0, 1.0, 0.5],
+            support_logprobs=[[-1.0, -0.5], [], [0.0]],
+        ),
+        {"valid": True},
+        op="validate",
+    )
+    v.add(
+        "validate-empty-segments",
+        "Empty segments validate.",
+        "model",
+        model([[2]], cu_seqlens=[0, 0, 1, 1]),
+        {"valid": True},
+        op="validate",
+    )
+
+    bad = book.file("invalid/model.json", "model", "Model masks that break an invariant of the logical model.")
+    cases: list[tuple[str, str, str, dict[str, Any], tuple[str, ...], dict[str, int] | None]] = [
+        (
+            "sampled-id-not-in-row",
+            "A non-empty row must contain its sampled id.",
+            "companions",
+            model([[1, 5], [7]], sampled_token_ids=[5, 8]),
+            ("E_MISSING_SAMPLED",),
+            None,
+        ),
+        ("temperature-zero", "temperature > 0.", "companions", model([[1]], temperature=[0.0]), ("E_RANGE",), None),
+        (
+            "temperature-infinite",
+            "temperature is finite.",
+            "companions",
+            model([[1]], temperature=["Infinity"]),
+            ("E_RANGE",),
+            None,
+        ),
+        (
+            "cu-seqlens-not-tiling",
+            "cu_seqlens must end at T.",
+            "model",
+            model([[1], [2]], cu_seqlens=[0, 1]),
+            ("E_SEGMENTS",),
+            None,
+        ),
+        ("rows-not-list", "rows is a list.", "model", {"rows": {"0": [1]}}, ("E_SCHEMA",), None),
+        ("row-not-list", "Each row is a list.", "model", {"rows": [[1], 2]}, ("E_SCHEMA",), None),
+        ("float-id", "Ids are integers.", "model", {"rows": [[1.5]]}, ("E_DTYPE",), None),
+        ("boolean-id", "true is not an id.", "model", {"rows": [[True]]}, ("E_DTYPE",), None),
+        ("duplicate-id", "Rows are sets.", "model", {"rows": [[2, 2]]}, ("E_DUPLICATE",), None),
+        (
+            "support-logprobs-not-like-rows",
+            "support_logprobs nests like rows.",
+            "companions",
+            model([[1, 2]], support_logprobs=[[-0.5]]),
+            ("E_SHAPE",),
+            None,
+        ),
+        (
+            "sampled-ids-too-short",
+            "sampled_token_ids has T entries.",
+            "companions",
+            model([[1], [2]], sampled_token_ids=[1]),
+            ("E_SHAPE",),
+            None,
+        ),
+        ("vocab-size-boolean", "vocab_size is an integer.", "model", model([[1]], vocab_size=True), ("E_SCHEMA",), None),
+        ("rows-over-limit", "T above max_rows.", "limits", model([[1], [2], [3]]), ("E_LIMIT",), {"max_rows": 2}),
+        ("metadata-list", "metadata is an object.", "companions", model([[1]], metadata=["top_k"]), ("E_SCHEMA",), None),
+    ]
+    for slug, why, spec, payload, codes, limits in cases:
+        bad.add(slug, why, spec, payload, err(*codes), op="validate", limits=limits)
+
+
+# ------------------------------------------------------------------------------------------ scorer
+def scorer_cases(book: Book) -> None:
+    rng = np.random.default_rng(20260601)
+    f = book.file("scorer/score.json", "scorer", "Renormalized log-probs and entropy over each row's support.")
+    tol = 1e-6
+
+    def add(
+        slug: str,
+        why: str,
+        logits: np.ndarray,
+        rows: list[list[int]],
+        targets: list[int],
+        temperature: Any = 1.0,
+        empty_rows: str = "full",
+        *,
+        payload_logits: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+        level: str = REQ,
+        tolerance: float = tol,
+    ) -> None:
+        payload: dict[str, Any] = {
+            "mask": model(rows),
+            "targets": arr(targets, "int64", shape=[len(targets)]),
+            "temperature": temperature if not isinstance(temperature, list) else arr(temperature, "float64"),
+            "empty_rows": empty_rows,
+        }
+        payload.update(extra or {"logits": payload_logits or arr(logits.tolist(), "float64", shape=logits.shape)})
+        expected = float64_scores(logits, rows, targets, temperature, empty_rows)
+        f.add(slug, why, "scoring", payload, {"scores": expected, "tolerance": tolerance}, op="score", level=level)
+
+    def logits_of(t: int, v: int, scale: float = 3.0) -> np.ndarray:
+        return np.round(rng.normal(0.0, scale, size=(t, v)), 3)
+
+    z = logits_of(3, 6)
+    add("basic", "Three rows, temperature 1.", z, [[0, 2, 5], [1, 3], [4]], [2, 1, 4])
+    add(
+        "temperature-scalar",
+        "One temperature for every row: logits are divided by it before the logsumexp.",
+        z,
+        [[0, 2, 5], [1, 3], [4, 5]],
+        [5, 3, 4],
+        0.7,
+    )
+    add(
+        "temperature-per-row",
+        "A temperature per row.",
+        z,
+        [[0, 2, 5], [1, 3], [4, 5]],
+        [0, 1, 5],
+        [0.5, 1.0, 2.0],
+    )
+    z2 = logits_of(2, 5)
+    add(
+        "support-is-vocabulary",
+        "A support of every id gives the full log_softmax.",
+        z2,
+        [[0, 1, 2, 3, 4], [4, 3, 2, 1, 0]],
+        [3, 0],
+        1.3,
+    )
+    add("singleton-rows", "A one-id support: log-prob 0, entropy 0.", z2, [[3], [1]], [3, 1], 0.9)
+    add(
+        "empty-row-full-vocabulary",
+        "An empty row (no support recorded) is scored against the full vocabulary by default.",
+        z2,
+        [[1, 2], []],
+        [2, 4],
+    )
+    add(
+        "empty-row-excluded",
+        "With empty_rows = exclude an empty row has no score (null).",
+        z2,
+        [[1, 2], []],
+        [2, 4],
+        empty_rows="exclude",
+    )
+    add(
+        "unsorted-support",
+        "Order inside a row does not change the result.",
+        z,
+        [[5, 0, 2], [3, 1], [5, 4]],
+        [0, 3, 5],
+        0.8,
+    )
+    hidden = np.round(rng.normal(0.0, 1.0, size=(3, 4)), 3)
+    weight = np.round(rng.normal(0.0, 1.0, size=(7, 4)), 3)
+    bias = np.round(rng.normal(0.0, 0.5, size=7), 3)
+    add(
+        "hidden-and-weight",
+        "Logits as hidden [T, d] @ weight[V, d].T; only the support's logits are needed.",
+        hidden @ weight.T,
+        [[0, 6, 3], [2], [1, 4, 5]],
+        [6, 2, 1],
+        0.9,
+        extra={"hidden": arr(hidden.tolist(), "float64"), "weight": arr(weight.tolist(), "float64")},
+    )
+    add(
+        "hidden-weight-bias",
+        "The same with an lm-head bias.",
+        hidden @ weight.T + bias,
+        [[0, 6, 3], [2, 5], [1, 4, 5]],
+        [3, 5, 4],
+        1.0,
+        extra={
+            "hidden": arr(hidden.tolist(), "float64"),
+            "weight": arr(weight.tolist(), "float64"),
+            "bias": arr(bias.tolist(), "float64"),
+        },
+    )
+    big = np.array([[1000.0, 999.0, -1000.0, 998.5], [-5000.0, -5001.0, -4999.0, 0.0]])
+    add(
+        "large-logits",
+        "Logits of magnitude 1000s: a stable logsumexp is required.",
+        big,
+        [[0, 1, 3], [0, 1, 2]],
+        [1, 2],
+    )
+    add(
+        "tied-logits",
+        "Equal logits: log-prob -log|S|, entropy log|S|.",
+        np.zeros((2, 8)),
+        [[0, 1, 2, 3], [5, 7]],
+        [2, 7],
+        0.6,
+    )
+    add(
+        "zero-rows",
+        "T = 0 gives empty results.",
+        np.zeros((0, 4)),
+        [],
+        [],
+    )
+    src = _source()
+    picks = ["17", "18"]
+    logits32 = np.concatenate(
+        [np.frombuffer(bytes.fromhex(src["logits_float32_hex"][i]), dtype="<f4") for i in picks]
+    ).reshape(len(picks), -1)
+    temps32 = [src["temperature"][i] for i in picks]
+    rows = [src["rows"][i] for i in picks]
+    targets = [src["sampled_token_ids"][i] for i in picks]
+    expected = float64_scores(logits32.astype(np.float64), rows, targets, temps32, "full")
+    engine = [src["processed_logprobs_of_sampled"][i] for i in picks]
+    for ours, theirs in zip(expected["logprobs"], engine, strict=True):
+        assert ours is not None and abs(ours - theirs) < 1e-5, (ours, theirs)  # agrees with vLLM's own value
+    add(
+        "vllm-0.32-processed-logprobs",
+        "Real vLLM 0.32 logits (float32), per-row temperature and top-k / top-p supports; the expected "
+        "log-probs agree with the engine's processed_logprobs to 1e-5.",
+        logits32.astype(np.float64),
+        rows,
+        targets,
+        temps32,
+        payload_logits={"dtype": "float32", "shape": list(logits32.shape), "hex": logits32.astype("<f4").tobytes().hex()},
+        tolerance=1e-5,
+    )
+
+    bad = book.file("invalid/scorer.json", "scorer", "Scoring requests that must be refused.")
+    z3 = logits_of(2, 5)
+
+    def payload(rows: list[list[int]], targets: list[int], temperature: Any = 1.0, logits: Any = None) -> dict[str, Any]:
+        return {
+            "mask": model(rows),
+            "targets": arr(targets, "int64", shape=[len(targets)]),
+            "temperature": temperature,
+            "empty_rows": "full",
+            "logits": logits if logits is not None else arr(z3.tolist(), "float64"),
+        }
+
+    bad.add(
+        "target-not-in-support",
+        "By default a target outside its row's support is an error naming the row.",
+        "scoring",
+        payload([[0, 1], [2, 3]], [0, 4]),
+        err("E_MISSING_SAMPLED"),
+        op="score",
+    )
+    bad.add(
+        "temperature-zero",
+        "temperature > 0.",
+        "scoring",
+        payload([[0, 1], [2, 3]], [0, 2], 0.0),
+        err("E_RANGE"),
+        op="score",
+    )
+    bad.add(
+        "logits-rows-mismatch",
+        "logits has one row per mask row.",
+        "scoring",
+        payload([[0, 1], [2, 3], [4]], [0, 2, 4]),
+        err("E_SHAPE"),
+        op="score",
+    )
+    bad.add(
+        "support-id-beyond-logits",
+        "A support id must index the logits' vocabulary.",
+        "scoring",
+        payload([[0, 7], [2, 3]], [0, 2]),
+        err("E_RANGE"),
+        op="score",
+    )
+
+
+# ------------------------------------------------------------------------------------------ json document
+def _doc(**fields: Any) -> str:
+    """Our lossless JSON document with the version key first (``override`` by passing the key)."""
+    doc: dict[str, Any] = {"sampling_mask": 1}
+    doc.update(fields)
+    return json.dumps(doc, separators=(", ", ": "))
+
+
+def json_cases(book: Book) -> None:
+    f = book.file("json/decode.json", "json", 'The lossless JSON document {"sampling_mask": 1, "rows": [...], ...}.')
+    f.add(
+        "issue-example",
+        "Version, vocab_size, declared ascending order and segments.",
+        "json",
+        {"text": _doc(vocab_size=10, id_order="ascending", cu_seqlens=[0, 2, 3], rows=[[1, 5], [], [7]])},
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+    )
+    f.add(
+        "minimal",
+        "Only the version and the rows are required.",
+        "json",
+        {"text": _doc(rows=[])},
+        ok(mask([])),
+    )
+    f.add(
+        "unsorted-rows-with-companions",
+        'Order unspecified: rows are sorted and support_logprobs follows; non-finite floats are strings.',
+        "json",
+        {
+            "text": _doc(
+                vocab_size=10,
+                id_order="unspecified",
+                rows=[[9, 3, 5], []],
+                sampled_token_ids=[5, -1],
+                sampled_logprobs=[-0.5, "-Infinity"],
+                temperature=[0.5, 1.0],
+                support_logprobs=[[-3.0, -1.25, -0.5], []],
+            )
+        },
+        ok(
+            mask(
+                [[3, 5, 9], []],
+                vocab=10,
+                sampled_token_ids=[5, -1],
+                sampled_logprobs=[-0.5, "-Infinity"],
+                temperature=[0.5, 1.0],
+                support_logprobs=[[-1.25, -0.5, -3.0], []],
+            )
+        ),
+    )
+    f.add(
+        "metadata-types",
+        "Metadata values keep their JSON type: null, bool, int, float, string.",
+        "json",
+        {
+            "text": _doc(
+                rows=[[1]],
+                metadata={"top_k": 50, "top_p": 0.95, "producer": "sglang", "x-greedy": False, "x-seed": None},
+            )
+        },
+        ok(mask([[1]], metadata={"top_k": 50, "top_p": 0.95, "producer": "sglang", "x-greedy": False, "x-seed": None})),
+    )
+    f.add(
+        "unknown-keys-ignored",
+        "A reader ignores keys it does not know.",
+        "versioning",
+        {"text": _doc(rows=[[2]], **{"x-trace": {"spans": [1, 2]}})},
+        ok(mask([[2]])),
+    )
+    f.add(
+        "vocab-size-null",
+        "vocab_size null means unknown.",
+        "json",
+        {"text": _doc(vocab_size=None, rows=[[2147483647]])},
+        ok(mask([[2147483647]])),
+    )
+    f.add(
+        "all-empty-segments",
+        "Zero rows in two segments.",
+        "json",
+        {"text": _doc(cu_seqlens=[0, 0, 0], rows=[])},
+        ok(mask([], cu=[0, 0, 0])),
+    )
+    e = book.file("json/encode.json", "json", "Encoding a mask as the lossless JSON document.")
+    e.add(
+        "encode-roundtrip-companions",
+        "Everything survives: segments, vocab_size, companions, metadata (the round trip is checked).",
+        "json",
+        model(
+            [[3, 5, 9], [], [1]],
+            cu_seqlens=[0, 2, 3],
+            vocab_size=10,
+            sampled_token_ids=[5, -1, 1],
+            sampled_logprobs=[-0.5, 0.0, "-Infinity"],
+            temperature=[0.5, 1.0, 2.0],
+            support_logprobs=[[-1.25, -0.5, -3.0], [], [0.0]],
+            metadata={"top_k": 3, "top_p": 0.9, "producer": "test"},
+        ),
+        {"roundtrip": True},
+        op="encode",
+    )
+    bad = book.file("invalid/json.json", "json", "JSON documents that a reader must reject.")
+    for slug, text, codes, spec, why, level in (
+        ("unknown-major-version", _doc(rows=[]).replace('"sampling_mask": 1', '"sampling_mask": 2'), ("E_VERSION",), "versioning", "Major version 2 is unknown to a v1 reader.", REQ),
+        ("version-zero", _doc(rows=[]).replace('"sampling_mask": 1', '"sampling_mask": 0'), ("E_VERSION",), "versioning", "There is no version 0.", REQ),
+        ("version-string", _doc(rows=[]).replace('"sampling_mask": 1', '"sampling_mask": "1"'), ("E_SCHEMA",), "versioning", "The version is an integer.", REQ),
+        ("version-missing", json.dumps({"rows": [[1]]}), ("E_SCHEMA",), "versioning", "The document names its version.", REQ),
+        ("rows-missing", _doc(vocab_size=10), ("E_SCHEMA",), "json", "rows is required.", REQ),
+        ("not-an-object", "[[1, 2]]", ("E_SCHEMA",), "json", "The document is an object.", REQ),
+        ("not-json", '{"sampling_mask": 1, "rows": [[1]', ("E_ENCODING",), "json", "Truncated JSON.", REQ),
+        ("ascending-order-violated", _doc(id_order="ascending", rows=[[5, 1]]), ("E_SCHEMA",), "json", "A declared ascending order is checked.", REQ),
+        ("unknown-id-order", _doc(id_order="descending", rows=[[5, 1]]), ("E_SCHEMA",), "json", "id_order is ascending or unspecified.", REQ),
+        ("nan-token", _doc(rows=[[1]], sampled_logprobs=[1.0]).replace("1.0", "NaN"), ("E_ENCODING",), "json", 'NaN is not JSON; write "NaN".', REQ),
+        ("bad-float-string", _doc(rows=[[1]], sampled_logprobs=["nan"]), ("E_DTYPE",), "json", 'Only "NaN", "Infinity", "-Infinity" stand for floats.', REQ),
+        ("float-overflows-float32", _doc(rows=[[1]], temperature=[1e39]), ("E_RANGE",), "json", "1e39 does not fit float32.", REQ),
+        ("float-id", _doc(rows=[[1.0]]), ("E_DTYPE",), "json", "Ids are JSON integers.", REQ),
+        ("boolean-id", _doc(rows=[[True]]), ("E_DTYPE",), "json", "true is not an id.", REQ),
+        ("support-logprobs-row-length", _doc(rows=[[1, 2]], support_logprobs=[[-0.5]]), ("E_SHAPE",), "json", "support_logprobs rows match the mask's rows.", REQ),
+        ("sampled-ids-length", _doc(rows=[[1], [2]], sampled_token_ids=[1]), ("E_SHAPE",), "json", "sampled_token_ids has T entries.", REQ),
+        ("cu-seqlens-not-tiling", _doc(cu_seqlens=[0, 1], rows=[[1], [2]]), ("E_SEGMENTS",), "model", "cu_seqlens ends at T.", REQ),
+        ("sampled-id-not-in-row", _doc(rows=[[1, 2]], sampled_token_ids=[3]), ("E_MISSING_SAMPLED",), "companions", "A non-empty row contains its sampled id.", REQ),
+        ("metadata-nested-object", _doc(rows=[[1]], metadata={"x": {"y": 1}}), ("E_SCHEMA",), "json", "Metadata values are scalars.", REQ),
+        ("duplicate-key", '{"sampling_mask": 1, "rows": [[1]], "rows": [[2]]}', ("E_SCHEMA",), "json", "A key given twice is ambiguous (parsers disagree on which wins).", REC),
+        ("unknown-key-too-deep", _doc(rows=[[1]], **{"x": [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]}), ("E_LIMIT",), "limits", "Even an ignored key is bounded by max_json_depth.", REQ),
+    ):
+        bad.add(slug, why, spec, {"text": text}, err(*codes), level=level)
+
+
+# ------------------------------------------------------------------------------------------ msgpack
+def _marray(values: Any, dtype: str, shape: Sequence[int] | None = None) -> dict[str, Any]:
+    """A msgpack ARRAY map {dtype, shape, data: bin of little-endian bytes}."""
+    a = np.array(values, dtype=np.dtype(dtype).newbyteorder("<"))
+    if shape is not None:
+        a = a.reshape(shape)
+    return {"dtype": dtype, "shape": list(a.shape), "data": a.tobytes()}
+
+
+def _envelope_bytes(fields: dict[str, Any], *, version: Any = 1) -> bytes:
+    """The envelope, the version key first, packed by msgpack itself (not by this library)."""
+    import msgpack
+
+    env: dict[str, Any] = {"sampling_mask": version} if version is not None else {}
+    env.update(fields)
+    return msgpack.packb(env, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _mhex(fields: dict[str, Any], **kw: Any) -> dict[str, str]:
+    return {"hex": _envelope_bytes(fields, **kw).hex()}
+
+
+def msgpack_cases(book: Book) -> None:
+    ragged = {
+        "layout": "ragged",
+        "vocab_size": 10,
+        "id_order": "ascending",
+        "num_rows": 3,
+        "nnz": 3,
+        "ids": _marray([1, 5, 7], "int32"),
+        "offsets": _marray([0, 2, 2, 3], "int64"),
+    }
+    f = book.file("msgpack/decode.json", "msgpack", "The msgpack envelope: one map, arrays as raw little-endian bin.")
+    f.add(
+        "ragged-issue-example",
+        "Layout ragged: ids int32 and offsets int64 as bin, with segments.",
+        "msgpack",
+        _mhex({**ragged, "cu_seqlens": _marray([0, 2, 3], "int64")}),
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+    )
+    f.add(
+        "ragged-int32-offsets",
+        "offsets and cu_seqlens may be int32.",
+        "msgpack",
+        _mhex({**ragged, "offsets": _marray([0, 2, 2, 3], "int32"), "cu_seqlens": _marray([0, 2, 3], "int32")}),
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+    )
+    f.add(
+        "minimal",
+        "Only the version and the arrays: layout defaults to ragged, counts are optional.",
+        "msgpack",
+        _mhex({"ids": _marray([7, 3], "int32"), "offsets": _marray([0, 2], "int64")}),
+        ok(mask([[3, 7]])),
+    )
+    f.add(
+        "dense-layout",
+        "Layout dense: int32 [T, W] with -1 trailing padding.",
+        "msgpack",
+        _mhex({"layout": "dense", "vocab_size": 10, "dense": _marray([[5, 1], [-1, -1], [7, -1]], "int32")}),
+        ok(mask(ISSUE_ROWS, vocab=10)),
+    )
+    f.add(
+        "zero-rows",
+        "An empty mask.",
+        "msgpack",
+        _mhex({"layout": "ragged", "num_rows": 0, "nnz": 0, "ids": _marray([], "int32"), "offsets": _marray([0], "int64")}),
+        ok(mask([])),
+    )
+    f.add(
+        "companions-and-metadata",
+        "Companions as bin arrays; metadata as a map; support_logprobs follows its ids.",
+        "msgpack",
+        _mhex(
+            {
+                "layout": "ragged",
+                "vocab_size": 10,
+                "id_order": "unspecified",
+                "ids": _marray([9, 3, 5], "int32"),
+                "offsets": _marray([0, 3, 3], "int64"),
+                "sampled_token_ids": _marray([5, -1], "int32"),
+                "sampled_logprobs": _marray([-0.5, 0.0], "float32"),
+                "temperature": _marray([0.5, 1.0], "float32"),
+                "support_logprobs": _marray([-3.0, -1.25, -0.5], "float32"),
+                "metadata": {"top_k": 3, "top_p": 0.5, "producer": "vllm-0.32"},
+            }
+        ),
+        ok(
+            mask(
+                [[3, 5, 9], []],
+                vocab=10,
+                sampled_token_ids=[5, -1],
+                sampled_logprobs=[-0.5, 0.0],
+                temperature=[0.5, 1.0],
+                support_logprobs=[[-1.25, -0.5, -3.0], []],
+                metadata={"top_k": 3, "top_p": 0.5, "producer": "vllm-0.32"},
+            )
+        ),
+    )
+    f.add(
+        "unknown-keys-ignored",
+        "A reader ignores keys it does not know.",
+        "versioning",
+        _mhex({**ragged, "x-trace": {"span": 7, "tags": ["a"]}}),
+        ok(mask(ISSUE_ROWS, vocab=10)),
+    )
+    e = book.file("msgpack/encode.json", "msgpack", "Encoding a mask as the msgpack envelope.")
+    for layout in ("ragged", "dense"):
+        e.add(
+            f"encode-{layout}-roundtrip",
+            f"Layout {layout}: everything survives (the round trip is checked).",
+            "msgpack",
+            model(
+                [[3, 5, 9], [], [1]],
+                cu_seqlens=[0, 2, 3],
+                vocab_size=10,
+                sampled_token_ids=[5, -1, 1],
+                sampled_logprobs=[-0.5, 0.0, -1.0],
+                temperature=[0.5, 1.0, 2.0],
+                support_logprobs=[[-1.25, -0.5, -3.0], [], [0.0]],
+                metadata={"top_k": 3, "producer": "test"},
+            ),
+            {"roundtrip": True},
+            op="encode",
+            options={"layout": layout},
+        )
+    bad = book.file("invalid/msgpack.json", "msgpack", "Envelopes that a reader must reject.")
+    good = _envelope_bytes(ragged)
+    cases: list[tuple[str, dict[str, str], tuple[str, ...], str, str]] = [
+        ("unknown-major-version", _mhex(ragged, version=2), ("E_VERSION",), "versioning", "Major version 2 is unknown."),
+        ("version-missing", _mhex(ragged, version=None), ("E_SCHEMA",), "versioning", "The envelope names its version."),
+        ("version-not-integer", _mhex(ragged, version="1"), ("E_SCHEMA",), "versioning", "The version is an integer."),
+        ("truncated", {"hex": good[: len(good) // 2].hex()}, ("E_ENCODING",), "msgpack", "The first half of a valid envelope."),
+        ("not-msgpack", {"hex": "c1c1c1"}, ("E_ENCODING",), "msgpack", "0xc1 is never used in msgpack."),
+        ("trailing-bytes", {"hex": (good + b"\x00").hex()}, ("E_ENCODING",), "msgpack", "Bytes after the map."),
+        ("not-a-map", {"hex": "93010203"}, ("E_SCHEMA",), "msgpack", "The envelope is a map."),
+        ("unknown-layout", _mhex({**ragged, "layout": "csr"}), ("E_SCHEMA",), "msgpack", "layout is ragged, dense or compact."),
+        ("ids-int64", _mhex({**ragged, "ids": _marray([1, 5, 7], "int64")}), ("E_DTYPE",), "msgpack", "ids are int32."),
+        ("ids-float32", _mhex({**ragged, "ids": _marray([1, 5, 7], "float32")}), ("E_DTYPE",), "msgpack", "ids are integers."),
+        (
+            "data-not-bin",
+            _mhex({**ragged, "ids": {"dtype": "int32", "shape": [3], "data": "AQAAAAUAAAAHAAAA"}}),
+            ("E_SCHEMA",),
+            "msgpack",
+            "Array data is a msgpack bin, not a string.",
+        ),
+        (
+            "bytes-mismatch",
+            _mhex({**ragged, "ids": {"dtype": "int32", "shape": [3], "data": bytes(8)}}),
+            ("E_BYTES",),
+            "msgpack",
+            "Shape [3] int32 needs 12 bytes; 8 are given.",
+        ),
+        (
+            "forged-shape",
+            _mhex({**ragged, "ids": {"dtype": "int32", "shape": [1 << 40], "data": bytes(12)}}),
+            ("E_LIMIT", "E_BYTES"),
+            "limits",
+            "A 12-byte bin declaring 2**40 ids.",
+        ),
+        (
+            "offsets-end-past-nnz",
+            _mhex({**ragged, "offsets": _marray([0, 2, 2, 4], "int64"), "num_rows": None, "nnz": None}),
+            ("E_OFFSETS",),
+            "layouts",
+            "offsets[T] = 4 with 3 ids.",
+        ),
+        ("num-rows-disagrees", _mhex({**ragged, "num_rows": 4}), ("E_SHAPE",), "msgpack", "num_rows says 4, the offsets hold 3 rows."),
+        ("nnz-disagrees", _mhex({**ragged, "nnz": 2}), ("E_SHAPE",), "msgpack", "nnz says 2, ids holds 3."),
+        (
+            "dense-padding-between-ids",
+            _mhex({"layout": "dense", "dense": _marray([[5, -1, 1]], "int32")}),
+            ("E_PADDING",),
+            "layouts",
+            "-1 between ids in the dense layout.",
+        ),
+        ("id-order-violated", _mhex({**ragged, "ids": _marray([5, 1, 7], "int32")}), ("E_SCHEMA",), "msgpack", "Declared ascending, row 0 is not."),
+        ("id-beyond-vocab", _mhex({**ragged, "ids": _marray([1, 5, 10], "int32")}), ("E_RANGE",), "model", "Id 10 with vocab_size 10."),
+        (
+            "sampled-id-not-in-row",
+            _mhex({**ragged, "sampled_token_ids": _marray([2, -1, 7], "int32")}),
+            ("E_MISSING_SAMPLED",),
+            "companions",
+            "A non-empty row contains its sampled id.",
+        ),
+        (
+            "nesting-too-deep",
+            _mhex({**ragged, "x-deep": [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]}),
+            ("E_LIMIT",),
+            "limits",
+            "Containers nested beyond max_json_depth, even under an unknown key.",
+        ),
+    ]
+    for slug, payload, codes, spec, why in cases:
+        payload = {"hex": payload["hex"]}
+        bad.add(slug, why, spec, payload, err(*codes))
+
+
+# ------------------------------------------------------------------------------------------ arrow
+#: Arrow / Parquet payloads are built by pyarrow once (``--rebuild-binaries``) and committed in
+#: ``sources/arrow-payloads.json``: pyarrow versions differ in incidental bytes, the goldens must not.
+_ARROW_SOURCE = "arrow-payloads.json"
+
+
+def _arrow_payloads() -> dict[str, bytes]:
+    """Every Arrow IPC / Parquet payload of the suite, written with pyarrow directly."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def lists(cu: list[int], offsets: list[int], values: Any, *, large: bool = False) -> Any:
+        cls = pa.LargeListArray if large else pa.ListArray
+        index = pa.int64() if large else pa.int32()
+        inner = cls.from_arrays(pa.array(offsets, index), values)
+        return cls.from_arrays(pa.array(cu, index), inner)
+
+    def flat(cu: list[int], values: Any) -> Any:
+        return pa.ListArray.from_arrays(pa.array(cu, pa.int32()), values)
+
+    def meta(**fields: str) -> dict[str, str]:
+        out = {"sampling_mask.version": "1"}
+        out.update({f"sampling_mask.{k.replace('__', '.')}": v for k, v in fields.items()})
+        return out
+
+    def table(columns: dict[str, Any], metadata: dict[str, str]) -> Any:
+        return pa.table(columns).replace_schema_metadata(metadata)
+
+    def ipc_file(t: Any) -> bytes:
+        sink = io.BytesIO()
+        with pa.ipc.new_file(sink, t.schema) as writer:
+            writer.write_table(t)
+        return sink.getvalue()
+
+    def ipc_stream(t: Any, batches: int = 1) -> bytes:
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, t.schema) as writer:
+            if batches == 1:
+                writer.write_table(t)
+            else:
+                for batch in t.to_batches(max_chunksize=1):
+                    writer.write_batch(batch)
+        return sink.getvalue()
+
+    def parquet(t: Any) -> bytes:
+        sink = io.BytesIO()
+        pq.write_table(t, sink)
+        return sink.getvalue()
+
+    issue = table(
+        {"sampling_mask": lists([0, 2, 3], [0, 2, 2, 3], pa.array([1, 5, 7], pa.int32()))},
+        meta(vocab_size="10", id_order="ascending"),
+    )
+    companions = table(
+        {
+            "sampling_mask": lists([0, 2], [0, 3, 3], pa.array([9, 3, 5], pa.int32())),
+            "sampled_token_ids": flat([0, 2], pa.array([5, -1], pa.int32())),
+            "sampled_logprobs": flat([0, 2], pa.array([-0.5, 0.0], pa.float32())),
+            "temperature": flat([0, 2], pa.array([0.5, 1.0], pa.float32())),
+            "support_logprobs": lists([0, 2], [0, 3, 3], pa.array([-3.0, -1.25, -0.5], pa.float32())),
+        },
+        meta(vocab_size="10", id_order="unspecified", metadata__top_k="3", metadata__producer='"vllm-0.32"'),
+    )
+    user = table(
+        {
+            "prompt_ids": pa.array([[1, 2, 3], [4]], pa.list_(pa.int64())),
+            "sampling_mask": lists([0, 2, 3], [0, 2, 2, 3], pa.array([1, 5, 7], pa.int32())),
+            "reward": pa.array([1.0, -0.5], pa.float64()),
+        },
+        meta(),
+    )
+    out = {
+        "arrow.issue-example": ipc_file(issue),
+        "arrow.companions": ipc_file(companions),
+        "arrow.user-columns": ipc_file(user),
+        "arrow.large-lists": ipc_file(
+            table({"sampling_mask": lists([0, 2, 3], [0, 2, 2, 3], pa.array([1, 5, 7], pa.int32()), large=True)}, meta())
+        ),
+        "arrow.empty-segments": ipc_file(
+            table({"sampling_mask": lists([0, 0, 2, 2], [0, 1, 2], pa.array([1, 2], pa.int32()))}, meta())
+        ),
+        "arrow.zero-segments": ipc_file(table({"sampling_mask": lists([0], [0], pa.array([], pa.int32()))}, meta())),
+        "arrows.issue-example": ipc_stream(issue),
+        "arrows.one-batch-per-segment": ipc_stream(issue, batches=2),
+        "parquet.issue-example": parquet(issue),
+        "parquet.companions": parquet(companions),
+        # invalid
+        "arrow.unknown-major-version": ipc_file(issue.replace_schema_metadata(meta(version="2", vocab_size="10"))),
+        "arrow.version-missing": ipc_file(issue.replace_schema_metadata({"sampling_mask.vocab_size": "10"})),
+        "arrow.vocab-size-not-decimal": ipc_file(issue.replace_schema_metadata(meta(vocab_size="ten"))),
+        "arrow.int64-ids": ipc_file(
+            table({"sampling_mask": lists([0, 2, 3], [0, 2, 2, 3], pa.array([1, 5, 7], pa.int64()))}, meta())
+        ),
+        "arrow.mask-column-missing": ipc_file(table({"tokens": pa.array([[1, 5, 7]], pa.list_(pa.int32()))}, meta())),
+        "arrow.null-row": ipc_file(
+            table(
+                {
+                    "sampling_mask": pa.array(
+                        [[[1, 5], None], [[7]]], pa.list_(pa.list_(pa.int32()))
+                    )
+                },
+                meta(),
+            )
+        ),
+        "arrow.duplicate-id": ipc_file(
+            table({"sampling_mask": lists([0, 1], [0, 2], pa.array([4, 4], pa.int32()))}, meta())
+        ),
+        "arrow.id-order-violated": ipc_file(
+            table({"sampling_mask": lists([0, 1], [0, 2], pa.array([5, 1], pa.int32()))}, meta(id_order="ascending"))
+        ),
+        "arrow.id-beyond-vocab": ipc_file(
+            table({"sampling_mask": lists([0, 1], [0, 2], pa.array([1, 10], pa.int32()))}, meta(vocab_size="10"))
+        ),
+        "arrow.companion-misaligned": ipc_file(
+            table(
+                {
+                    "sampling_mask": lists([0, 2, 3], [0, 2, 2, 3], pa.array([1, 5, 7], pa.int32())),
+                    "sampled_token_ids": flat([0, 1, 3], pa.array([5, -1, 7], pa.int32())),
+                },
+                meta(),
+            )
+        ),
+        "arrow.sampled-id-not-in-row": ipc_file(
+            table(
+                {
+                    "sampling_mask": lists([0, 2, 3], [0, 2, 2, 3], pa.array([1, 5, 7], pa.int32())),
+                    "sampled_token_ids": flat([0, 2, 3], pa.array([2, -1, 7], pa.int32())),
+                },
+                meta(),
+            )
+        ),
+        "arrows.unknown-major-version": ipc_stream(issue.replace_schema_metadata(meta(version="2"))),
+        "parquet.unknown-major-version": parquet(issue.replace_schema_metadata(meta(version="2"))),
+    }
+    # Offsets Arrow itself would refuse to build: assembled from raw buffers.
+    ids = pa.array([1, 5, 7], pa.int32())
+    bad_inner = pa.ListArray.from_buffers(
+        pa.list_(pa.int32()), 3, [None, pa.py_buffer(np.array([0, 2, 1, 3], "<i4").tobytes())], children=[ids]
+    )
+    outer = pa.ListArray.from_buffers(
+        pa.list_(pa.list_(pa.int32())), 1, [None, pa.py_buffer(np.array([0, 3], "<i4").tobytes())], children=[bad_inner]
+    )
+    out["arrow.offsets-decreasing"] = ipc_file(table({"sampling_mask": outer}, meta()))
+    return out
+
+
+def _arrow_source() -> dict[str, bytes]:
+    data = json.loads((_SOURCES / _ARROW_SOURCE).read_text(encoding="utf-8"))
+    return {name: bytes.fromhex(text) for name, text in data["payloads"].items()}
+
+
+def rebuild_binaries() -> Path:
+    """Rewrite ``sources/arrow-payloads.json`` with the installed pyarrow (an explicit, reviewed step)."""
+    import pyarrow as pa
+
+    payloads = _arrow_payloads()
+    doc = {
+        "about": "Arrow IPC / Parquet payloads of the conformance suite, written by pyarrow directly "
+        "(sampling_mask.conformance.generate._arrow_payloads). Rebuilt only by "
+        "`python -m sampling_mask.conformance.generate --rebuild-binaries`.",
+        "pyarrow": pa.__version__,
+        "payloads": {name: data.hex() for name, data in sorted(payloads.items())},
+    }
+    path = _SOURCES / _ARROW_SOURCE
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def arrow_cases(book: Book) -> None:
+    bins = _arrow_source()
+
+    def hx(name: str) -> dict[str, str]:
+        return {"hex": bins[name].hex()}
+
+    f = book.file("arrow/decode.json", "arrow", "Arrow IPC file: one table row per segment, list<list<int32>>.")
+    f.add(
+        "issue-example",
+        "Outer offsets are cu_seqlens, inner offsets are the ragged offsets; header in schema metadata.",
+        "arrow",
+        hx("arrow.issue-example"),
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+    )
+    f.add(
+        "companions-and-metadata",
+        "Companion columns per row (support_logprobs per id); sampling_mask.metadata.<key> holds JSON.",
+        "arrow",
+        hx("arrow.companions"),
+        ok(
+            mask(
+                [[3, 5, 9], []],
+                vocab=10,
+                sampled_token_ids=[5, -1],
+                sampled_logprobs=[-0.5, 0.0],
+                temperature=[0.5, 1.0],
+                support_logprobs=[[-1.25, -0.5, -3.0], []],
+                metadata={"top_k": 3, "producer": "vllm-0.32"},
+            )
+        ),
+    )
+    f.add(
+        "user-columns-ignored",
+        "Other columns (prompt ids, rewards) are allowed and do not change the mask.",
+        "arrow",
+        hx("arrow.user-columns"),
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3])),
+    )
+    f.add(
+        "large-lists",
+        "large_list<large_list<int32>> is read like list<list<int32>>.",
+        "arrow",
+        hx("arrow.large-lists"),
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3])),
+    )
+    f.add(
+        "empty-segments",
+        "Table rows with no tokens are empty segments.",
+        "arrow",
+        hx("arrow.empty-segments"),
+        ok(mask([[1], [2]], cu=[0, 0, 2, 2])),
+    )
+    f.add(
+        "zero-segments",
+        "A table of zero rows is a mask of zero segments and zero rows.",
+        "arrow",
+        hx("arrow.zero-segments"),
+        ok(mask([], cu=[0])),
+    )
+    s = book.file("arrows/decode.json", "arrows", "Arrow IPC stream: the same table as the file format.")
+    s.add("issue-example", "One record batch.", "arrow", hx("arrows.issue-example"), ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)))
+    s.add(
+        "one-batch-per-segment",
+        "Record batches concatenate: segments and rows of every batch, in order.",
+        "arrow",
+        hx("arrows.one-batch-per-segment"),
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+    )
+    p = book.file("parquet/decode.json", "parquet", "Parquet: the Arrow table stored by pyarrow.parquet.")
+    p.add("issue-example", "The Arrow schema and metadata survive Parquet.", "arrow", hx("parquet.issue-example"), ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)))
+    p.add(
+        "companions-and-metadata",
+        "Companions and metadata survive Parquet.",
+        "arrow",
+        hx("parquet.companions"),
+        ok(
+            mask(
+                [[3, 5, 9], []],
+                vocab=10,
+                sampled_token_ids=[5, -1],
+                sampled_logprobs=[-0.5, 0.0],
+                temperature=[0.5, 1.0],
+                support_logprobs=[[-1.25, -0.5, -3.0], []],
+                metadata={"top_k": 3, "producer": "vllm-0.32"},
+            )
+        ),
+    )
+    for form in ("arrow", "arrows", "parquet"):
+        e = book.file(f"{form}/encode.json", form, f"Encoding a mask as {form}.")
+        e.add(
+            "encode-roundtrip-companions",
+            "Segments, vocab_size, companions and metadata survive (the round trip is checked).",
+            "arrow",
+            model(
+                [[3, 5, 9], [], [1]],
+                cu_seqlens=[0, 2, 3],
+                vocab_size=10,
+                sampled_token_ids=[5, -1, 1],
+                sampled_logprobs=[-0.5, 0.0, -1.0],
+                temperature=[0.5, 1.0, 2.0],
+                support_logprobs=[[-1.25, -0.5, -3.0], [], [0.0]],
+                metadata={"top_k": 3, "producer": "test"},
+            ),
+            {"roundtrip": True},
+            op="encode",
+        )
+    issue = bins["arrow.issue-example"]
+    bad = book.file("invalid/arrow.json", "arrow", "Arrow IPC files that a reader must reject.")
+    for slug, payload, codes, spec, why in (
+        ("unknown-major-version", hx("arrow.unknown-major-version"), ("E_VERSION",), "versioning", "sampling_mask.version 2 is unknown."),
+        ("version-missing", hx("arrow.version-missing"), ("E_SCHEMA",), "arrow", "The schema metadata names the version."),
+        ("vocab-size-not-decimal", hx("arrow.vocab-size-not-decimal"), ("E_SCHEMA",), "arrow", "sampling_mask.vocab_size is a decimal integer."),
+        ("not-arrow", {"hex": b"ARROW1\x00\x00not an arrow file".hex()}, ("E_ENCODING",), "arrow", "The magic alone is not a file."),
+        ("truncated", {"hex": issue[: len(issue) // 2].hex()}, ("E_ENCODING",), "arrow", "The first half of a valid file."),
+        ("int64-ids", hx("arrow.int64-ids"), ("E_DTYPE",), "arrow", "Ids are int32 in Arrow too."),
+        ("mask-column-missing", hx("arrow.mask-column-missing"), ("E_SCHEMA",), "arrow", "The sampling_mask column is required."),
+        ("null-row", hx("arrow.null-row"), ("E_SCHEMA",), "arrow", "Nulls are not allowed; an empty row is an empty list."),
+        ("offsets-decreasing", hx("arrow.offsets-decreasing"), ("E_OFFSETS", "E_ENCODING"), "arrow", "Inner offsets that decrease, written from raw buffers."),
+        ("duplicate-id", hx("arrow.duplicate-id"), ("E_DUPLICATE",), "model", "Rows are sets in Arrow too."),
+        ("id-order-violated", hx("arrow.id-order-violated"), ("E_SCHEMA",), "arrow", "Declared ascending, a row is not."),
+        ("id-beyond-vocab", hx("arrow.id-beyond-vocab"), ("E_RANGE",), "model", "Id 10 with vocab_size 10."),
+        ("companion-misaligned", hx("arrow.companion-misaligned"), ("E_SHAPE",), "arrow", "A companion's rows per segment differ from the mask's."),
+        ("sampled-id-not-in-row", hx("arrow.sampled-id-not-in-row"), ("E_MISSING_SAMPLED",), "companions", "A non-empty row contains its sampled id."),
+    ):
+        bad.add(slug, why, spec, payload, err(*codes))
+    stream = bins["arrows.issue-example"]
+    bad_s = book.file("invalid/arrows.json", "arrows", "Arrow IPC streams that a reader must reject.")
+    bad_s.add("unknown-major-version", "sampling_mask.version 2 is unknown.", "versioning", hx("arrows.unknown-major-version"), err("E_VERSION"))
+    bad_s.add("truncated", "A stream cut in the middle of a message.", "arrow", {"hex": stream[: len(stream) - 40].hex()}, err("E_ENCODING"))
+    bad_s.add("not-arrow", "Random bytes.", "arrow", {"hex": "ffffffff0800000001020304"}, err("E_ENCODING"))
+    pq_bytes = bins["parquet.issue-example"]
+    bad_p = book.file("invalid/parquet.json", "parquet", "Parquet files that a reader must reject.")
+    bad_p.add("unknown-major-version", "sampling_mask.version 2 is unknown.", "versioning", hx("parquet.unknown-major-version"), err("E_VERSION"))
+    bad_p.add("truncated", "The first half of a valid file.", "arrow", {"hex": pq_bytes[: len(pq_bytes) // 2].hex()}, err("E_ENCODING"))
+    bad_p.add("not-parquet", "PAR1 magic around garbage.", "arrow", {"hex": (b"PAR1" + b"\x00" * 8 + b"PAR1").hex()}, err("E_ENCODING"))
+
+
+# ------------------------------------------------------------------------------------------ book
+#: Builders of the suite, one per form; :func:`build` runs them in this order.
+BUILDERS: list[Callable[[Book], None]] = [
+    dense_cases,
+    packed_cases,
+    ragged_cases,
+    counts_cases,
+    bitmask_cases,
+    json_rows_cases,
+    base64_cases,
+    json_cases,
+    msgpack_cases,
+    arrow_cases,
+    model_cases,
+    scorer_cases,
+]
+
+
+def build() -> dict[str, Any]:
+    """Every case file's document, by path relative to the suite root."""
+    book = Book()
+    for builder in BUILDERS:
+        builder(book)
+    return {path: f.document() for path, f in sorted(book.files.items())}
+
+
+def _inline(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
+
+
+def render(obj: Any, indent: int = 0) -> str:
+    """Stable JSON: objects one key per line; a list inline when it fits in 100 columns."""
+    pad = "  " * indent
+    if isinstance(obj, dict) and obj:
+        items = [f'{pad}  {json.dumps(k)}: {render(v, indent + 1).lstrip()}' for k, v in obj.items()]
+        return pad + "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(obj, list) and obj:
+        text = _inline(obj)
+        if len(text) + len(pad) <= 100 or not any(isinstance(x, (list, dict)) for x in obj):
+            return pad + text
+        return pad + "[\n" + ",\n".join(render(x, indent + 1) for x in obj) + "\n" + pad + "]"
+    return pad + _inline(obj)
+
+
+def suite_root() -> Path:
+    """``<repo>/conformance`` of the checkout this module lives in (the generator needs a checkout)."""
+    root = Path(__file__).resolve().parents[2] / "conformance"
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} not found: the generator runs from a source checkout")
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sampling_mask.conformance.generate",
+        description="Check (default) or regenerate (--write) the committed conformance vectors.",
+    )
+    parser.add_argument("--write", action="store_true", help="rewrite conformance/v1 from this generator")
+    parser.add_argument(
+        "--rebuild-binaries", action="store_true", help="rewrite sources/arrow-payloads.json with pyarrow first"
+    )
+    parser.add_argument("--root", type=Path, default=None, help="suite root (default: <repo>/conformance)")
+    args = parser.parse_args(argv)
+    root = args.root or suite_root()
+    if args.rebuild_binaries:
+        print(f"wrote {rebuild_binaries()}")
+    docs = {path: render(doc) + "\n" for path, doc in build().items()}
+    existing = {p.relative_to(root).as_posix() for p in (root / SUITE).glob("*/*.json")}
+    stray = sorted(existing - set(docs))
+    if args.write:
+        for path, text in docs.items():
+            target = root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists() or target.read_text(encoding="utf-8") != text:
+                target.write_text(text, encoding="utf-8")
+                print(f"wrote {path}")
+        for path in stray:
+            (root / path).unlink()
+            print(f"removed {path}")
+        return 0
+    problems = [f"missing: {p}" for p in docs if p not in existing]
+    problems += [f"differs from the generator: {p}" for p in docs if p in existing and (root / p).read_text(encoding="utf-8") != docs[p]]
+    problems += [f"not produced by the generator: {p}" for p in stray]
+    for line in problems:
+        print(line)
+    if problems:
+        print("run `python -m sampling_mask.conformance.generate --write` and review the diff")
+        return 1
+    print(f"{len(docs)} case files match the generator")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""Check the suite itself: ``python -m sampling_mask.conformance.lint`` (exit 1 on any problem).
+
+Checks: every file is valid against ``test-schema.json``; file and folder agree on the form; ids
+are unique and start with their form; descriptions are unique within a file; valid cases live in
+form folders and invalid ones in ``invalid/``; every error code and every form of :data:`FORMS`
+is covered (each code as the sole expected answer of at least one case, each form by valid and
+invalid cases); at least :data:`MIN_VALID` valid and :data:`MIN_INVALID` invalid cases; typed
+arrays are well formed (in valid cases also their bytes); expected masks are canonical and
+consistent; every ``spec`` reference names a section of spec/v1/SPEC.md (in a checkout).
+Needs ``jsonschema`` (the ``test`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import ErrorCode, SamplingMaskError
+from .payloads import array_from_json
+from .suite import FORMS, SUITE_VERSION, case_files, vectors_dir
+
+__all__ = ["MIN_INVALID", "MIN_VALID", "lint", "main"]
+
+MIN_VALID = 60
+MIN_INVALID = 60
+
+
+def _typed_arrays(value: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every object that declares ``dtype`` and ``shape`` (a typed array), with where it sits."""
+    if isinstance(value, dict):
+        if "dtype" in value and "shape" in value and ("values" in value or "hex" in value):
+            yield path, value
+            return
+        for key, item in value.items():
+            yield from _typed_arrays(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _typed_arrays(item, f"{path}[{i}]")
+
+
+def _check_mask(m: dict[str, Any]) -> str | None:
+    rows, cu = m["rows"], m["cu_seqlens"]
+    for i, row in enumerate(rows):
+        if any(b <= a for a, b in zip(row, row[1:], strict=False)):
+            return f"row {i} is not strictly ascending"
+    if cu[0] != 0 or cu[-1] != len(rows) or any(b < a for a, b in zip(cu, cu[1:], strict=False)):
+        return "cu_seqlens does not tile the rows"
+    vocab = m["vocab_size"]
+    if vocab is not None and any(i >= vocab for row in rows for i in row):
+        return "an id is >= vocab_size"
+    for key in ("sampled_token_ids", "sampled_logprobs", "temperature", "support_logprobs"):
+        if key in m and len(m[key]) != len(rows):
+            return f"{key} does not have one entry per row"
+    if "support_logprobs" in m and any(len(a) != len(r) for a, r in zip(m["support_logprobs"], rows, strict=True)):
+        return "support_logprobs does not nest like rows"
+    if "sampled_token_ids" in m:
+        for i, (s, row) in enumerate(zip(m["sampled_token_ids"], rows, strict=True)):
+            if row and s not in row:
+                return f"row {i} lacks its sampled id"
+    return None
+
+
+def _spec_sections(root: Path) -> set[str] | None:
+    """Section names of spec/v1/SPEC.md: ``<!-- section: x -->`` markers and heading anchors."""
+    spec = root.resolve().parent / "spec" / SUITE_VERSION / "SPEC.md"
+    if not spec.is_file():
+        return None
+    text = spec.read_text(encoding="utf-8")
+    names = set(re.findall(r"<!--\s*section:\s*([a-z0-9-]+)\s*-->", text))
+    for heading in re.findall(r"^#+\s+(.+?)\s*$", text, flags=re.M):
+        anchor = re.sub(r"[^\w\- ]", "", heading.lower()).strip().replace(" ", "-")
+        names.add(anchor)
+    return names
+
+
+def lint(root: Path | None = None) -> tuple[list[str], dict[str, Any]]:
+    """``(problems, stats)`` of the suite at ``root`` (default: the installed vectors)."""
+    root = root or vectors_dir()
+    problems: list[str] = []
+    try:
+        import jsonschema
+    except ImportError:
+        return ["jsonschema is not installed: `pip install jsonschema` (it is in the test extra)"], {}
+    schema = json.loads((root / "test-schema.json").read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    sections = _spec_sections(root)
+    ids: Counter[str] = Counter()
+    sole_codes: Counter[str] = Counter()
+    forms_valid: Counter[str] = Counter()
+    forms_invalid: Counter[str] = Counter()
+    levels: Counter[str] = Counter()
+    files = case_files(root)
+    if not files:
+        problems.append(f"no case files under {root / SUITE_VERSION}")
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            problems.append(f"{rel}: not JSON ({exc})")
+            continue
+        errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+        for error in errors[:5]:
+            where = "/".join(str(p) for p in error.absolute_path)
+            problems.append(f"{rel}: schema: {where}: {error.message[:200]}")
+        if errors:
+            continue
+        form = doc["form"]
+        folder = path.parent.name
+        invalid_file = folder == "invalid"
+        if invalid_file and not (path.stem == form or path.stem.startswith(form + "-")):
+            problems.append(f"{rel}: an invalid/ file is named after its form ({form})")
+        if not invalid_file and folder != form:
+            problems.append(f"{rel}: the folder {folder!r} differs from the form {form!r}")
+        descriptions: Counter[str] = Counter()
+        for case in doc["cases"]:
+            cid = case["id"]
+            ids[cid] += 1
+            descriptions[case["description"]] += 1
+            levels[case["level"]] += 1
+            if not cid.startswith(form + "."):
+                problems.append(f"{rel}: {cid}: ids start with the form ({form}.)")
+            expected = case["expected"]
+            if "error" in expected:
+                codes = [expected["error"]] if isinstance(expected["error"], str) else expected["error"]
+                if len(codes) == 1:
+                    sole_codes[codes[0]] += 1
+                forms_invalid[form] += 1
+                if not invalid_file:
+                    problems.append(f"{rel}: {cid}: a case expecting an error belongs in invalid/")
+            else:
+                forms_valid[form] += 1
+                if invalid_file:
+                    problems.append(f"{rel}: {cid}: a case expecting success belongs in {form}/")
+            if "mask" in expected and (why := _check_mask(expected["mask"])):
+                problems.append(f"{rel}: {cid}: expected mask: {why}")
+            for where, spec in [*_typed_arrays(case["input"], "input"), *_typed_arrays(expected, "expected")]:
+                strict = "error" not in expected or "values" in spec
+                if not strict:
+                    continue
+                try:
+                    array_from_json(spec, field=where)
+                except SamplingMaskError as exc:
+                    if "error" not in expected or exc.code in (ErrorCode.E_SHAPE, ErrorCode.E_RANGE):
+                        problems.append(f"{rel}: {cid}: malformed typed array at {where}: {exc}")
+            if sections is not None and case["spec"].split("#", 1)[1] not in sections:
+                problems.append(f"{rel}: {cid}: {case['spec']} names no section of spec/v1/SPEC.md")
+        for text, n in descriptions.items():
+            if n > 1:
+                problems.append(f"{rel}: the description {text!r} is used by {n} cases")
+    problems += [f"duplicate id {cid} ({n} cases)" for cid, n in ids.items() if n > 1]
+    problems += [f"error code {c.value} is not the sole expected code of any case" for c in ErrorCode if not sole_codes[c.value]]
+    for form in FORMS:
+        if not forms_valid[form]:
+            problems.append(f"form {form} has no valid case")
+        if not forms_invalid[form]:
+            problems.append(f"form {form} has no invalid case")
+    valid, invalid = sum(forms_valid.values()), sum(forms_invalid.values())
+    if valid < MIN_VALID:
+        problems.append(f"only {valid} valid cases (at least {MIN_VALID})")
+    if invalid < MIN_INVALID:
+        problems.append(f"only {invalid} invalid cases (at least {MIN_INVALID})")
+    stats = {
+        "files": len(files),
+        "valid": valid,
+        "invalid": invalid,
+        "levels": dict(levels),
+        "forms": {f: (forms_valid[f], forms_invalid[f]) for f in sorted(set(forms_valid) | set(forms_invalid))},
+        "codes": {c.value: sole_codes[c.value] for c in ErrorCode},
+        "spec_checked": sections is not None,
+    }
+    return problems, stats
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    out = out if out is not None else sys.stdout
+    parser = argparse.ArgumentParser(prog="python -m sampling_mask.conformance.lint", description=__doc__.split("\n")[0])
+    parser.add_argument("--vectors", type=Path, help="suite root (default: the installed vectors)")
+    args = parser.parse_args(argv)
+    problems, stats = lint(args.vectors)
+    if stats:
+        out.write(f"{stats['files']} files, {stats['valid']} valid and {stats['invalid']} invalid cases {stats['levels']}\n")
+        out.write("form            valid  invalid\n")
+        for form, (v, i) in stats["forms"].items():
+            out.write(f"{form:<14}{v:>7}{i:>9}\n")
+        out.write("cases per error code (sole expected code): ")
+        out.write(", ".join(f"{c} {n}" for c, n in stats["codes"].items()) + "\n")
+        if not stats["spec_checked"]:
+            out.write("spec/v1/SPEC.md not found: section references not checked\n")
+    for line in problems:
+        out.write(f"PROBLEM {line}\n")
+    out.write("lint: OK\n" if not problems else f"lint: {len(problems)} problem(s)\n")
+    return 0 if not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

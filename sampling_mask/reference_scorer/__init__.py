@@ -1,0 +1,73 @@
+"""Reference torch scorer: log-probs and entropy renormalized over each row's sampling mask.
+
+This package imports torch; ``import sampling_mask`` never imports it. The normative rule
+(spec/v1/SPEC.md, section ``scoring``), for row t with support S_t, raw logits z_t, temperature
+tau_t and target y_t::
+
+    log p_t = z_{t,y}/tau_t - logsumexp_{j in S_t} z_{t,j}/tau_t
+    H_t     = -sum_{j in S_t} p_j log p_j          (p renormalized over S_t)
+
+From logits ``[T, V]``:
+    :func:`masked_logprobs` (``with_entropy=`` for both), :func:`masked_entropy`,
+    :func:`masked_support_logprobs` (every id of the mask, [nnz]), :func:`full_logprobs` (the
+    full-vocabulary log-probs a trainer without replay computes, for comparison).
+From hidden states ``[T, d]`` and an lm-head weight ``[V, d]`` (optional bias ``[V]``), never forming
+``[T, V]``: :func:`masked_logprobs_from_hidden`, :func:`masked_entropy_from_hidden`.
+
+Common arguments:
+    ``mask``: a :class:`~sampling_mask.SamplingMask`, a dense ``-1``-padded int tensor ``[T, W]``, or
+    ragged tensors ``(ids [P], offsets [T+1])`` (numpy arrays work too).
+    ``targets``: int [T], default the mask's ``sampled_token_ids``; ``-1`` (empty rows only) = no target.
+    ``temperature``: scalar or [T]; default the mask's ``temperature`` companion, else 1. Logits are raw.
+    ``empty_rows``: ``"full"`` (default; score over the whole vocabulary) or ``"exclude"`` (NaN and
+    ``valid`` False). ``missing_target``: ``"error"`` (default; ``SamplingMaskError``
+    ``E_MISSING_SAMPLED`` naming the row), ``"full"`` or ``"neg_inf"``. The counts of rows each policy
+    touched come back in :class:`MaskedScores`.
+    ``vocab_group``: a torch.distributed group; logits (or weight and bias) are then this rank's
+    contiguous vocabulary shard, shards in rank order; outputs are replicated and gradients exact.
+    ``chunk_size``: pairs per chunk and tile edge (memory of the hidden path: O(chunk_size x d)).
+
+Precision: bf16 / fp16 are accumulated in fp32, float64 stays float64. Logits equal to ``-inf``
+contribute zero probability and never a NaN gradient. A row whose support holds only ``-inf``
+logits has no distribution: NaN, ``valid`` False.
+
+Diagnostics: :func:`replay_diagnostics` -> :class:`ReplayDiagnostics` (per-row importance ratio,
+mismatch KL k1 / k3 between rollout ``sampled_logprobs`` and trainer log-probs, fraction of rows
+replayed; all-reduced over a context-parallel ``group``).
+Context parallel: :func:`context_parallel_split` (rows of one rank, contiguous or zig-zag, via
+``sampling_mask.alignment.context_parallel_rows``) and :func:`gather_rows`.
+
+Everything is vectorized (segment ops over the (row, id) pairs; no loop over rows) and runs on
+whatever device the inputs are on.
+"""
+
+from __future__ import annotations
+
+from .diagnostics import ReplayDiagnostics, replay_diagnostics
+from .distributed import context_parallel_split, gather_rows
+from .inputs import EMPTY_ROW_POLICIES, MISSING_TARGET_POLICIES
+from .scoring import (
+    MaskedScores,
+    full_logprobs,
+    masked_entropy,
+    masked_entropy_from_hidden,
+    masked_logprobs,
+    masked_logprobs_from_hidden,
+    masked_support_logprobs,
+)
+
+__all__ = [
+    "EMPTY_ROW_POLICIES",
+    "MISSING_TARGET_POLICIES",
+    "MaskedScores",
+    "ReplayDiagnostics",
+    "context_parallel_split",
+    "full_logprobs",
+    "gather_rows",
+    "masked_entropy",
+    "masked_entropy_from_hidden",
+    "masked_logprobs",
+    "masked_logprobs_from_hidden",
+    "masked_support_logprobs",
+    "replay_diagnostics",
+]

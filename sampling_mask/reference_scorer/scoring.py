@@ -1,0 +1,367 @@
+"""Masked log-probs and entropy from logits or from hidden states (spec section ``scoring``).
+
+For row t with support S_t, logits z_t, temperature tau_t and target y_t::
+
+    log p_t = z_{t,y}/tau_t - logsumexp_{j in S_t} (z_{t,j}/tau_t)
+    H_t     = -sum_{j in S_t} p_j log p_j,   p_j renormalized over S_t
+
+Every function returns :class:`MaskedScores`. Values are in the accumulation dtype (float64 for
+float64 inputs, else float32); gradients reach the inputs in their own dtypes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from ..errors import ErrorCode, SamplingMaskError
+from .distributed import CopyToGroup, ReduceSum, all_reduce_max, vocab_shard
+from .inputs import MaskLike, RowPlan, accumulation_dtype, plan_rows
+from .row_stats import LocalPlan, RowStats, finish, rescale
+
+__all__ = [
+    "MaskedScores",
+    "full_logprobs",
+    "masked_entropy",
+    "masked_entropy_from_hidden",
+    "masked_logprobs",
+    "masked_logprobs_from_hidden",
+    "masked_support_logprobs",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskedScores:
+    """Per-row results of one scoring call.
+
+    ``logprobs`` / ``entropy``: [T] (None when not asked for); NaN where ``valid`` is False;
+    ``logprobs`` is ``-inf`` on rows under ``missing_target="neg_inf"``.
+    ``valid``: bool [T], the row has a value. ``replayed``: bool [T], the row was scored over its
+    recorded support (False: full vocabulary, or not scored).
+    ``empty_rows``: how many rows the empty-row policy applied to (scored over the full vocabulary
+    under ``"full"``, NaN under ``"exclude"``). ``missing_target_rows``: how many rows the
+    missing-target policy applied to.
+    """
+
+    logprobs: torch.Tensor | None
+    entropy: torch.Tensor | None
+    valid: torch.Tensor
+    replayed: torch.Tensor
+    empty_rows: int
+    missing_target_rows: int
+
+
+def _check_chunk(chunk_size: int) -> int:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise SamplingMaskError(ErrorCode.E_RANGE, "chunk_size must be an integer >= 1", field="chunk_size")
+    return chunk_size
+
+
+def _local_plan(plan: RowPlan, start: int, width: int, chunk_size: int, dtype: torch.dtype) -> LocalPlan:
+    ids = plan.pair_ids
+    mine = (ids >= start) & (ids < start + width)
+    targets = plan.full_targets
+    in_shard = (targets >= start) & (targets < start + width)
+    return LocalPlan(
+        num_rows=plan.num_rows,
+        pair_rows=plan.pair_rows[mine],
+        pair_cols=ids[mine] - start,
+        pair_is_target=plan.pair_is_target[mine],
+        full_rows=plan.full_rows,
+        full_target_cols=torch.where(in_shard, targets - start, torch.full_like(targets, -1)),
+        tau=plan.tau,
+        width=width,
+        chunk_size=chunk_size,
+        dtype=dtype,
+    )
+
+
+def _row_statistics(
+    kind: str, tensors: tuple[torch.Tensor, ...], local: LocalPlan, group: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logsumexp, entropy, zy, defined) per row, combined over the vocabulary-parallel group."""
+    m, s, a, zy = RowStats.apply(local, kind, *tensors)
+    if group is not None:
+        m_all = all_reduce_max(m, group)
+        s, a = rescale(m, s, a, m_all)
+        s, a, zy = ReduceSum.apply(torch.stack([s, a, zy]), group).unbind(0)
+        m = m_all
+    lse, entropy, defined = finish(m, s, a)
+    return lse, entropy, zy, defined
+
+
+def _score(
+    kind: str,
+    tensors: tuple[torch.Tensor, ...],
+    *,
+    width: int,
+    dtype: torch.dtype,
+    mask: MaskLike | None,
+    targets: Any,
+    want_logprobs: bool,
+    with_entropy: bool,
+    temperature: Any,
+    empty_rows: str,
+    missing_target: str,
+    vocab_group: Any,
+    chunk_size: int,
+) -> MaskedScores:
+    lead = tensors[0]
+    device, num_rows = lead.device, lead.shape[0]
+    start, vocab = vocab_shard(width, vocab_group, device) if vocab_group is not None else (0, width)
+    plan = plan_rows(
+        mask,
+        num_rows=num_rows,
+        vocab_size=vocab,
+        device=device,
+        dtype=dtype,
+        targets=targets,
+        need_targets=want_logprobs,
+        temperature=temperature,
+        empty_rows=empty_rows,
+        missing_target=missing_target,
+    )
+    local = _local_plan(plan, start, width, _check_chunk(chunk_size), dtype)
+    lse, entropy, zy, defined = _row_statistics(kind, tensors, local, vocab_group)
+    valid = plan.valid & defined
+    nan = torch.full_like(lse, float("nan"))
+    logprobs = None
+    if want_logprobs:
+        logprobs = torch.where(valid, zy - lse, nan)
+        logprobs = torch.where(plan.neg_inf, torch.full_like(lse, float("-inf")), logprobs)
+    return MaskedScores(
+        logprobs=logprobs,
+        entropy=torch.where(valid, entropy, nan) if with_entropy else None,
+        valid=valid,
+        replayed=plan.replayed & valid,
+        empty_rows=plan.empty_rows if mask is not None else 0,
+        missing_target_rows=plan.missing_target_rows,
+    )
+
+
+def _check_logits(logits: torch.Tensor) -> torch.dtype:
+    if not isinstance(logits, torch.Tensor) or logits.ndim != 2:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, "logits must be a 2-D tensor [T, V]", field="logits")
+    return accumulation_dtype(logits)
+
+
+def masked_logprobs(
+    logits: torch.Tensor,
+    mask: MaskLike,
+    targets: Any = None,
+    *,
+    temperature: Any = None,
+    empty_rows: str = "full",
+    missing_target: str = "error",
+    with_entropy: bool = False,
+    vocab_group: Any = None,
+    chunk_size: int = 4096,
+) -> MaskedScores:
+    """Log-probs of ``targets`` (default: the mask's ``sampled_token_ids``) renormalized over each
+    row's support, from raw ``logits`` [T, V] (divided here by ``temperature``: a scalar or [T];
+    default the mask's ``temperature`` companion, else 1).
+
+    ``mask``: a SamplingMask, a dense ``-1``-padded [T, W] tensor, or ``(ids, offsets)``.
+    ``empty_rows``: ``"full"`` (score over the vocabulary) or ``"exclude"`` (NaN, ``valid`` False).
+    ``missing_target``: ``"error"`` (``E_MISSING_SAMPLED`` naming the row), ``"full"`` (score that row
+    over the vocabulary) or ``"neg_inf"``. ``with_entropy`` adds the entropy of the same rows.
+    With ``vocab_group``, ``logits`` is this rank's contiguous vocabulary shard (rank order).
+    """
+    dtype = _check_logits(logits)
+    return _score(
+        "logits",
+        (logits,),
+        width=logits.shape[1],
+        dtype=dtype,
+        mask=mask,
+        targets=targets,
+        want_logprobs=True,
+        with_entropy=with_entropy,
+        temperature=temperature,
+        empty_rows=empty_rows,
+        missing_target=missing_target,
+        vocab_group=vocab_group,
+        chunk_size=chunk_size,
+    )
+
+
+def masked_entropy(
+    logits: torch.Tensor,
+    mask: MaskLike,
+    *,
+    temperature: Any = None,
+    empty_rows: str = "full",
+    vocab_group: Any = None,
+    chunk_size: int = 4096,
+) -> MaskedScores:
+    """Entropy of each row's distribution renormalized over its support (``.entropy``); empty rows per
+    ``empty_rows``. Arguments as :func:`masked_logprobs`."""
+    dtype = _check_logits(logits)
+    return _score(
+        "logits",
+        (logits,),
+        width=logits.shape[1],
+        dtype=dtype,
+        mask=mask,
+        targets=None,
+        want_logprobs=False,
+        with_entropy=True,
+        temperature=temperature,
+        empty_rows=empty_rows,
+        missing_target="error",
+        vocab_group=vocab_group,
+        chunk_size=chunk_size,
+    )
+
+
+def full_logprobs(
+    logits: torch.Tensor,
+    targets: Any,
+    *,
+    temperature: Any = 1.0,
+    with_entropy: bool = False,
+    vocab_group: Any = None,
+    chunk_size: int = 4096,
+) -> MaskedScores:
+    """Full-vocabulary log-probs (and entropy) of ``targets``: what a trainer without replay computes.
+    A target of ``-1`` leaves its row unscored."""
+    dtype = _check_logits(logits)
+    return _score(
+        "logits",
+        (logits,),
+        width=logits.shape[1],
+        dtype=dtype,
+        mask=None,
+        targets=targets,
+        want_logprobs=True,
+        with_entropy=with_entropy,
+        temperature=temperature,
+        empty_rows="full",
+        missing_target="error",
+        vocab_group=vocab_group,
+        chunk_size=chunk_size,
+    )
+
+
+def masked_support_logprobs(
+    logits: torch.Tensor,
+    mask: MaskLike,
+    *,
+    temperature: Any = None,
+    vocab_group: Any = None,
+    chunk_size: int = 4096,
+) -> torch.Tensor:
+    """Renormalized log-prob of every id of the mask, [nnz] in the mask's own id order (what the
+    ``support_logprobs`` companion holds). Differentiable."""
+    dtype = _check_logits(logits)
+    device, num_rows, width = logits.device, logits.shape[0], logits.shape[1]
+    start, vocab = vocab_shard(width, vocab_group, device) if vocab_group is not None else (0, width)
+    plan = plan_rows(
+        mask,
+        num_rows=num_rows,
+        vocab_size=vocab,
+        device=device,
+        dtype=dtype,
+        need_targets=False,
+        temperature=temperature,
+        empty_rows="exclude",
+    )
+    local = _local_plan(plan, start, width, _check_chunk(chunk_size), dtype)
+    lse, _, _, _ = _row_statistics("logits", (logits,), local, vocab_group)
+    rows, ids = plan.pair_rows, plan.pair_ids
+    mine = (ids >= start) & (ids < start + width)
+    cols = torch.where(mine, ids - start, torch.zeros_like(ids))
+    u = logits[rows, cols].to(dtype) / plan.tau[rows]
+    u = torch.where(mine, u, torch.zeros_like(u))
+    if vocab_group is not None:
+        u = ReduceSum.apply(u, vocab_group)
+    return u - lse[rows]
+
+
+def _check_hidden(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.dtype:
+    if not isinstance(hidden, torch.Tensor) or hidden.ndim != 2:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, "hidden must be a 2-D tensor [T, d]", field="hidden")
+    if not isinstance(weight, torch.Tensor) or weight.ndim != 2 or weight.shape[1] != hidden.shape[1]:
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE, f"weight must be [V, {hidden.shape[1]}], got {list(weight.shape)}", field="weight"
+        )
+    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (weight.shape[0],)):
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"bias must be [{weight.shape[0]}]", field="bias")
+    return accumulation_dtype(hidden, weight, bias)
+
+
+def masked_logprobs_from_hidden(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    mask: MaskLike,
+    targets: Any = None,
+    *,
+    bias: torch.Tensor | None = None,
+    temperature: Any = None,
+    empty_rows: str = "full",
+    missing_target: str = "error",
+    with_entropy: bool = False,
+    vocab_group: Any = None,
+    chunk_size: int = 4096,
+) -> MaskedScores:
+    """:func:`masked_logprobs` of the logits ``hidden [T, d] @ weight[V, d].T (+ bias [V])`` without
+    forming them: only the T x |S_t| candidate logits, in chunks of ``chunk_size`` pairs; rows scored
+    over the full vocabulary go through ``chunk_size x chunk_size`` tiles with an online
+    log-sum-exp. Backward recomputes chunk by chunk (memory O(chunk_size x d) beyond the gradients).
+    With ``vocab_group``, ``weight`` / ``bias`` are this rank's vocabulary shard and the gradient of
+    ``hidden`` is summed over the group.
+    """
+    dtype = _check_hidden(hidden, weight, bias)
+    if vocab_group is not None:
+        hidden = CopyToGroup.apply(hidden, vocab_group)
+    tensors = (hidden, weight) if bias is None else (hidden, weight, bias)
+    return _score(
+        "hidden",
+        tensors,
+        width=weight.shape[0],
+        dtype=dtype,
+        mask=mask,
+        targets=targets,
+        want_logprobs=True,
+        with_entropy=with_entropy,
+        temperature=temperature,
+        empty_rows=empty_rows,
+        missing_target=missing_target,
+        vocab_group=vocab_group,
+        chunk_size=chunk_size,
+    )
+
+
+def masked_entropy_from_hidden(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    mask: MaskLike,
+    *,
+    bias: torch.Tensor | None = None,
+    temperature: Any = None,
+    empty_rows: str = "full",
+    vocab_group: Any = None,
+    chunk_size: int = 4096,
+) -> MaskedScores:
+    """:func:`masked_entropy` from hidden states, as :func:`masked_logprobs_from_hidden`."""
+    dtype = _check_hidden(hidden, weight, bias)
+    if vocab_group is not None:
+        hidden = CopyToGroup.apply(hidden, vocab_group)
+    tensors = (hidden, weight) if bias is None else (hidden, weight, bias)
+    return _score(
+        "hidden",
+        tensors,
+        width=weight.shape[0],
+        dtype=dtype,
+        mask=mask,
+        targets=None,
+        want_logprobs=False,
+        with_entropy=True,
+        temperature=temperature,
+        empty_rows=empty_rows,
+        missing_target="error",
+        vocab_group=vocab_group,
+        chunk_size=chunk_size,
+    )

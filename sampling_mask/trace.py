@@ -1,0 +1,304 @@
+"""Multi-turn trace: build one trajectory's mask in lock-step with its token ids and logprobs.
+
+Invariants of :class:`TraceBuilder` (checked on every call, so a trajectory can never drift):
+
+* token ids, logprobs and rows always have the same length T; row t describes token t;
+* generated tokens carry their captured rows (a non-empty row must contain its token) and logprobs;
+  prompt / observation / tool tokens carry empty rows and NaN logprobs;
+* step k ends where generation k ends; tokens after the last generation join the last step (with
+  no generation at all, the whole trace is one step);
+* :meth:`TraceBuilder.remove_eos` takes the last generated token off the stream and remembers its
+  position: at :meth:`~TraceBuilder.finalize` it can be restored *at that position*, with its own row,
+  ahead of any observation tokens appended after it (restoring it at the end of the stream, after
+  pending observation rows, is the bug this design rules out);
+* :meth:`TraceBuilder.truncate` cuts ids, logprobs, rows and step bounds at the same token.
+
+Appends are O(new tokens); per-token work is whole-array numpy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from . import layouts
+from .adapters._common import float_array, ragged_from_lists
+from .alignment import _count, as_host_array, take_rows
+from .errors import ErrorCode, SamplingMaskError
+from .limits import DEFAULT_LIMITS, Limits
+from .model import SamplingMask
+
+__all__ = ["Trace", "TraceBuilder"]
+
+RestoreEos = Literal["none", "last", "all"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    """A finalized trajectory. ``mask`` has one segment and carries ``sampled_token_ids`` (= the
+    token ids) and ``sampled_logprobs`` (= ``logprobs``); ``generated[t]`` tells generated tokens;
+    ``step_bounds`` (int64 [S+1]) splits the tokens into steps."""
+
+    token_ids: np.ndarray
+    logprobs: np.ndarray
+    generated: np.ndarray
+    mask: SamplingMask
+    step_bounds: np.ndarray
+
+    def step_mask(self, *, cumulative: bool = False) -> SamplingMask:
+        """One segment per step. ``cumulative=False``: segment k holds step k's rows (the segments
+        tile the trace). ``cumulative=True``: segment k holds every token up to the end of step k,
+        with the rows of earlier steps emptied (step-wise training: earlier turns are context)."""
+        bounds = self.step_bounds
+        if not cumulative:
+            return self.mask.with_companions(cu_seqlens=bounds)
+        ends = bounds[1:]
+        seg_len = ends
+        cu = layouts.counts_to_offsets(seg_len)
+        rows = layouts.range_indices(np.zeros(ends.size, np.int64), seg_len)
+        step_start = np.repeat(bounds[:-1], seg_len)
+        rows = np.where(rows >= step_start, rows, -1)
+        return take_rows(self.mask, rows, cu)
+
+
+@dataclasses.dataclass
+class _Removed:
+    position: int  # where the token sat when it was removed (tokens before it: position)
+    token_id: int
+    row: np.ndarray
+    logprob: float
+
+
+class TraceBuilder:
+    """Assembles token ids, logprobs and mask rows of one trajectory (see the module docstring)."""
+
+    def __init__(self, *, vocab_size: int | None = None, limits: Limits = DEFAULT_LIMITS) -> None:
+        self._vocab_size = vocab_size
+        self._limits = limits
+        self._ids: list[np.ndarray] = []
+        self._logprobs: list[np.ndarray] = []
+        self._generated: list[np.ndarray] = []
+        self._row_ids: list[np.ndarray] = []
+        self._row_lengths: list[np.ndarray] = []
+        self._length = 0
+        self._generation_ends: list[int] = []  # where each generation ended (steps end there)
+        self._removed: list[_Removed] = []
+        self._last_generated_end: int | None = None  # stream length right after the last generation
+
+    @property
+    def num_tokens(self) -> int:
+        return self._length
+
+    # ------------------------------------------------------------------ appends
+    def _append(
+        self, ids: np.ndarray, logprobs: np.ndarray, generated: bool, row_ids: np.ndarray, lengths: np.ndarray
+    ) -> None:
+        self._ids.append(ids)
+        self._logprobs.append(logprobs)
+        self._generated.append(np.full(ids.size, generated))
+        self._row_ids.append(row_ids)
+        self._row_lengths.append(lengths)
+        self._length += ids.size
+
+    def _token_ids(self, token_ids: Any) -> np.ndarray:
+        ids = layouts.as_int_array(as_host_array(token_ids), np.int32, field="token_ids")
+        bad = (ids < 0) | ((ids >= self._vocab_size) if self._vocab_size is not None else False)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise SamplingMaskError(
+                ErrorCode.E_RANGE, "token id out of range", field="token_ids", row=self._length + i, value=int(ids[i])
+            )
+        return ids
+
+    def add_observation(self, token_ids: Any) -> None:
+        """Append prompt / observation / tool tokens: empty rows, NaN logprobs."""
+        ids = self._token_ids(token_ids)
+        self._append(
+            ids, np.full(ids.size, np.nan, np.float32), False, np.zeros(0, np.int32), np.zeros(ids.size, np.int64)
+        )
+        self._last_generated_end = None
+
+    add_prompt = add_observation
+
+    def add_generated(self, token_ids: Any, rows: Any, logprobs: Any = None) -> None:
+        """Append one generation's tokens with their rows (a :class:`SamplingMask`, nested lists or a
+        ``-1``-padded ``[n, W]`` array) and logprobs (NaN when None); closes the current step."""
+        ids = self._token_ids(token_ids)
+        if isinstance(rows, SamplingMask):
+            row_ids, row_offsets = rows.ids, rows.offsets
+        elif isinstance(rows, np.ndarray) or hasattr(rows, "detach"):
+            dense = SamplingMask.from_dense(as_host_array(rows), limits=self._limits, validate=False)
+            row_ids, row_offsets = dense.ids, dense.offsets
+        else:
+            row_ids, row_offsets = ragged_from_lists(rows, limits=self._limits)
+        if row_offsets.size - 1 != ids.size:
+            raise SamplingMaskError(
+                ErrorCode.E_SHAPE,
+                f"{row_offsets.size - 1} rows for {ids.size} generated tokens",
+                field="rows",
+                row=self._length,
+            )
+        if logprobs is None:
+            lp = np.full(ids.size, np.nan, np.float32)
+        else:
+            lp = float_array(logprobs, field="logprobs", size=ids.size)
+        try:
+            SamplingMask(row_ids, row_offsets, sampled_token_ids=ids, vocab_size=self._vocab_size, limits=self._limits)
+        except SamplingMaskError as exc:  # name the row in trace coordinates
+            row = None if exc.row is None else exc.row + self._length
+            raise SamplingMaskError(exc.code, exc.message, row=row, field=exc.field, value=exc.value) from None
+        self._append(ids, lp, True, np.asarray(row_ids, np.int32), np.diff(row_offsets))
+        self._generation_ends.append(self._length)
+        self._last_generated_end = self._length
+
+    def remove_eos(self, eos_token_id: int | None = None) -> None:
+        """Take the last generated token (the EOS) off the stream, keeping its row and logprob for
+        :meth:`finalize`. Must follow :meth:`add_generated` directly; ``eos_token_id``, when given, must
+        match the token (``E_SCHEMA``)."""
+        if self._last_generated_end is None or self._last_generated_end != self._length or not self._ids:
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA, "remove_eos must directly follow add_generated", field="token_ids", row=self._length
+            )
+        ids, lengths = self._ids[-1], self._row_lengths[-1]
+        if ids.size == 0:
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "the last generation has no token to remove", field="token_ids")
+        token = int(ids[-1])
+        if eos_token_id is not None and token != int(eos_token_id):
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"last token {token} is not the EOS {int(eos_token_id)}",
+                field="token_ids",
+                row=self._length - 1,
+                value=token,
+            )
+        width = int(lengths[-1])
+        row_ids = self._row_ids[-1]
+        self._removed.append(
+            _Removed(self._length - 1, token, row_ids[row_ids.size - width :].copy(), float(self._logprobs[-1][-1]))
+        )
+        self._ids[-1] = ids[:-1]
+        self._logprobs[-1] = self._logprobs[-1][:-1]
+        self._generated[-1] = self._generated[-1][:-1]
+        self._row_ids[-1] = row_ids[: row_ids.size - width]
+        self._row_lengths[-1] = lengths[:-1]
+        self._length -= 1
+        self._generation_ends[-1] = self._length
+        self._last_generated_end = None
+
+    # ------------------------------------------------------------------ whole-stream operations
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        def cat(chunks: list[np.ndarray], dtype: Any) -> np.ndarray:
+            return np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, dtype)
+
+        return (
+            cat(self._ids, np.int32),
+            cat(self._logprobs, np.float32),
+            cat(self._generated, bool),
+            cat(self._row_ids, np.int32),
+            cat(self._row_lengths, np.int64),
+        )
+
+    def truncate(self, num_tokens: int) -> None:
+        """Keep the first ``num_tokens`` tokens: ids, logprobs, rows and step bounds are cut together.
+        A removed EOS whose position is at or past the cut is forgotten."""
+        n = _count(num_tokens, field="num_tokens")
+        if n > self._length:
+            raise SamplingMaskError(
+                ErrorCode.E_RANGE, f"cannot truncate {self._length} tokens to {n}", field="num_tokens", value=n
+            )
+        ids, lp, gen, row_ids, lengths = self._arrays()
+        offsets = layouts.counts_to_offsets(lengths)
+        self._ids, self._logprobs, self._generated = [ids[:n]], [lp[:n]], [gen[:n]]
+        self._row_ids, self._row_lengths = [row_ids[: int(offsets[n])]], [lengths[:n]]
+        if n < self._length:
+            self._last_generated_end = None
+        self._length = n
+        cut = [e for e in self._generation_ends if e >= n]
+        self._generation_ends = [e for e in self._generation_ends if e < n] + ([n] if cut else [])
+        self._removed = [r for r in self._removed if r.position < n]
+
+    def finalize(
+        self, token_count: int, *, restore_eos: RestoreEos = "none", token_ids: Sequence[int] | np.ndarray | None = None
+    ) -> Trace:
+        """The trajectory, with removed EOS tokens restored at their positions (``"last"``: only the
+        most recent; ``"all"``; ``"none"``). ``token_count`` must equal the final token count exactly
+        (``E_SHAPE``); ``token_ids``, when given, must equal the final ids (``E_SCHEMA`` naming the row).
+        The builder is not changed."""
+        if restore_eos not in ("none", "last", "all"):
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "restore_eos must be none, last or all", field="restore_eos")
+        ids, lp, gen, row_ids, lengths = self._arrays()
+        restored = {"none": [], "last": self._removed[-1:], "all": self._removed}[restore_eos]
+        bounds = np.array([0, *self._generation_ends[:-1], self._length], dtype=np.int64)
+        if restored:
+            ids, lp, gen, row_ids, lengths, bounds = _insert(restored, ids, lp, gen, row_ids, lengths, bounds)
+        count = _count(token_count, field="token_count")
+        if ids.size != count:
+            raise SamplingMaskError(
+                ErrorCode.E_SHAPE,
+                f"the trace holds {ids.size} tokens but the trajectory has {count}",
+                field="token_count",
+                value=count,
+            )
+        if token_ids is not None:
+            expected = layouts.as_int_array(as_host_array(token_ids), np.int64, field="token_ids")
+            if expected.size != ids.size:
+                raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {ids.size} token ids", field="token_ids")
+            differ = np.flatnonzero(expected != ids)
+            if differ.size:
+                row = int(differ[0])
+                raise SamplingMaskError(
+                    ErrorCode.E_SCHEMA,
+                    f"trace token {int(ids[row])} differs from the trajectory's",
+                    field="token_ids",
+                    row=row,
+                    value=int(expected[row]),
+                )
+        mask = SamplingMask(
+            row_ids,
+            layouts.counts_to_offsets(lengths),
+            sampled_token_ids=ids,
+            sampled_logprobs=lp,
+            vocab_size=self._vocab_size,
+            limits=self._limits,
+        )
+        return Trace(token_ids=ids, logprobs=lp, generated=gen, mask=mask, step_bounds=bounds)
+
+
+def _insert(
+    restored: list[_Removed],
+    ids: np.ndarray,
+    lp: np.ndarray,
+    gen: np.ndarray,
+    row_ids: np.ndarray,
+    lengths: np.ndarray,
+    bounds: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    """Put each restored token back where it was removed. Record j was removed when records < j were
+    already out of the stream, so its position counts only the tokens present then: in final
+    coordinates it lands at ``position_j + j`` (j among the restored), before every token that sat
+    at or after ``position_j``; a step that ended at ``position_j`` ends one later (the EOS is its own)."""
+    positions = np.array([r.position for r in restored], dtype=np.int64)
+    n = ids.size
+    final_index = np.arange(n, dtype=np.int64) + np.searchsorted(positions, np.arange(n), side="right")
+    slots = positions + np.arange(positions.size, dtype=np.int64)
+    total = n + positions.size
+    out_ids = np.empty(total, np.int32)
+    out_lp = np.empty(total, np.float32)
+    out_gen = np.empty(total, bool)
+    out_len = np.empty(total, np.int64)
+    out_ids[final_index], out_lp[final_index], out_gen[final_index], out_len[final_index] = ids, lp, gen, lengths
+    out_ids[slots] = [r.token_id for r in restored]
+    out_lp[slots] = [r.logprob for r in restored]
+    out_gen[slots] = True
+    out_len[slots] = [r.row.size for r in restored]
+    out_offsets = layouts.counts_to_offsets(out_len)
+    out_rows = np.empty(int(out_offsets[-1]), np.int32)
+    out_rows[layouts.range_indices(out_offsets[:-1][final_index], lengths)] = row_ids
+    for slot, record in zip(slots.tolist(), restored, strict=True):  # one per restored EOS, not per token
+        out_rows[int(out_offsets[slot]) : int(out_offsets[slot + 1])] = record.row
+    new_bounds = bounds + np.searchsorted(positions, bounds, side="right")
+    new_bounds[0] = 0
+    return out_ids, out_lp, out_gen, out_rows, out_len, new_bounds

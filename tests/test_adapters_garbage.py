@@ -1,0 +1,56 @@
+"""Every adapter reader, fed arbitrary JSON-like data, returns a mask or raises SamplingMaskError only."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sampling_mask import SamplingMask, SamplingMaskError
+from sampling_mask.adapters import miles, nemo_rl, prime_rl, sglang, skyrl, vllm
+
+_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=True), st.text(max_size=6)
+)
+_json = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _with_keys(keys):
+    return st.fixed_dictionaries({k: _json for k in keys}) | _json
+
+
+READERS = [
+    (vllm.from_completion_output, _with_keys(["sampling_mask", "token_ids"])),
+    (vllm.from_http_choice, _with_keys(["sampling_mask", "token_ids"])),
+    (vllm.from_engine_csr, _with_keys(["token_ids", "offsets", "cu_num_generated_tokens"])),
+    (vllm.from_flat_logprobs, _with_keys(["start_indices", "end_indices", "token_ids", "logprobs", "ranks"])),
+    (
+        sglang.from_meta_info,
+        _with_keys(
+            ["output_token_sampling_mask", "output_token_sampling_logprobs", "output_token_sampling_mask_length"]
+        ),
+    ),
+    (sglang.from_chunked, _with_keys(["lengths", "token_ids", "logprobs"])),
+    (skyrl.from_envelope, _with_keys(["data", "shape", "dtype"])),
+    (skyrl.from_dense, _json),
+    (prime_rl.from_wire, _with_keys(["ids", "counts"])),
+    (nemo_rl.from_batch, _with_keys(["token_ids", "sizes", "input_lengths"])),
+    (miles.from_sample, _with_keys(["sampling_mask_ids", "sampling_mask_offsets", "response_length"])),
+]
+
+
+@pytest.mark.parametrize(("reader", "strategy"), READERS, ids=lambda v: getattr(v, "__qualname__", ""))
+def test_only_sampling_mask_errors_escape(reader, strategy):
+    @given(strategy)
+    def check(data):
+        try:
+            result = reader(data)
+        except SamplingMaskError:
+            return
+        assert result is None or isinstance(result, SamplingMask)
+
+    check()

@@ -1,0 +1,254 @@
+"""Nothing lost: a failed ``save`` never leaves a truncated file where a good one was, and a cut Arrow
+stream gives back every complete batch before its error, which says how many there were.
+
+Kill tests run ``save`` in a child process that stops at a chosen point (half of the bytes written,
+or the whole temporary file written but not yet renamed) and is then killed with SIGKILL: the
+target path must still hold the old file, byte for byte. Error tests inject an exception into
+the write in-process: the old file stays and no temporary file is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sampling_mask
+from sampling_mask import SamplingMask, SamplingMaskError
+from sampling_mask.codecs import iter_masks, open_writer
+
+pytest.importorskip("pyarrow")
+
+ROOT = Path(__file__).resolve().parent.parent
+FORMATS = {"arrow": ".arrow", "arrows": ".arrows", "parquet": ".parquet", "msgpack": ".msgpack", "json": ".json"}
+
+
+def _mask(seed: int, rows: int = 400) -> SamplingMask:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 6, size=rows)
+    ids = [rng.choice(1000, size=int(k), replace=False).tolist() for k in lengths]
+    return SamplingMask.from_rows(ids, vocab_size=1000, cu_seqlens=[0, rows // 2, rows])
+
+
+OLD = _mask(0)
+NEW = _mask(1, rows=20_000)  # large enough that half of it is clearly a truncated file
+
+# The child saves NEW over the file at argv[1] and stops at argv[3]: "half" (half of the bytes are
+# on disk: byte formats write half and stop; Arrow formats stop before the footer / end marker) or
+# "rename" (the temporary file is complete, the rename has not happened). It prints STOPPED, then
+# sleeps until the parent kills it.
+_CHILD = r"""
+import builtins, io, os, sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[4])
+import sampling_mask
+from test_atomic_save import NEW
+
+path, fmt, stop = sys.argv[1], sys.argv[2], sys.argv[3]
+
+def stopped():
+    print("STOPPED", flush=True)
+    time.sleep(600)
+
+class HalfWriter:
+    def __init__(self, fh):
+        self._fh = fh
+    def write(self, data):
+        view = memoryview(data).cast("B")
+        self._fh.write(view[: max(len(view) // 2, 1)])
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        stopped()
+    def __getattr__(self, name):
+        return getattr(self._fh, name)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self._fh.close()
+
+if stop == "rename":
+    os.replace = os.rename = lambda *args, **kwargs: stopped()
+elif fmt in ("arrow", "arrows", "parquet"):
+    from sampling_mask.codecs import arrow
+    arrow.Writer.close = lambda self: stopped()
+else:
+    real_open = builtins.open
+    def half_open(file, mode="r", *args, **kwargs):
+        fh = real_open(file, mode, *args, **kwargs)
+        return HalfWriter(fh) if "w" in mode or "a" in mode or "x" in mode else fh
+    builtins.open = io.open = half_open
+sampling_mask.save(path, NEW, format=fmt)
+print("FINISHED", flush=True)
+"""
+
+
+def _leftovers(directory: Path, keep: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p != keep)
+
+
+@pytest.mark.parametrize("stop", ["half", "rename"])
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_killed_save_leaves_the_old_file_intact(tmp_path: Path, fmt: str, stop: str) -> None:
+    target = tmp_path / f"mask{FORMATS[fmt]}"
+    sampling_mask.save(target, OLD)
+    before = target.read_bytes()
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(target), fmt, stop, str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline().strip()
+        assert line == "STOPPED", f"the child never reached its stop point: {line!r} {child.stderr.read()[-2000:]}"
+        partial = [p for p in tmp_path.iterdir() if p != target]
+        assert partial, "save wrote nothing next to the target before renaming"
+        if stop == "half":
+            assert all(p.stat().st_size < len(sampling_mask.encode(NEW, fmt)) for p in partial)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()  # type: ignore[union-attr]
+        child.stderr.close()  # type: ignore[union-attr]
+    assert child.returncode == -signal.SIGKILL
+    assert target.read_bytes() == before, "the target changed though the save never finished"
+    assert sampling_mask.load(target) == OLD
+    # What a killed writer leaves is a hidden temporary file, never the target name.
+    assert all(name.startswith(".") for name in _leftovers(tmp_path, target)), _leftovers(tmp_path, target)
+
+
+class _Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("error", [_Boom, KeyboardInterrupt, SamplingMaskError])
+def test_failed_save_keeps_the_old_file_and_cleans_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, error: type[BaseException]
+) -> None:
+    target = tmp_path / f"mask{FORMATS[fmt]}"
+    sampling_mask.save(target, OLD)
+    before = target.read_bytes()
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise error("E_ENCODING", "injected") if error is SamplingMaskError else error("injected")
+
+    if fmt in ("arrow", "arrows", "parquet"):
+        from sampling_mask.codecs import arrow
+
+        real_write = arrow.Writer.write
+
+        def write_then_fail(self: object, *args: object, **kwargs: object) -> None:
+            real_write(self, *args, **kwargs)  # type: ignore[arg-type]
+            fail()
+
+        monkeypatch.setattr(arrow.Writer, "write", write_then_fail)
+    else:
+        monkeypatch.setattr(sampling_mask.codecs, "encode", fail)
+    with pytest.raises(error):
+        sampling_mask.save(target, NEW)
+    assert target.read_bytes() == before
+    assert _leftovers(tmp_path, target) == [], "a failed save left a temporary file"
+
+
+def test_save_over_a_directory_or_missing_folder_raises_and_leaves_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "absent" / "mask.json"
+    with pytest.raises(OSError):
+        sampling_mask.save(missing, OLD)
+    assert not missing.parent.exists()
+    folder = tmp_path / "folder.json"
+    folder.mkdir()
+    with pytest.raises(OSError):
+        sampling_mask.save(folder, OLD)
+    assert folder.is_dir() and _leftovers(tmp_path, folder) == []
+
+
+# ---------------------------------------------------------------------------------------------- streams
+BATCHES = [_mask(seed, rows=60 + seed) for seed in range(3)]
+
+
+def _stream(tmp_path: Path) -> bytes:
+    path = tmp_path / "log.arrows"
+    with open_writer(path) as writer:
+        for mask in BATCHES:
+            writer.write(mask)
+    return path.read_bytes()
+
+
+def _read_until_error(source: object) -> tuple[list[SamplingMask], SamplingMaskError | None]:
+    got: list[SamplingMask] = []
+    try:
+        for mask in iter_masks(source, format="arrows"):  # type: ignore[arg-type]
+            got.append(mask)
+    except SamplingMaskError as exc:
+        return got, exc
+    return got, None
+
+
+@pytest.mark.parametrize("cut_back", [9, 100, 300])
+def test_cut_stream_yields_complete_batches_then_counts_them(tmp_path: Path, cut_back: int) -> None:
+    data = _stream(tmp_path)
+    got, error = _read_until_error(data[: len(data) - cut_back])
+    assert got == BATCHES[: len(got)], "a batch before the cut changed"
+    assert len(got) == 2, f"expected the two batches before the cut, got {len(got)}"
+    assert error is not None, "a batch cut in the middle must be reported"
+    assert f"after {len(got)} complete record batches" in str(error)
+    assert error.value == len(got)
+    path = tmp_path / "cut.arrows"
+    path.write_bytes(data[: len(data) - cut_back])
+    from_file, file_error = _read_until_error(path)
+    assert from_file == got and file_error is not None and file_error.value == len(got)
+
+
+def test_corrupt_batch_is_reported_after_the_good_ones(tmp_path: Path) -> None:
+    data = bytearray(_stream(tmp_path))
+    third = data.rfind(b"\xff\xff\xff\xff", 0, len(data) - 8)  # the last message's continuation marker
+    data[third + 8 : third + 40] = b"\xee" * 32  # garble its metadata
+    got, error = _read_until_error(bytes(data))
+    assert got == BATCHES[:2]
+    assert error is not None and "after 2 complete record batches" in str(error)
+
+
+_STREAM_CHILD = r"""
+import sys, time
+sys.path.insert(0, sys.argv[2])
+from sampling_mask.codecs import open_writer
+from test_atomic_save import BATCHES
+writer = open_writer(sys.argv[1], format="arrows")
+writer.write(BATCHES[0])
+writer.write(BATCHES[1])
+print("WROTE", flush=True)
+time.sleep(600)
+"""
+
+
+def test_killed_stream_writer_leaves_its_complete_batches_readable(tmp_path: Path) -> None:
+    path = tmp_path / "log.arrows"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _STREAM_CHILD, str(path), str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "WROTE"
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()  # type: ignore[union-attr]
+    got, error = _read_until_error(path)
+    assert got == BATCHES[:2], f"read {len(got)} batches back"
+    assert error is None or error.value == 2

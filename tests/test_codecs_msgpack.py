@@ -1,0 +1,266 @@
+"""The msgpack envelope: exact bytes, zero-copy decode, layouts, strict checks, the bounded reader."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+msgpack = pytest.importorskip("msgpack")
+
+from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMask, SamplingMaskError, codecs  # noqa: E402
+from sampling_mask.codecs import _msgpack_reader  # noqa: E402
+from sampling_mask.codecs import msgpack as envelope  # noqa: E402
+
+#: The worked example of spec/v1/SPEC.md (sections 10 and 14): the annotated dump there is these bytes.
+SPEC_EXAMPLE_HEX = (
+    "8bad73616d706c696e675f6d61736b01a66c61796f7574a6726167676564aa766f6361625f73697a650aa869645f6f726465"
+    "72ab756e737065636966696564a86e756d5f726f777303a36e6e7a03a369647383a56474797065a5696e743332a573686170"
+    "659103a464617461c40c050000000100000007000000a76f66667365747383a56474797065a5696e743634a5736861706591"
+    "04a464617461c4200000000000000000020000000000000002000000000000000300000000000000aa63755f7365716c656e"
+    "7383a56474797065a5696e743634a573686170659103a464617461c418000000000000000002000000000000000300000000"
+    "000000b173616d706c65645f746f6b656e5f69647383a56474797065a5696e743332a573686170659103a464617461c40c05"
+    "000000ffffffff07000000a86d6574616461746181a5746f705f6b02"
+)
+
+
+def spec_example() -> SamplingMask:
+    return SamplingMask.from_rows(
+        [[5, 1], [], [7]], vocab_size=10, cu_seqlens=[0, 2, 3], sampled_token_ids=[5, -1, 7], metadata={"top_k": 2}
+    )
+
+
+def sample_mask() -> SamplingMask:
+    return SamplingMask.from_rows(
+        [[7, 3], [], [5], [1, 2, 9]],
+        vocab_size=10,
+        cu_seqlens=[0, 2, 2, 4],
+        sampled_token_ids=[3, -1, 5, 9],
+        sampled_logprobs=np.array([-0.5, np.nan, -np.inf, -1e-3], np.float32),
+        temperature=np.array([1.0, 0.7, 1.0, 2.0], np.float32),
+        support_logprobs=np.array([-0.1, -2.5, 0.0, -3.0, -1.5, -0.25], np.float32),
+        metadata={"top_k": 3, "top_p": 0.95, "producer": "test"},
+    )
+
+
+def envelope_dict(mask: SamplingMask, **opts) -> dict:
+    return msgpack.unpackb(codecs.encode(mask, "msgpack", **opts), raw=False)
+
+
+def pack(env: dict) -> bytes:
+    return msgpack.packb(env, use_bin_type=True)
+
+
+def error_code(data, **kwargs) -> ErrorCode:
+    with pytest.raises(SamplingMaskError) as err:
+        envelope.decode(data, **kwargs)
+    return err.value.code
+
+
+def test_spec_example_bytes_are_exact() -> None:
+    data = codecs.encode(spec_example(), "msgpack")
+    assert data.hex() == SPEC_EXAMPLE_HEX
+    assert codecs.decode(bytes.fromhex(SPEC_EXAMPLE_HEX)) == spec_example()
+
+
+def test_envelope_structure() -> None:
+    env = envelope_dict(sample_mask())
+    assert list(env)[:6] == ["sampling_mask", "layout", "vocab_size", "id_order", "num_rows", "nnz"]
+    assert env["sampling_mask"] == 1 and env["layout"] == "ragged" and env["vocab_size"] == 10
+    assert env["ids"]["dtype"] == "int32" and env["ids"]["shape"] == [6]
+    assert np.frombuffer(env["ids"]["data"], "<i4").tolist() == [7, 3, 5, 1, 2, 9]
+    assert np.frombuffer(env["offsets"]["data"], "<i8").tolist() == [0, 2, 2, 3, 6]
+    assert np.frombuffer(env["cu_seqlens"]["data"], "<i8").tolist() == [0, 2, 2, 4]
+    assert env["support_logprobs"]["dtype"] == "float32"
+    assert env["metadata"] == {"top_k": 3, "top_p": 0.95, "producer": "test"}
+    one_segment = envelope_dict(SamplingMask.from_rows([[1]]))
+    assert "cu_seqlens" not in one_segment and "metadata" not in one_segment and one_segment["vocab_size"] is None
+
+
+def test_decode_is_zero_copy() -> None:
+    data = codecs.encode(sample_mask(), "msgpack")
+    mask = codecs.decode(data)
+    whole = np.frombuffer(data, np.uint8)
+    for arr in (mask.ids, mask.offsets, mask.cu_seqlens, *mask.companions.values()):
+        assert np.shares_memory(arr, whole)
+        assert not arr.flags.writeable
+    trusted = envelope.decode(bytearray(data), validate=False)
+    assert trusted == mask
+
+
+@pytest.mark.parametrize("opts", [{"layout": "dense"}, {"layout": "compact"}, {"offsets_dtype": "int32"}])
+def test_layouts(opts: dict) -> None:
+    if opts.get("layout") == "compact":
+        pytest.importorskip("sampling_mask.codecs.compact")
+    mask = sample_mask()
+    env = envelope_dict(mask, **opts)
+    assert env["layout"] == opts.get("layout", "ragged")
+    if opts.get("layout") == "dense":
+        assert env["dense"]["shape"] == [4, 3]
+        assert np.frombuffer(env["dense"]["data"], "<i4").reshape(4, 3)[1].tolist() == [-1, -1, -1]
+    if opts.get("layout") == "compact":
+        assert isinstance(env["compact"], bytes) and env["num_rows"] == 4 and env["nnz"] == 6
+        assert env["id_order"] == "ascending"
+    if "offsets_dtype" in opts:
+        assert env["offsets"]["dtype"] == "int32" and len(env["offsets"]["data"]) == 20
+    assert codecs.decode(pack(env)) == mask
+
+
+def test_unknown_keys_are_ignored() -> None:
+    env = envelope_dict(sample_mask())
+    env["future_field"] = {"nested": [1, 2, {"x": b"\x00"}]}
+    env["ids"]["byte_order"] = "little"
+    assert codecs.decode(pack(env)) == sample_mask()
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"sampling_mask": 2}, ErrorCode.E_VERSION),
+        ({"sampling_mask": "1"}, ErrorCode.E_SCHEMA),
+        ({"sampling_mask": True}, ErrorCode.E_SCHEMA),
+        ({"layout": "bitmask"}, ErrorCode.E_SCHEMA),
+        ({"id_order": "random"}, ErrorCode.E_SCHEMA),
+        ({"vocab_size": "10"}, ErrorCode.E_SCHEMA),
+        ({"vocab_size": 4}, ErrorCode.E_RANGE),
+        ({"num_rows": 5}, ErrorCode.E_SHAPE),
+        ({"nnz": 1 << 40}, ErrorCode.E_LIMIT),
+        ({"ids": None}, ErrorCode.E_SCHEMA),
+        ({"ids": [1, 2]}, ErrorCode.E_SCHEMA),
+        ({"ids": {"dtype": "float32", "shape": [6], "data": bytes(24)}}, ErrorCode.E_DTYPE),
+        ({"ids": {"dtype": "int64", "shape": [6], "data": bytes(48)}}, ErrorCode.E_DTYPE),
+        ({"ids": {"dtype": "int32", "shape": [6], "data": bytes(20)}}, ErrorCode.E_BYTES),
+        ({"ids": {"dtype": "int32", "shape": [3, 2], "data": bytes(24)}}, ErrorCode.E_SHAPE),
+        ({"ids": {"dtype": "int32", "shape": [-6], "data": bytes(24)}}, ErrorCode.E_SHAPE),
+        ({"ids": {"dtype": "int32", "shape": [6], "data": "text"}}, ErrorCode.E_SCHEMA),
+        ({"ids": {"dtype": "int32", "shape": [1 << 62], "data": bytes(24)}}, ErrorCode.E_LIMIT),
+        (
+            {"offsets": {"dtype": "int64", "shape": [5], "data": np.array([0, 3, 2, 3, 6], "<i8").tobytes()}},
+            ErrorCode.E_OFFSETS,
+        ),
+        (
+            {"cu_seqlens": {"dtype": "int64", "shape": [3], "data": np.array([0, 4, 3], "<i8").tobytes()}},
+            ErrorCode.E_SEGMENTS,
+        ),
+        ({"sampled_token_ids": {"dtype": "int32", "shape": [3], "data": bytes(12)}}, ErrorCode.E_SHAPE),
+        ({"temperature": {"dtype": "float32", "shape": [4], "data": np.zeros(4, "<f4").tobytes()}}, ErrorCode.E_RANGE),
+        ({"metadata": [1]}, ErrorCode.E_SCHEMA),
+        ({"metadata": {"k": [1]}}, ErrorCode.E_SCHEMA),
+        ({"metadata": {"k": b"\x00"}}, ErrorCode.E_SCHEMA),
+        ({"id_order": "ascending"}, ErrorCode.E_SCHEMA),  # rows 0 is [7, 3]
+    ],
+)
+def test_bad_fields(change: dict, code: ErrorCode) -> None:
+    env = envelope_dict(sample_mask())
+    env.update(change)
+    assert error_code(pack(env)) == code
+
+
+def test_missing_version_and_non_map() -> None:
+    env = envelope_dict(sample_mask())
+    del env["sampling_mask"]
+    assert error_code(pack(env)) == ErrorCode.E_SCHEMA
+    assert error_code(pack([1, 2])) == ErrorCode.E_SCHEMA
+
+
+def test_compact_layout_needs_counts() -> None:
+    pytest.importorskip("sampling_mask.codecs.compact")
+    env = envelope_dict(sample_mask(), layout="compact")
+    del env["nnz"]
+    assert error_code(pack(env)) == ErrorCode.E_SCHEMA
+    env = envelope_dict(sample_mask(), layout="compact")
+    env["num_rows"] = 1 << 40
+    assert error_code(pack(env)) == ErrorCode.E_LIMIT
+
+
+def test_forged_sizes_allocate_nothing() -> None:
+    env = envelope_dict(sample_mask(), layout="dense")
+    env["dense"] = {"dtype": "int32", "shape": [1 << 20, 1 << 10], "data": bytes(16)}  # 4 GiB declared
+    tracemalloc.start()
+    try:
+        assert error_code(pack(env)) == ErrorCode.E_BYTES
+        limited = DEFAULT_LIMITS.replace(max_bytes=1 << 20)
+        assert error_code(pack(env), limits=limited) == ErrorCode.E_LIMIT
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    forged_bin = b"\x81\xadsampling_mask\xc6\xff\xff\xff\xf0"  # a bin claiming 4 GiB in a 20-byte payload
+    assert error_code(forged_bin) == ErrorCode.E_ENCODING
+    forged_array = b"\x81\xadsampling_mask\xdd\xff\xff\xff\xff"  # an array claiming 2**32 - 1 entries
+    assert error_code(forged_array) == ErrorCode.E_ENCODING
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (b"", ErrorCode.E_ENCODING),
+        (b"\xc1", ErrorCode.E_ENCODING),
+        (b"\x81\xa1a\xd4\x01\x00", ErrorCode.E_ENCODING),  # ext type
+        (b"\x81\xa1a\xc7\x00\x05", ErrorCode.E_ENCODING),  # ext 8
+        (b"\x81\x01\x02", ErrorCode.E_SCHEMA),  # integer key
+        (b"\x82\xa1a\x01\xa1a\x02", ErrorCode.E_SCHEMA),  # duplicate key
+        (b"\x81\xa1a\xa2\xff\xfe", ErrorCode.E_ENCODING),  # invalid UTF-8
+        (b"\x80\x00", ErrorCode.E_ENCODING),  # trailing byte
+        (b"\x91" * 40 + b"\x00", ErrorCode.E_LIMIT),  # nesting deeper than max_json_depth
+        (b"\x81\x91\x00\x00", ErrorCode.E_SCHEMA),  # array as key
+    ],
+)
+def test_reader_rejects(data: bytes, code: ErrorCode) -> None:
+    assert error_code(data) == code
+
+
+def test_reader_object_budget() -> None:
+    data = msgpack.packb(list(range(100)))
+    with pytest.raises(SamplingMaskError) as err:
+        _msgpack_reader.read(data, max_depth=4, max_objects=50)
+    assert err.value.code == ErrorCode.E_LIMIT
+    assert _msgpack_reader.read(data, max_depth=4) == list(range(100))
+
+
+def _plain(value):
+    if isinstance(value, memoryview):
+        return value.tobytes()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(1 << 63), (1 << 64) - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=40)
+    | st.binary(max_size=300)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=20) | st.dictionaries(st.text(max_size=8), inner, max_size=8),
+    max_leaves=60,
+)
+
+
+@given(value=values)
+def test_reader_matches_msgpack(value) -> None:
+    data = msgpack.packb(value, use_bin_type=True)
+    assert _plain(_msgpack_reader.read(data, max_depth=64)) == msgpack.unpackb(data, raw=False, strict_map_key=True)
+
+
+@given(data=st.binary(max_size=64))
+def test_reader_on_arbitrary_bytes_agrees_with_msgpack_or_rejects(data: bytes) -> None:
+    try:
+        ours = _plain(_msgpack_reader.read(data, max_depth=64))
+    except SamplingMaskError:
+        return  # a rejection is always allowed (ext types, duplicate keys are stricter than msgpack)
+    assert ours == msgpack.unpackb(data, raw=False, strict_map_key=True, timestamp=0)
+
+
+def test_float32_scalars_and_big_ints() -> None:
+    data = msgpack.packb({"f": 1.5, "u": (1 << 64) - 1, "n": -(1 << 63)}, use_single_float=True)
+    assert _msgpack_reader.read(data, max_depth=2) == {"f": 1.5, "u": (1 << 64) - 1, "n": -(1 << 63)}

@@ -1,0 +1,211 @@
+"""The runner: protocol handling, expected-failures semantics, reports, JUnit XML, the three ways to name an implementation."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sampling_mask.conformance import runner
+from sampling_mask.conformance.protocol import (
+    CommandImplementation,
+    FunctionImplementation,
+    load_python_implementation,
+    response_kind,
+)
+from sampling_mask.conformance.reference import ReferenceImplementation
+from sampling_mask.conformance.suite import ExpectedFailures, load_cases
+
+CASES = load_cases()
+BY_ID = {c.id: c for c in CASES}
+DENSE = [c for c in CASES if c.form == "dense"]
+
+
+def test_response_kinds() -> None:
+    assert response_kind({"ok": None}) == ("ok", None)
+    assert response_kind({"rejected": {"code": "E_RANGE"}, "id": "x"}, "x")[0] == "rejected"
+    assert response_kind({"unsupported": "no"})[0] == "unsupported"
+    for bad in ([], {}, {"ok": 1, "error": "x"}, {"rejected": "E_RANGE"}, {"rejected": {"message": "no code"}}):
+        kind, why = response_kind(bad)
+        assert kind == "error" and why.startswith("protocol:")
+    assert response_kind({"ok": 1, "id": "other"}, "mine")[0] == "error"
+
+
+def test_judging_distinguishes_rejection_from_crash() -> None:
+    bad = BY_ID["dense.padding-between-ids"]
+    good = BY_ID["dense.issue-example"]
+    assert runner.judge(bad, {"rejected": {"code": "E_PADDING"}}) == ("pass", "rejected with E_PADDING")
+    assert runner.judge(bad, {"rejected": {"code": "E_RANGE"}})[0] == "fail"
+    assert runner.judge(bad, {"ok": {"rows": [[1, 5]]}})[0] == "fail"
+    assert runner.judge(bad, {"error": "IndexError"})[0] == "error"  # a crash is never a correct rejection
+    assert runner.judge(bad, {"unsupported": "dense"})[0] == "unsupported"
+    assert runner.judge(good, {"rejected": {"code": "E_PADDING"}})[0] == "fail"
+    outcome, detail = runner.judge(good, {"ok": {"rows": [[5, 1], [], [7]], "vocab_size": 10}})
+    assert outcome == "fail" and "canonical (ascending) order" in detail
+    assert runner.judge(good, {"ok": {"rows": [[1, 5], [], [7]], "vocab_size": 10}})[0] == "pass"
+    either = BY_ID["dense.forged-shape"]
+    assert {runner.judge(either, {"rejected": {"code": c}})[0] for c in ("E_LIMIT", "E_BYTES")} == {"pass"}
+
+
+def test_score_judging_uses_the_tolerance() -> None:
+    case = BY_ID["scorer.basic"]
+    want = case.expected["scores"]
+    near = {k: [v + 1e-9 for v in vals] for k, vals in want.items()}
+    far = {k: [v + 1e-3 for v in vals] for k, vals in want.items()}
+    assert runner.judge(case, {"ok": near})[0] == "pass"
+    outcome, detail = runner.judge(case, {"ok": far})
+    assert outcome == "fail" and "logprobs[0]" in detail
+
+
+def _fail_on(*ids: str) -> FunctionImplementation:
+    reference = ReferenceImplementation()
+
+    def handle(request: dict[str, Any]) -> dict[str, Any]:
+        return {"error": "broken on purpose"} if request["id"] in ids else reference.handle(request)
+
+    return FunctionImplementation(handle, "fails-on-some")
+
+
+def test_expected_failures_xfail_and_xpass() -> None:
+    impl = _fail_on("dense.zero-width")
+    listed = ExpectedFailures(["dense.zero-width", "dense.zero-rows"])
+    report = runner.run(impl, DENSE, expected_failures=listed)
+    status = {r.case.id: r.status for r in report.results}
+    assert status["dense.zero-width"] == "XFAIL"
+    assert status["dense.zero-rows"] == "XPASS"  # listed but passing: the list is stale
+    assert not report.ok
+    assert [r.case.id for r in report.failures()] == ["dense.zero-rows"]
+    fixed = runner.run(impl, DENSE, expected_failures=ExpectedFailures(["dense.zero-width"]))
+    assert fixed.ok
+
+
+def test_a_pattern_matching_no_case_fails_the_run() -> None:
+    report = runner.run(ReferenceImplementation(), DENSE, expected_failures=ExpectedFailures(["dense.no-such-*"]))
+    assert report.stale_patterns == ["dense.no-such-*"] and not report.ok
+    # A filtered run checks staleness against every case, not just the ones it ran.
+    other = runner.run(
+        ReferenceImplementation(),
+        DENSE,
+        expected_failures=ExpectedFailures(["ragged.*"]),
+        all_case_ids=[c.id for c in CASES],
+    )
+    assert other.stale_patterns == []
+
+
+def test_expected_failures_file_format(tmp_path: Path) -> None:
+    path = tmp_path / "xfail.txt"
+    path.write_text("# comment\n\ndense.zero-*   # globs and trailing comments\nragged.issue-example\n")
+    listed = ExpectedFailures.read(path)
+    assert listed.patterns == ["dense.zero-*", "ragged.issue-example"]
+    assert listed.matches("dense.zero-width") and not listed.matches("dense.issue-example")
+
+
+def test_cli_exit_status_summary_and_junit(tmp_path: Path) -> None:
+    junit = tmp_path / "report.xml"
+    out = io.StringIO()
+    code = runner.main(["--form", "counts", "--junit-xml", str(junit)], out=out)
+    assert code == 0
+    assert "PASS        counts.issue-example" in out.getvalue()
+    root = ET.parse(junit).getroot()
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == ["conformance.counts"]
+    assert int(suites[0].get("tests", "0")) == sum(1 for c in CASES if c.form == "counts")
+    assert suites[0].get("failures") == "0" and suites[0].get("errors") == "0"
+
+
+def test_cli_fails_with_a_broken_python_implementation(tmp_path: Path) -> None:
+    module = tmp_path / "always_ok_impl.py"
+    module.write_text(
+        "def handle(request):\n"
+        "    return {'ok': {'rows': [], 'cu_seqlens': [0, 0], 'vocab_size': None}}\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        out = io.StringIO()
+        junit = tmp_path / "broken.xml"
+        code = runner.main(["--impl", "always_ok_impl:handle", "--form", "dense", "-q", "--junit-xml", str(junit)], out=out)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert code == 1
+    text = out.getvalue()
+    assert "FAIL        dense.padding-between-ids  accepted invalid input (expected rejection with E_PADDING)" in text
+    assert "PASS        dense." not in text  # -q prints only what is not as expected
+    assert "FAILED:" in text
+    empty = {"rows": [], "cu_seqlens": [0, 0], "vocab_size": None}
+    right = [c.id for c in CASES if c.form == "dense" and c.expected.get("mask") == empty]
+    assert right == ["dense.zero-rows", "dense.zero-rows-zero-width"]  # an empty answer is right only there
+    failures = ET.parse(junit).getroot().findall(".//failure")
+    assert len(failures) == sum(1 for c in CASES if c.form == "dense") - len(right)
+
+
+def test_load_python_implementation_forms() -> None:
+    impl = load_python_implementation("sampling_mask.conformance.reference:ReferenceImplementation")
+    assert isinstance(impl, ReferenceImplementation)
+    for bad in ("no_colon", "sampling_mask:nope"):
+        with pytest.raises((ValueError, AttributeError)):
+            load_python_implementation(bad)
+
+
+def test_cli_usage_errors() -> None:
+    with pytest.raises(SystemExit) as exc:
+        runner.main(["--impl", "sampling_mask:nope"], out=io.StringIO())
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit):
+        runner.main(["--impl", "x:y", "--command", "z"], out=io.StringIO())
+
+
+def test_list_and_lint_flags() -> None:
+    out = io.StringIO()
+    assert runner.main(["--list", "--form", "bitmask", "--level", "required"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines and all(line.startswith("bitmask.") and "\trequired\t" in line for line in lines)
+    out = io.StringIO()
+    assert runner.main(["--lint"], out=out) == 0
+    assert "lint: OK" in out.getvalue()
+
+
+def test_command_that_crashes_or_hangs_is_an_error_not_a_verdict() -> None:
+    crash = CommandImplementation(f"{sys.executable} -c 'import sys; sys.stdin.readline(); sys.exit(3)'", timeout=20)
+    try:
+        report = runner.run(crash, DENSE[:3])
+    finally:
+        crash.close()
+    assert [r.status for r in report.results] == ["ERROR"] * 3
+    assert "exited" in report.results[0].detail
+    hang = CommandImplementation(f"{sys.executable} -c 'import time; time.sleep(30)'", timeout=0.5)
+    try:
+        outcome = runner.run(hang, DENSE[:1]).results[0]
+    finally:
+        hang.close()
+    assert outcome.status == "ERROR" and "no response within" in outcome.detail
+    garbage = CommandImplementation(f"{sys.executable} -c 'import sys; [print(\"nope\", flush=True) for _ in sys.stdin]'")
+    try:
+        outcome = runner.run(garbage, DENSE[:1]).results[0]
+    finally:
+        garbage.close()
+    assert outcome.status == "ERROR" and "not JSON" in outcome.detail
+
+
+def test_pytest_pyargs_entry_point_runs_the_cases() -> None:
+    """`pytest --pyargs sampling_mask.conformance` runs every vector against the implementation named in
+    the environment (here: the reference over --command, as an implementer would)."""
+    env = dict(os.environ)
+    env["SAMPLING_MASK_CONFORMANCE_COMMAND"] = f"{sys.executable} -m sampling_mask.conformance.reference"
+    env.pop("PYTEST_ADDOPTS", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "sampling_mask.conformance", "-q", "-o", "addopts=", "-p", "no:cacheprovider",
+         "-k", "test_case and (counts or packed)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    expected = sum(1 for c in CASES if c.form in ("counts", "packed"))
+    assert f"{expected} passed" in proc.stdout

@@ -1,0 +1,163 @@
+"""The conformance suite itself: the reference passes it, it lints clean, goldens match the generator."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sampling_mask.conformance import generate, lint, runner
+from sampling_mask.conformance.protocol import CommandImplementation
+from sampling_mask.conformance.reference import ReferenceImplementation
+from sampling_mask.conformance.suite import FORMS, load_cases, vectors_dir
+from sampling_mask.errors import ErrorCode
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_reference_passes_every_case_and_prints_the_summary() -> None:
+    out = io.StringIO()
+    assert runner.main([], out=out) == 0, out.getvalue()[-3000:]
+    text = out.getvalue()
+    assert "OK:" in text
+    summary = text[text.index("sampling-mask conformance v1: reference") :]
+    for form in FORMS:
+        assert f"\n{form} " in summary, form
+    total = next(line for line in summary.splitlines() if line.startswith("total"))
+    cases, passed, *rest = (int(x) for x in total.split()[1:])
+    assert cases == passed == len(load_cases()) and not any(rest)
+
+
+def test_suite_size_and_coverage() -> None:
+    problems, stats = lint.lint()
+    assert problems == []
+    assert stats["valid"] >= 60 and stats["invalid"] >= 60
+    assert all(stats["codes"][code.value] >= 1 for code in ErrorCode)
+    assert set(FORMS) <= set(stats["forms"])
+    assert all(v >= 1 and i >= 1 for v, i in (stats["forms"][f] for f in FORMS))
+    assert stats["spec_checked"]  # in a checkout every spec reference is resolved against SPEC.md
+
+
+def test_ecosystem_edge_cases_are_present() -> None:
+    ids = {c.id for c in load_cases()}
+    for expected in (
+        "dense.ties-wider-than-top-k",
+        "ragged.ties-wider-than-top-k",
+        "ragged.unsorted-rows",
+        "json-rows.unsorted-rows",
+        "packed.all-empty-sequences",
+        "ragged.all-empty-segments",
+        "dense.zero-rows",
+        "ragged.zero-rows",
+        "dense.maximal-int32-id",
+        "json-rows.maximal-int32-id",
+        "ragged.offsets-int64-not-truncated",
+        "dense.int64-id-beyond-int32",
+    ):
+        assert expected in ids
+
+
+def test_goldens_match_the_generator(capsys: pytest.CaptureFixture[str]) -> None:
+    """CI fails when a golden is missing, stale or stray; only `generate --write` rewrites them."""
+    code = generate.main([])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "case files match the generator" in out
+
+
+@pytest.fixture()
+def suite_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "conformance"
+    shutil.copytree(REPO / "conformance", root)
+    shutil.copytree(REPO / "spec", tmp_path / "spec")  # lint resolves spec references against it
+    return root
+
+
+def test_a_changed_golden_fails_the_check_and_is_not_rewritten(suite_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = suite_copy / "v1" / "dense" / "decode.json"
+    text = path.read_text().replace('"vocab_size": 10', '"vocab_size": 11', 1)
+    path.write_text(text)
+    assert generate.main(["--root", str(suite_copy)]) == 1
+    assert "differs from the generator: v1/dense/decode.json" in capsys.readouterr().out
+    assert path.read_text() == text  # checking never rewrites
+
+
+def test_a_missing_or_stray_golden_fails_the_check(suite_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (suite_copy / "v1" / "ragged" / "encode.json").unlink()
+    (suite_copy / "v1" / "dense" / "extra.json").write_text("{}")
+    assert generate.main(["--root", str(suite_copy)]) == 1
+    out = capsys.readouterr().out
+    assert "missing: v1/ragged/encode.json" in out
+    assert "not produced by the generator: v1/dense/extra.json" in out
+    assert generate.main(["--root", str(suite_copy), "--write"]) == 0
+    assert generate.main(["--root", str(suite_copy)]) == 0
+
+
+def _edit_case(root: Path, rel: str, index: int, **changes: object) -> None:
+    path = root / rel
+    doc = json.loads(path.read_text())
+    doc["cases"][index].update(changes)
+    path.write_text(json.dumps(doc))
+
+
+def test_lint_catches_a_broken_suite(suite_copy: Path) -> None:
+    first = json.loads((suite_copy / "v1/dense/decode.json").read_text())["cases"][0]["id"]
+    _edit_case(suite_copy, "v1/ragged/decode.json", 0, id=first)  # duplicate id, wrong form prefix
+    _edit_case(suite_copy, "v1/counts/decode.json", 1, level="optional")  # not in the schema
+    _edit_case(suite_copy, "v1/dense/decode.json", 2, spec="SPEC.md#no-such-section")
+    width = json.loads((suite_copy / "v1/invalid/dense.json").read_text())
+    width["cases"] = [c for c in width["cases"] if c["expected"] != {"error": "E_WIDTH"}]
+    (suite_copy / "v1/invalid/dense.json").write_text(json.dumps(width))
+    problems, _ = lint.lint(suite_copy)
+    text = "\n".join(problems)
+    assert f"duplicate id {first}" in text
+    assert "ids start with the form (ragged.)" in text
+    assert "schema: cases/1/level" in text
+    assert "no-such-section names no section" in text
+    assert "error code E_WIDTH is not the sole expected code of any case" in text
+
+
+def test_lint_catches_misfiled_cases_and_malformed_arrays(suite_copy: Path) -> None:
+    valid = json.loads((suite_copy / "v1/dense/decode.json").read_text())
+    valid["cases"][0]["expected"] = {"error": "E_PADDING"}  # an invalid case outside invalid/
+    valid["cases"][1]["input"]["dense"]["hex"] = "00"  # a valid case whose bytes disagree with its shape
+    valid["cases"][3]["expected"]["mask"]["rows"] = [[9, 3, 7]]  # an expected mask that is not canonical
+    (suite_copy / "v1/dense/decode.json").write_text(json.dumps(valid))
+    problems, _ = lint.lint(suite_copy)
+    text = "\n".join(problems)
+    assert "a case expecting an error belongs in invalid/" in text
+    assert "malformed typed array at input.dense" in text
+    assert "expected mask: row 0 is not strictly ascending" in text
+
+
+def test_vectors_ship_with_the_package() -> None:
+    """The package finds its vectors at sampling_mask/conformance/vectors, the same files as <repo>/conformance."""
+    root = vectors_dir()
+    assert root.resolve() == (REPO / "conformance").resolve()
+    assert (REPO / "sampling_mask" / "conformance" / "vectors" / "v1").is_dir()
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert '"sampling_mask.conformance" = ["vectors/**/*"]' in pyproject
+
+
+def test_reference_over_the_subprocess_protocol() -> None:
+    """The reference served on stdin / stdout passes a slice of every form (one process for all)."""
+    cases = [c for c in load_cases() if c.id.split(".", 1)[1].startswith(("issue-example", "encode-", "zero-rows"))]
+    assert len({c.form for c in cases}) >= 8
+    impl = CommandImplementation("python -m sampling_mask.conformance.reference", timeout=60)
+    try:
+        report = runner.run(impl, cases)
+    finally:
+        impl.close()
+    assert report.ok, [(r.case.id, r.detail) for r in report.failures()]
+    assert impl.starts == 1
+
+
+def test_reference_handles_protocol_garbage() -> None:
+    ref = ReferenceImplementation()
+    assert "unsupported" in ref.handle({"op": "frobnicate", "form": "dense", "input": {}})
+    assert "unsupported" in ref.handle({"op": "decode", "form": "png", "input": {}})
+    assert ref.handle({"op": "decode", "form": "dense", "input": []})["rejected"]["code"] == "E_SCHEMA"
+    assert ref.handle({"op": "decode", "form": "dense", "input": {}, "limits": {"max_rowz": 1}})["rejected"]["code"] == "E_SCHEMA"

@@ -1,0 +1,82 @@
+"""Every atheris fuzz target runs for a bounded time without a finding (CI budget: a few minutes).
+
+Each target runs in its own process (``fuzz/run.py``) with libFuzzer's ``-max_total_time`` and
+``-rss_limit_mb``: an exception other than ``SamplingMaskError``, a crash, a hang or a memory blow-up
+makes the process exit non-zero and fails that target's case. Two targets run at a time (two cores).
+``SAMPLING_MASK_FUZZ_SECONDS`` sets the time per target (default 6). Skipped without atheris.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("atheris")
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNNER = ROOT / "fuzz" / "run.py"
+SECONDS = int(os.environ.get("SAMPLING_MASK_FUZZ_SECONDS", "6"))
+RSS_LIMIT_MB = 1536
+PARALLEL = 2
+#: Fewer executions than this means the target did not really run (a broken harness, not a pass).
+MIN_EXECUTIONS = 100
+
+
+def _names() -> list[str]:
+    out = subprocess.run([sys.executable, str(RUNNER), "--list"], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+NAMES = _names()
+
+
+def _fuzz(name: str) -> tuple[int, str, list[str]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [
+            sys.executable,
+            str(RUNNER),
+            name,
+            f"--seconds={SECONDS}",
+            f"--rss-limit-mb={RSS_LIMIT_MB}",
+            "--timeout=20",
+            f"--artifacts={tmp}",
+            f"--corpus={Path(tmp) / 'corpus'}",
+        ]
+        try:
+            proc = subprocess.run(args, capture_output=True, text=True, timeout=SECONDS + 180, cwd=ROOT)
+        except subprocess.TimeoutExpired as exc:
+            return -1, f"did not finish in {SECONDS + 180} s:\n{exc.stderr!s}"[-4000:], []
+        artifacts = sorted(p.name for p in Path(tmp).iterdir() if p.is_file())
+        return proc.returncode, proc.stdout + proc.stderr, artifacts
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, tuple[int, str, list[str]]]:
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        return dict(zip(NAMES, pool.map(_fuzz, NAMES), strict=True))
+
+
+def test_every_decoder_has_a_target() -> None:
+    expected = {"dense", "packed", "ragged", "counts", "bitmask", "compact", "arrow", "arrows", "msgpack"}
+    expected |= {"json", "json_rows", "base64"}
+    assert expected <= set(NAMES), sorted(expected - set(NAMES))
+    assert any(name.startswith("adapter_") for name in NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fuzz_target_finds_nothing(runs: dict[str, tuple[int, str, list[str]]], name: str) -> None:
+    code, log, artifacts = runs[name]
+    interesting = [line for line in log.splitlines() if not line.startswith("INFO: Instrumenting")]
+    tail = "\n".join(interesting[-60:])
+    assert code == 0 and not artifacts, f"{name}: exit {code}, artifacts {artifacts}\n{tail}"
+    assert "Uncaught Python exception" not in log, tail
+    executed = re.search(r"stat::number_of_executed_units:\s*(\d+)", log)
+    assert executed is not None, f"{name}: no libFuzzer stats\n{tail}"
+    assert int(executed.group(1)) >= MIN_EXECUTIONS, f"{name}: only {executed.group(1)} inputs ran\n{tail}"

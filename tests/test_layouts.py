@@ -1,0 +1,175 @@
+"""Unit tests of the vectorized layout helpers against plain per-row Python references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMaskError, layouts
+
+ROWS = [[5, 1], [], [7], [0, 9, 3, 8], [], [2]]
+VOCAB = 10
+
+
+def ragged(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.array([i for r in rows for i in r], dtype=np.int32)
+    offsets = np.cumsum([0] + [len(r) for r in rows], dtype=np.int64)
+    return ids, offsets
+
+
+def dense_reference(rows: list[list[int]], width: int) -> np.ndarray:
+    return np.array([r + [-1] * (width - len(r)) for r in rows], dtype=np.int32).reshape(len(rows), width)
+
+
+def bitmask_reference(rows: list[list[int]], vocab: int) -> np.ndarray:
+    out = np.zeros((len(rows), (vocab + 7) // 8), dtype=np.uint8)
+    for t, row in enumerate(rows):
+        for i in row:
+            out[t, i // 8] |= 1 << (i % 8)
+    return out
+
+
+def test_range_indices_concatenates_ranges() -> None:
+    got = layouts.range_indices(np.array([5, 0, 9]), np.array([2, 0, 3]))
+    assert got.tolist() == [5, 6, 9, 10, 11]
+    assert got.dtype == np.int64
+    assert layouts.range_indices(np.array([3]), np.array([0])).size == 0
+
+
+def test_row_of_ids_and_counts_to_offsets() -> None:
+    ids, offsets = ragged(ROWS)
+    assert layouts.row_of_ids(offsets).tolist() == [t for t, r in enumerate(ROWS) for _ in r]
+    counts = np.array([len(r) for r in ROWS])
+    assert layouts.counts_to_offsets(counts).tolist() == offsets.tolist()
+    assert layouts.counts_to_offsets(np.zeros(0, np.int64)).tolist() == [0]
+
+
+def test_check_offsets_accepts_a_tiling_and_names_the_bad_row() -> None:
+    layouts.check_offsets(np.array([0, 2, 2, 3]), 3)
+    layouts.check_offsets(np.array([0]), 0)  # zero rows
+    with pytest.raises(SamplingMaskError) as info:
+        layouts.check_offsets(np.array([0, 2, 1, 3]), 3)
+    assert (info.value.code, info.value.row) == (ErrorCode.E_OFFSETS, 1)
+
+
+def test_check_segments_allows_empty_segments() -> None:
+    layouts.check_segments(np.array([0, 0, 2, 2, 3, 3]), 3, DEFAULT_LIMITS)
+    layouts.check_segments(np.array([0]), 0, DEFAULT_LIMITS)  # zero rows, zero segments
+    with pytest.raises(SamplingMaskError) as info:
+        layouts.check_segments(np.array([0]), 1, DEFAULT_LIMITS)
+    assert info.value.code is ErrorCode.E_SEGMENTS
+
+
+def test_check_ids_reports_order_and_duplicates() -> None:
+    ids, offsets = ragged([[1, 5], [], [7]])
+    assert layouts.check_ids(ids, offsets, VOCAB) is True
+    ids, offsets = ragged(ROWS)
+    assert layouts.check_ids(ids, offsets, VOCAB) is False
+    # A descent across a row boundary is still ascending within rows.
+    ids, offsets = ragged([[8, 9], [1, 2]])
+    assert layouts.check_ids(ids, offsets, None) is True
+    # The same id in two rows is no duplicate.
+    ids, offsets = ragged([[3], [3], [4, 3]])
+    assert layouts.check_ids(ids, offsets, None) is False
+    ids, offsets = ragged([[3], [1, 4, 1]])
+    with pytest.raises(SamplingMaskError) as info:
+        layouts.check_ids(ids, offsets, None)
+    assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_DUPLICATE, 1, 1)
+    ids, offsets = ragged([[3], [1], [4, 10]])
+    with pytest.raises(SamplingMaskError) as info:
+        layouts.check_ids(ids, offsets, VOCAB)
+    assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_RANGE, 2, 10)
+
+
+def test_canonical_permutation_sorts_within_rows_only() -> None:
+    ids, offsets = ragged(ROWS)
+    got = ids[layouts.canonical_permutation(ids, offsets)]
+    assert got.tolist() == [i for r in ROWS for i in sorted(r)]
+
+
+@pytest.mark.parametrize("width", [4, 6])
+def test_ragged_to_dense_and_back(width: int) -> None:
+    ids, offsets = ragged(ROWS)
+    dense = layouts.ragged_to_dense(ids, offsets, width)
+    assert dense.dtype == np.int32 and dense.flags.c_contiguous
+    assert np.array_equal(dense, dense_reference(ROWS, width))
+    back_ids, back_offsets = layouts.dense_to_ragged(dense)
+    assert back_ids.tolist() == ids.tolist() and back_offsets.tolist() == offsets.tolist()
+
+
+def test_dense_edge_shapes() -> None:
+    assert layouts.ragged_to_dense(np.zeros(0, np.int32), np.zeros(4, np.int64), 0).shape == (3, 0)
+    ids, offsets = layouts.dense_to_ragged(np.zeros((3, 0), np.int32))
+    assert ids.size == 0 and offsets.tolist() == [0, 0, 0, 0]
+    ids, offsets = layouts.dense_to_ragged(np.zeros((0, 5), np.int32))
+    assert ids.size == 0 and offsets.tolist() == [0]
+    ids, offsets = layouts.dense_to_ragged(np.full((2, 3), -1, np.int32))
+    assert offsets.tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize(
+    ("dense", "row", "column"),
+    [([[1, -1, 2]], 0, 2), ([[1, 2, 3], [-1, -1, 4]], 1, 2), ([[0, 1], [-1, 4]], 1, 1), ([[4, -1, -1, 5, -1]], 0, 3)],
+)
+def test_dense_gap_is_padding_error_at_the_first_late_id(dense: list[list[int]], row: int, column: int) -> None:
+    arr = np.array(dense, dtype=np.int32)
+    with pytest.raises(SamplingMaskError) as info:
+        layouts.dense_to_ragged(arr)
+    assert info.value.code is ErrorCode.E_PADDING
+    assert info.value.row == row and info.value.value == arr[row, column]
+    assert f"column {column}" in info.value.message
+
+
+@pytest.mark.parametrize("vocab", [1, 7, 8, 10, 16, 17])
+def test_bitmask_matches_the_bit_diagram(vocab: int) -> None:
+    rows = [[i for i in r if i < vocab] for r in ROWS]
+    ids, offsets = ragged(rows)
+    bits = layouts.ragged_to_bitmask(ids, offsets, vocab, ascending=False)
+    assert np.array_equal(bits, bitmask_reference(rows, vocab))
+    back_ids, back_offsets = layouts.bitmask_to_ragged(bits, vocab)
+    assert back_ids.tolist() == [i for r in rows for i in sorted(r)]
+    assert back_offsets.tolist() == offsets.tolist()
+
+
+def test_bitmask_byte_values_little_bit_order() -> None:
+    ids, offsets = ragged([[0], [7], [8], [0, 1, 2, 3, 4, 5, 6, 7, 8]])
+    bits = layouts.ragged_to_bitmask(ids, offsets, 9, ascending=True)
+    assert bits.tolist() == [[0b00000001, 0], [0b10000000, 0], [0, 0b1], [0xFF, 0b1]]
+
+
+def test_bitmask_padding_bits_rejected() -> None:
+    bits = np.zeros((2, 2), np.uint8)
+    bits[1, 1] = 0b100  # id 10 with vocab 10
+    with pytest.raises(SamplingMaskError) as info:
+        layouts.bitmask_to_ragged(bits, 10)
+    assert (info.value.code, info.value.row) == (ErrorCode.E_PADDING, 1)
+    bits[1, 1] = 0b10  # id 9: fine
+    assert layouts.bitmask_to_ragged(bits, 10)[0].tolist() == [9]
+
+
+def test_as_int_array_casts_safely() -> None:
+    arr = np.array([1, 2, 3], dtype=np.int64)
+    out = layouts.as_int_array(arr, np.int32, field="ids")
+    assert out.dtype == np.int32 and out.tolist() == [1, 2, 3]
+    same = np.array([4, 5], dtype=np.int32)
+    assert layouts.as_int_array(same, np.int32, field="ids") is same  # no copy when already right
+    assert layouts.as_int_array(np.array([1, 2], dtype=">i4"), np.int32, field="ids").dtype == np.dtype("<i4")
+    assert layouts.as_int_array(np.arange(6)[::2], np.int64, field="ids").flags.c_contiguous
+    assert layouts.as_int_array([], np.int32, field="ids").shape == (0,)
+    with pytest.raises(SamplingMaskError) as info:
+        layouts.as_int_array(np.array([2**31]), np.int32, field="ids")
+    assert (info.value.code, info.value.value) == (ErrorCode.E_RANGE, 2**31)
+    with pytest.raises(SamplingMaskError) as info:
+        layouts.as_int_array(np.array([1.0]), np.int32, field="ids")
+    assert info.value.code is ErrorCode.E_DTYPE
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 23, 64, 67])
+def test_nonzero_bytes_matches_flatnonzero(size: int) -> None:
+    rng = np.random.default_rng(size)
+    flat = np.where(rng.random(size) < 0.2, rng.integers(1, 256, size), 0).astype(np.uint8)
+    assert layouts._nonzero_bytes(flat).tolist() == np.flatnonzero(flat).tolist()
+    # An unaligned buffer (as np.frombuffer at an odd offset gives) works too.
+    raw = bytes(3) + flat.tobytes()
+    unaligned = np.frombuffer(raw, dtype=np.uint8, offset=3)
+    assert layouts._nonzero_bytes(unaligned).tolist() == np.flatnonzero(flat).tolist()

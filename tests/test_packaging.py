@@ -1,0 +1,98 @@
+"""Packaging rules of issue 2: numpy-only import, declared extras, lint and types, README == CI."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sampling_mask
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "pyarrow", "msgpack")
+README_TEST_COMMAND = "python -m pip install torch==2.13.0 -e '.[test]' && python -m pytest"
+README_MAIN_COMMAND = "python -m pip install -e . && sampling-mask demo"
+
+
+def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_import_loads_no_heavy_dependency() -> None:
+    code = (
+        "import sys, sampling_mask\n"
+        "m = sampling_mask.SamplingMask.from_rows([[5, 1], [], [7]], vocab_size=10)\n"
+        "m.to_dense(); m.to_bitmask(); m.canonical()\n"
+        f"print(sorted({set(HEAVY)!r} & set(sys.modules)))\n"
+    )
+    result = _run("-c", code, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_probe_would_see_a_heavy_import() -> None:
+    """The same probe reports a heavy module once something loads it (so the test above can fail)."""
+    if importlib.util.find_spec("msgpack") is None:
+        pytest.skip("msgpack not installed")
+    result = _run("-c", f"import sys, sampling_mask, msgpack; print(sorted({set(HEAVY)!r} & set(sys.modules)))")
+    assert result.stdout.strip() == "['msgpack']"
+
+
+def test_pyproject_declares_numpy_only_and_the_extras() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert [re.split(r"[<>=!~ \[]", dep)[0] for dep in project["dependencies"]] == ["numpy"]
+    assert project["requires-python"] == ">=3.10"
+    extras = project["optional-dependencies"]
+    assert {"arrow", "msgpack", "torch", "test", "all"} <= set(extras)
+
+    def names(reqs: list[str]) -> set[str]:
+        return {re.split(r"[<>=!~ \[;]", r)[0].lower() for r in reqs}
+
+    assert {"pyarrow"} <= names(extras["arrow"]) and {"msgpack"} <= names(extras["msgpack"])
+    assert {"torch"} <= names(extras["torch"])
+    assert names(extras["arrow"]) | names(extras["msgpack"]) | names(extras["torch"]) <= names(extras["all"])
+    assert {"pytest", "hypothesis", "pyarrow", "msgpack", "torch"} <= names(extras["test"])
+    assert project["version"] == sampling_mask.__version__
+    assert (ROOT / "sampling_mask" / "py.typed").exists()
+
+
+def test_readme_commands_match_ci() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert README_TEST_COMMAND in readme and README_MAIN_COMMAND in readme
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    commands = [line.strip() for line in ci.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert README_TEST_COMMAND in commands
+
+
+def test_readme_quickstart_runs() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("<!-- section: quickstart -->", 1)[1].split("<!-- section:", 1)[0]
+    block = re.search(r"```python\n(.*?)```", section, flags=re.S)
+    assert block is not None, "the quickstart has no python block"
+    result = _run("-c", block.group(1), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "E_PADDING 0" in result.stdout
+
+
+def _tool(module: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} not installed")
+
+
+def test_ruff_check_and_format_pass() -> None:
+    _tool("ruff")
+    lint = _run("-m", "ruff", "check", "sampling_mask", "tests", "benchmarks")
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    fmt = _run("-m", "ruff", "format", "--check", "sampling_mask")
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+def test_mypy_passes() -> None:
+    _tool("mypy")
+    result = _run("-m", "mypy", timeout=600)  # the package list comes from [tool.mypy]
+    assert result.returncode == 0, result.stdout + result.stderr
