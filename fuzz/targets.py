@@ -38,6 +38,7 @@ import inspect
 import json
 import struct
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,7 @@ LIMITS = Limits(
 )
 _DTYPES = [np.int32, np.int64, np.uint8, np.int16, np.uint32, np.uint64, np.float32, np.float64, np.int8, np.bool_]
 _CODE = {np.dtype(t): i for i, t in enumerate(_DTYPES)}
+_DTYPE_NAMES = {np.dtype(t).name: t for t in _DTYPES}
 
 
 class _Short(Exception):
@@ -383,13 +385,23 @@ def _raw_seeds(name: str, mask: SamplingMask) -> list[bytes]:
         head = struct.pack("<BBHHHi", 0, 1, *dense.shape, segs, vocab)
         out.append(head + dense.tobytes() + mask.cu_seqlens.astype("<i8").tobytes())
     elif name == "ragged":
-        flags = sum(bit for bit, n in ((1, "sampled_token_ids"), (2, "sampled_logprobs"), (4, "temperature"),
-                                       (8, "support_logprobs")) if n in mask.companions)
+        flags = sum(
+            bit
+            for bit, n in (
+                (1, "sampled_token_ids"),
+                (2, "sampled_logprobs"),
+                (4, "temperature"),
+                (8, "support_logprobs"),
+            )
+            if n in mask.companions
+        )
         head = struct.pack("<BBBBHHHbi", 0, 1, 1, flags, nnz, rows + 1, segs + 1, 0, vocab)
         body = mask.ids.tobytes() + mask.offsets.tobytes() + mask.cu_seqlens.tobytes()
-        body += b"".join(mask.companions[n].tobytes() for n in
-                         ("sampled_token_ids", "sampled_logprobs", "temperature", "support_logprobs")
-                         if n in mask.companions)
+        body += b"".join(
+            mask.companions[n].tobytes()
+            for n in ("sampled_token_ids", "sampled_logprobs", "temperature", "support_logprobs")
+            if n in mask.companions
+        )
         out.append(head + body)
     elif name == "counts":
         ids, counts = mask.to_counts()
@@ -481,6 +493,126 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
+#: conformance/v1 forms whose decode cases seed each target.
+_CONFORMANCE_FORMS = {
+    "dense": ("dense",),
+    "packed": ("packed",),
+    "ragged": ("ragged",),
+    "counts": ("counts",),
+    "bitmask": ("bitmask",),
+    "arrow": ("arrow",),
+    "arrows": ("arrows",),
+    "arrows_partial": ("arrows",),
+    "parquet": ("parquet",),
+    "msgpack": ("msgpack",),
+    "json": ("json",),
+    "json_rows": ("json-rows",),
+    "base64": ("base64",),
+    "sniff": ("arrow", "arrows", "parquet", "msgpack", "json", "json-rows", "base64"),
+}
+_CONFORMANCE = Path(__file__).resolve().parent.parent / "conformance" / "v1"
+
+
+def _vector_array(spec: Any) -> np.ndarray | None:
+    """A conformance array ``{dtype, shape, values | hex}``, or None when the harness cannot carry it."""
+    if not isinstance(spec, dict) or spec.get("dtype") not in _DTYPE_NAMES:
+        return None
+    dtype = np.dtype(_DTYPE_NAMES[spec["dtype"]]).newbyteorder("<")
+    try:
+        if "hex" in spec:
+            arr = np.frombuffer(bytes.fromhex(spec["hex"]), dtype=dtype).reshape(spec["shape"])
+        else:
+            arr = np.array(spec["values"], dtype=dtype).reshape(spec["shape"])
+    except (ValueError, TypeError, KeyError, OverflowError):
+        return None
+    return arr
+
+
+def _vector_case_seed(name: str, case_input: dict[str, Any]) -> bytes | None:
+    """The harness input of target ``name`` for one conformance array case (None if it does not fit)."""
+    arrays = {key: _vector_array(value) for key, value in case_input.items() if isinstance(value, dict)}
+    vocab = case_input.get("vocab_size", -1)
+    if not isinstance(vocab, int) or not -(1 << 31) <= vocab < 1 << 31:
+        return None
+
+    def code(arr: np.ndarray) -> int:
+        return _CODE[np.dtype(arr.dtype.newbyteorder("="))]
+
+    def raw(arr: np.ndarray) -> bytes:
+        return np.ascontiguousarray(arr).tobytes()
+
+    try:
+        if name in ("dense", "packed", "bitmask"):
+            grid = arrays.get(name if name != "packed" else "dense")
+            if grid is None or grid.ndim != 2 or max(grid.shape) > 0xFFFF:
+                return None
+            if name == "dense":
+                return struct.pack("<BBHHi", code(grid), 0, *grid.shape, vocab) + raw(grid)
+            if name == "bitmask":
+                return struct.pack("<BBHHi", code(grid), 0, *grid.shape, vocab) + raw(grid)
+            cu = arrays.get("cu_seqlens")
+            if cu is None or cu.ndim != 1 or cu.size == 0:
+                return None
+            head = struct.pack("<BBHHHi", code(grid), code(cu), *grid.shape, cu.size - 1, vocab)
+            return head + raw(grid) + raw(cu)
+        if name == "counts":
+            ids, counts = arrays.get("ids"), arrays.get("counts")
+            if ids is None or counts is None or ids.ndim != 1 or counts.ndim != 1:
+                return None
+            return struct.pack("<BBHHi", code(ids), code(counts), ids.size, counts.size, vocab) + raw(ids) + raw(counts)
+        if name == "ragged":
+            ids, offsets, cu = arrays.get("ids"), arrays.get("offsets"), arrays.get("cu_seqlens")
+            if ids is None or offsets is None or ids.ndim != 1 or offsets.ndim != 1:
+                return None
+            flags, tail = 0, b""
+            for bit, key, dtype in (
+                (1, "sampled_token_ids", "<i4"),
+                (2, "sampled_logprobs", "<f4"),
+                (4, "temperature", "<f4"),
+                (8, "support_logprobs", "<f4"),
+            ):
+                arr = arrays.get(key)
+                if arr is not None:
+                    expected = ids.size if key == "support_logprobs" else max(offsets.size - 1, 0)
+                    if arr.size != expected:
+                        return None
+                    flags, tail = flags | bit, tail + arr.astype(dtype).tobytes()
+            num_cu = 0xFFFF if cu is None else cu.size
+            cu_code = 1 if cu is None else code(cu)
+            head = struct.pack(
+                "<BBBBHHHbi", code(ids), code(offsets), cu_code, flags, ids.size, offsets.size, num_cu, 0, vocab
+            )
+            return head + raw(ids) + raw(offsets) + (b"" if cu is None else raw(cu)) + tail
+    except struct.error:
+        return None
+    return None
+
+
+def _conformance_seeds(name: str) -> list[bytes]:
+    """Inputs of the conformance vectors (valid and invalid decode cases) for target ``name``."""
+    out: list[bytes] = []
+    for form in _CONFORMANCE_FORMS.get(name, ()):
+        for path in sorted(_CONFORMANCE.glob(f"{form}/*.json")) + sorted(_CONFORMANCE.glob(f"invalid/{form}.json")):
+            try:
+                cases = json.loads(path.read_text(encoding="utf-8")).get("cases", [])
+            except (OSError, ValueError):
+                continue
+            for case in cases:
+                case_input = case.get("input")
+                if case.get("op", "decode") != "decode" or not isinstance(case_input, dict):
+                    continue
+                if "hex" in case_input and isinstance(case_input["hex"], str):
+                    with contextlib.suppress(ValueError):
+                        out.append(bytes.fromhex(case_input["hex"]))
+                elif "text" in case_input and isinstance(case_input["text"], str):
+                    out.append(case_input["text"].encode("utf-8"))
+                else:
+                    seed = _vector_case_seed(name, case_input)
+                    if seed is not None:
+                        out.append(seed)
+    return out
+
+
 def seeds(name: str) -> list[bytes]:
     """Small valid inputs for target ``name`` (the seed corpus), deduplicated, in a stable order."""
     out: list[bytes] = []
@@ -502,6 +634,7 @@ def seeds(name: str) -> list[bytes]:
             out += _adapter_seeds(name[len("adapter_") :], mask)
         else:
             raise KeyError(name)
+    out += _conformance_seeds(name)
     return list(dict.fromkeys(out))
 
 
@@ -509,7 +642,6 @@ def seeds(name: str) -> list[bytes]:
 def _source_strings() -> list[str]:
     """Short string literals of the package source: field names, dtype names, format keys."""
     import ast
-    from pathlib import Path
 
     found: dict[str, None] = {}
     for path in sorted(Path(sampling_mask.__file__).parent.rglob("*.py")):

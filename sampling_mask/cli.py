@@ -965,6 +965,13 @@ def _convert_streaming(
     return rows, segments
 
 
+def _chmod_like_new_file(path: Path) -> None:
+    """The mode an ordinary new file gets (0666 less the umask); mkstemp makes files 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     """IN -> OUT; Arrow file / stream and Parquet go batch by batch (files larger than memory convert)."""
     source = _input(args, "input")
@@ -992,6 +999,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
             mask = _read_all(source)
             rows, segments = mask.num_rows, mask.num_segments
             source.codecs.save(tmp, mask, format=out_fmt, **opts)
+        _chmod_like_new_file(tmp)
         os.replace(tmp, dst)
     except SamplingMaskError as exc:
         hint = (

@@ -111,7 +111,7 @@ class TraceBuilder:
             raise SamplingMaskError(
                 ErrorCode.E_RANGE, "token id out of range", field="token_ids", row=self._length + i, value=int(ids[i])
             )
-        return ids
+        return ids.copy()  # the caller may reuse its buffer
 
     def add_observation(self, token_ids: Any) -> None:
         """Append prompt / observation / tool tokens: empty rows, NaN logprobs."""
@@ -144,7 +144,7 @@ class TraceBuilder:
         if logprobs is None:
             lp = np.full(ids.size, np.nan, np.float32)
         else:
-            lp = float_array(logprobs, field="logprobs", size=ids.size)
+            lp = float_array(logprobs, field="logprobs", size=ids.size).copy()
         try:
             SamplingMask(row_ids, row_offsets, sampled_token_ids=ids, vocab_size=self._vocab_size, limits=self._limits)
         except SamplingMaskError as exc:  # name the row in trace coordinates

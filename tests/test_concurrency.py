@@ -60,9 +60,15 @@ def _payloads() -> list[tuple[str, bytes, Callable[[bytes], SamplingMask]]]:
         plain = SamplingMask.from_rows(mask.to_rows())
         for fmt in ("arrow", "arrows", "parquet", "msgpack", "json"):
             out.append((f"{fmt}-{i}", sampling_mask.codecs.encode(mask, fmt), decoder(fmt)))
-        out.append((f"arrow-zstd-{i}", sampling_mask.codecs.encode(mask, "arrow", compression="zstd"), decoder("arrow")))
-        out.append((f"arrows-compact-{i}", sampling_mask.codecs.encode(mask, "arrows", compact=True), decoder("arrows")))
-        out.append((f"msgpack-dense-{i}", sampling_mask.codecs.encode(mask, "msgpack", layout="dense"), decoder("msgpack")))
+        out.append(
+            (f"arrow-zstd-{i}", sampling_mask.codecs.encode(mask, "arrow", compression="zstd"), decoder("arrow"))
+        )
+        out.append(
+            (f"arrows-compact-{i}", sampling_mask.codecs.encode(mask, "arrows", compact=True), decoder("arrows"))
+        )
+        out.append(
+            (f"msgpack-dense-{i}", sampling_mask.codecs.encode(mask, "msgpack", layout="dense"), decoder("msgpack"))
+        )
         out.append(
             (f"msgpack-compact-{i}", sampling_mask.codecs.encode(mask, "msgpack", layout="compact"), decoder("msgpack"))
         )

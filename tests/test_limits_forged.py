@@ -379,9 +379,7 @@ def results() -> dict[str, dict[str, Any]]:
         pytest.skip("needs fork")
     pytest.importorskip("pyarrow")
     pytest.importorskip("msgpack")
-    proc = subprocess.run(
-        [sys.executable, __file__], capture_output=True, text=True, timeout=300, cwd=ROOT
-    )
+    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = {}
     for line in proc.stdout.splitlines():
