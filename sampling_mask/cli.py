@@ -769,6 +769,19 @@ def _unvalidated_segments(source: _Source, batch_index: int) -> np.ndarray | Non
                     return batch.cu_seqlens  # type: ignore[no-any-return]
         elif source.fmt == "msgpack":
             return codecs.load(source.path, format="msgpack", validate=False).cu_seqlens  # type: ignore[no-any-return]
+        elif source.fmt == "json":
+            import numpy as np
+
+            from .codecs import json as json_codec
+
+            doc = json_codec.parse(source.path.read_bytes())
+            rows = doc.get("rows")
+            cu = doc.get("cu_seqlens", [0, len(rows)] if isinstance(rows, list) else None)
+            return np.asarray(cu, dtype=np.int64) if isinstance(cu, list) else None
+        elif source.fmt in ROWS_ONLY_FORMATS:
+            import numpy as np
+
+            return np.array([0, np.iinfo(np.int64).max], dtype=np.int64)  # one segment holds every row
     except Exception:  # noqa: BLE001 - best effort: without it the report names the row only
         return None
     return None

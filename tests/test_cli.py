@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import sampling_mask
+import sampling_mask.codecs
 from sampling_mask import SamplingMask
 from sampling_mask.cli import _rebatch, histogram_buckets, support_from_counts
 
@@ -114,3 +115,196 @@ def test_rebatch_cuts_between_segments_and_keeps_every_row() -> None:
     assert all(p.num_rows >= 12 for p in parts[:-1])
     # Input segments have 7, 0, 13, 13, 7 rows, then 7, 0, 3: cuts fall only between segments.
     assert [(p.num_rows, p.num_segments) for p in parts] == [(20, 3), (13, 1), (14, 2), (3, 2)]
+
+
+# ---------------------------------------------------------------------------- the console script
+def test_help_lists_every_command_and_module_entry_point_runs() -> None:
+    proc = run("--help")
+    assert proc.returncode == 0
+    for command in ("demo", "inspect", "validate", "convert", "stats", "conformance", "bench"):
+        assert f"    {command}" in proc.stdout, command
+    module = subprocess.run(
+        [sys.executable, "-m", "sampling_mask", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert module.returncode == 0 and module.stdout.strip() == f"sampling-mask {sampling_mask.__version__}"
+
+
+def test_demo_writes_every_format_reads_each_back_and_scores(tmp_path: Path) -> None:
+    proc = run("demo", "--tokens", "300", "--out", tmp_path, "--score-rows", "16")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = {line.split()[0]: line.split() for line in proc.stdout.splitlines() if line.split()}
+    for fmt in sampling_mask.codecs.FORMATS:
+        assert fmt in table, fmt
+        assert "OK" in table[fmt], table[fmt]
+        # bytes per token is the file's size over the rollout's 300 rows
+        assert float(table[fmt][2]) == pytest.approx(int(table[fmt][1].replace(",", "")) / 300, abs=0.01)
+    assert (tmp_path / "rollout.arrows").is_file()
+    assert sampling_mask.load(tmp_path / "rollout.arrows").num_rows == 300
+    assert "equal to a float64 recomputation: OK; masked >= full: OK" in proc.stdout
+    assert "round trips:" in proc.stdout and "FAILED" not in proc.stdout
+
+
+def test_inspect_reports_the_files_figures(files: dict[str, Path]) -> None:
+    mask = tiny_mask()
+    proc = run("inspect", files["arrows"], "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    lengths = mask.row_lengths
+    supported = lengths[lengths > 0]
+    assert report["format"] == "arrows" and report["spec_version"] == 1
+    assert (report["rows"], report["segments"], report["nnz"]) == (mask.num_rows, mask.num_segments, mask.nnz)
+    assert report["empty_rows"] == int(np.count_nonzero(lengths == 0))
+    assert report["vocab_size"] == 100 and report["metadata"] == {"top_k": 6, "producer": "test_cli"}
+    assert report["support"]["median"] == pytest.approx(np.median(supported))
+    assert report["support"]["max"] == int(supported.max())
+    assert report["bytes_per_token"] == pytest.approx(files["arrows"].stat().st_size / mask.num_rows)
+    assert sorted(report["companions"]) == ["sampled_logprobs", "sampled_token_ids"]
+    human = run("inspect", files["arrows"])
+    assert human.returncode == 0
+    assert f"{mask.num_rows} in {mask.num_segments} segments" in human.stdout
+    assert "producer='test_cli'" in human.stdout and "#" in human.stdout  # metadata and histogram
+
+
+def test_stats_per_segment_and_plot(files: dict[str, Path], tmp_path: Path) -> None:
+    mask = tiny_mask()
+    png = tmp_path / "hist.png"
+    proc = run("stats", files["arrows"], "--json", "--plot", png)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    per_segment = report["per_segment"]
+    assert per_segment["rows"] == np.diff(mask.cu_seqlens).tolist()
+    assert per_segment["ids"] == [mask.segment(b).nnz for b in range(mask.num_segments)]
+    assert per_segment["mean_support"][1] is None  # the empty segment has no support figure
+    counts = np.bincount(mask.row_lengths)
+    assert report["support_size_counts"] == {str(k): int(c) for k, c in enumerate(counts) if k and c}
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    human = run("stats", files["arrows"], "--segments", "2")
+    assert human.returncode == 0
+    assert "3 more segments" in human.stdout
+
+
+def test_validate_accepts_a_valid_file_with_its_sampled_ids(files: dict[str, Path]) -> None:
+    mask = tiny_mask()
+    sampled = files["folder"] / "sampled.json"
+    sampled.write_text(json.dumps(mask.sampled_token_ids.tolist()))
+    proc = run("validate", files["arrows"], "--vocab-size", "100", "--sampled", sampled)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("valid: ") and "checked structure, vocab_size, sampled_token_ids" in proc.stdout
+
+
+def test_validate_names_code_row_segment_and_value(files: dict[str, Path]) -> None:
+    mask = tiny_mask()
+    # --vocab-size below an id the file holds (as a file that declares no vocab_size)
+    undeclared = files["folder"] / "undeclared.arrows"
+    sampling_mask.save(undeclared, mask.with_companions(vocab_size=None))
+    proc = run("validate", undeclared, "--vocab-size", "50", "--json")
+    assert proc.returncode == 1
+    error = json.loads(proc.stdout)["error"]
+    first = int(np.flatnonzero([any(i >= 50 for i in r) for r in mask.to_rows()])[0])
+    segment = int(np.searchsorted(mask.cu_seqlens, first, side="right")) - 1
+    assert (error["code"], error["row"], error["segment"]) == ("E_RANGE", first, segment)
+    assert error["value"] >= 50
+    # a sampled id missing from its row, in a .npy file
+    sampled = mask.sampled_token_ids.copy()
+    sampled[25] = next(i for i in range(100) if i not in mask.row(25))
+    npy = files["folder"] / "sampled.npy"
+    np.save(npy, sampled)
+    proc = run("validate", files["arrows"], "--sampled", npy)
+    assert proc.returncode == 1
+    assert proc.stdout.startswith(f"invalid: {files['arrows']}: E_MISSING_SAMPLED: ")
+    assert "segment 3, row 25, row in segment 5" in proc.stdout and f"offending value {sampled[25]}" in proc.stdout
+
+
+def test_validate_reports_a_corrupt_file_as_invalid(files: dict[str, Path]) -> None:
+    proc = run("validate", files["corrupt"], "--json")
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    assert doc["valid"] is False and doc["error"]["code"] == "E_ENCODING"
+
+
+def test_validate_never_unpickles_the_sampled_file(files: dict[str, Path]) -> None:
+    pickled = files["folder"] / "pickled.npy"
+    np.save(pickled, np.array([1, "x", None], dtype=object), allow_pickle=True)
+    assert "allow_pickle=False" in one_error_line(run("validate", files["arrows"], "--sampled", pickled), "E_ENCODING")
+
+
+def test_convert_arrow_stream_parquet_and_back(files: dict[str, Path], tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    mask = tiny_mask()
+    parquet = tmp_path / "m.parquet"
+    proc = run("convert", files["arrows"], parquet, "--batch-rows", "12", "--compression", "zstd")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{mask.num_rows} rows" in proc.stdout
+    assert pq.ParquetFile(parquet).metadata.num_row_groups == 3  # 20 | 13 | 7 rows, cut between segments
+    back = tmp_path / "back.arrows"
+    proc = run("-q", "convert", parquet, back)
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    assert sampling_mask.load(back) == mask
+    assert oct(back.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_convert_to_whole_file_formats(files: dict[str, Path], tmp_path: Path) -> None:
+    mask = tiny_mask()
+    proc = run("convert", files["arrows"], tmp_path / "m.msgpack", "--compact")
+    assert proc.returncode == 0, proc.stderr
+    assert sampling_mask.load(tmp_path / "m.msgpack") == mask
+    rows = tmp_path / "rows.json"
+    one_error_line(run("convert", files["arrows"], rows, "--to", "json-rows"), "E_SCHEMA")
+    assert not rows.exists() and not list(tmp_path.glob(".*partial"))  # nothing half-written
+    proc = run("convert", files["arrows"], rows, "--to", "json-rows", "--allow-loss")
+    assert proc.returncode == 0
+    assert json.loads(rows.read_text()) == mask.to_rows()
+
+
+def test_convert_shows_progress_on_a_terminal_only(files: dict[str, Path], tmp_path: Path) -> None:
+    proc = run("convert", files["arrows"], tmp_path / "m.arrow", stderr_tty=True)
+    assert proc.returncode == 0
+    assert "\rconvert " in proc.stderr and "40 rows" in proc.stderr  # the bar, redrawn in place
+    quiet = run("-q", "convert", files["arrows"], tmp_path / "n.arrow", stderr_tty=True)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (("inspect", "{folder}/missing.arrows"), "E_IO", "no such file"),
+        (("stats", "{unknown}"), "E_SCHEMA", "--format"),
+        (("inspect", "{corrupt}"), "E_ENCODING", "corrupt.arrows"),
+        (("inspect", "{arrows}", "--no-such-flag"), "E_USAGE", "--no-such-flag"),
+        (("convert", "{arrows}", "{folder}/x.json", "--compression", "zstd"), "E_USAGE", "--compression"),
+        (("convert", "{arrows}", "{folder}/no/such/dir/x.arrow"), "E_IO", "no such directory"),
+        (("inspect", "{arrows}", "--format", "yaml"), "E_USAGE", "yaml"),
+    ],
+)
+def test_a_persons_error_is_one_line_with_its_code(
+    files: dict[str, Path], args: tuple[str, ...], code: str, needle: str
+) -> None:
+    line = one_error_line(run(*(a.format(**files) for a in args)), code)
+    assert needle in line
+
+
+def test_debug_shows_the_traceback(files: dict[str, Path]) -> None:
+    proc = run("--debug", "inspect", files["corrupt"])
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith("sampling-mask: error: E_")
+
+
+def test_unknown_extension_is_read_with_format(files: dict[str, Path]) -> None:
+    proc = run("inspect", files["unknown"], "--format", "arrows", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["rows"] == tiny_mask().num_rows
+
+
+def test_conformance_and_bench_get_their_arguments() -> None:
+    proc = run("conformance", "--list")
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) > 10 and all("\t" in line for line in proc.stdout.splitlines())
+    proc = run("bench", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "--quick" in proc.stdout

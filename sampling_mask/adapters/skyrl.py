@@ -1,4 +1,4 @@
-"""SkyRL adapter: the dense top-k layouts of SkyRL's sampling-mask replay (NovaSky-AI/SkyRL #883, #2082).
+"""SkyRL adapter: the dense top-k layouts of skyrl-train's sampling-mask replay (NovaSky-AI/SkyRL #883, #2082; open PRs as of 2026-09).
 
 Matches:
 

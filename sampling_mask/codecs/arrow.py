@@ -514,6 +514,12 @@ def _compact_column(batch: Any, cu_rows: Any, limits: Limits) -> tuple[np.ndarra
             raise SamplingMaskError(ErrorCode.E_DTYPE, "must be int64", field=name)
     for column, name in ((blobs, COMPACT_COLUMN), (rows, COMPACT_ROWS_COLUMN), (nnzs, COMPACT_NNZ_COLUMN)):
         _no_nulls(column, name)
+    # Reading one blob follows the binary offsets: they must be checked first (a forged offset
+    # would read outside the buffer; found by fuzz/regressions/arrow/c87cf9c61cfee263.bin).
+    try:
+        blobs.validate(full=True)
+    except pa.ArrowException as exc:
+        raise SamplingMaskError(ErrorCode.E_ENCODING, f"invalid Arrow data: {exc}"[:500], field=COMPACT_COLUMN) from None
     row_counts = rows.to_numpy(zero_copy_only=True)
     nnz_counts = nnzs.to_numpy(zero_copy_only=True)
     if row_counts.size and min(int(row_counts.min()), int(nnz_counts.min())) < 0:
