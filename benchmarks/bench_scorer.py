@@ -12,8 +12,9 @@ Time: median of ``--repeats`` runs of forward + backward, gradients reset to Non
 
 Peak memory: every method runs once in a fresh subprocess started with ``MALLOC_MMAP_THRESHOLD_=65536``,
 so every block above 64 KiB is its own mapping, returned to the OS when freed, and the resident set
-size follows live memory (torch's CPU allocator does not cache). The child resets the kernel's peak
-RSS (``/proc/self/clear_refs`` = 5) after building its inputs, runs once, and reads ``VmHWM``:
+size follows live memory (torch's CPU allocator does not cache). The child runs the method once on a
+tiny case (so that code pages and thread pools are already resident), builds its inputs, resets the
+kernel's peak RSS (``/proc/self/clear_refs`` = 5), runs once, and reads ``VmHWM``:
 ``peak beyond = VmHWM - VmRSS before the run - gradient buffer``, the gradient buffer being the
 weight's gradient (hidden path) or the logits' gradient (logits path), which a trainer holds either
 way. Linux only.
@@ -38,7 +39,11 @@ import torch
 from sampling_mask import SamplingMask, layouts
 from sampling_mask.reference_scorer import masked_logprobs, masked_logprobs_from_hidden
 
-SIZES = {"full": dict(vocab=151936, dim=1024, tokens=2048), "small": dict(vocab=32768, dim=256, tokens=512)}
+SIZES = {
+    "full": dict(vocab=151936, dim=1024, tokens=2048),
+    "small": dict(vocab=32768, dim=256, tokens=512),
+    "warmup": dict(vocab=2048, dim=32, tokens=64),
+}
 CAP = 512
 
 
@@ -148,10 +153,13 @@ def _status_kib(field: str) -> int:
 
 
 def child_peak(method: str, size: str) -> None:
+    fn, buffer = METHODS[method]
+    warm = build("warmup")
+    fn(with_logits(warm) if method.startswith("logits") else warm)  # fault in code pages and thread pools
+    del warm
     c = build(size)
     if method.startswith("logits"):
         c = with_logits(c)
-    fn, buffer = METHODS[method]
     gc.collect()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # peak RSS := current RSS
@@ -166,7 +174,7 @@ def child_peak(method: str, size: str) -> None:
 def measure_peak(method: str, size: str) -> int:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     out = subprocess.run(
-        [sys.executable, __file__, "--child", method, "--size", size],
+        [sys.executable, __file__, "--child", method, "--size", size, "--threads", str(torch.get_num_threads())],
         env=env,
         check=True,
         capture_output=True,
@@ -194,8 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logits", action="store_true", help="also the logits path against a dense -inf mask")
     parser.add_argument("--child", choices=sorted(METHODS), help=argparse.SUPPRESS)
     parser.add_argument("--size", choices=sorted(SIZES), default="full", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     args = parser.parse_args(argv)
     size = "small" if args.small else args.size
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.child:
         child_peak(args.child, size)
         return 0

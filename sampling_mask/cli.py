@@ -44,6 +44,8 @@ DELEGATED = {
     "conformance": ("sampling_mask.conformance.runner", "run the conformance vectors (see its --help)"),
     "bench": ("sampling_mask.bench", "run the benchmark report (see its --help)"),
 }
+#: Optional dependencies and the extra that installs each.
+OPTIONAL_EXTRAS = {"pyarrow": "arrow", "msgpack": "msgpack", "torch": "torch", "matplotlib": "matplotlib"}
 #: What real RL runs measured (issue 7); the demo prints its rollout's figures next to these.
 REAL_RUN_SUPPORT = {"singleton_fraction": 0.46, "median": 2, "mean": 8, "p99": 82}
 
@@ -65,6 +67,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 # ---------------------------------------------------------------------------- output helpers
+def _missing_dependency(name: str) -> str:
+    extra = OPTIONAL_EXTRAS[name]
+    how = f"pip install 'sampling-mask[{extra}]'" if extra != "matplotlib" else "pip install matplotlib"
+    return f"this needs {name}, which is not installed ({how})"
+
+
 def _out(text: str = "") -> None:
     sys.stdout.write(text + "\n")
 
@@ -882,7 +890,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         _print_json(doc)
     elif error is None:
         _out(
-            f"valid: {path} ({fmt}, {position.rows:,} rows, {position.segments:,} segments, {position.nnz:,} ids; "
+            f"valid: {path} ({fmt}, {_plural(position.rows, 'row')}, {_plural(position.segments, 'segment')}, "
+            f"{_plural(position.nnz, 'id')}; "
             f"checked {', '.join(checked)})"
         )
     else:
@@ -1119,6 +1128,10 @@ def _demo_round_trip(
             result["problem"] = "what was read back differs from what was written"
     except SamplingMaskError as exc:
         result.update(ok=False, problem=str(exc))
+    except ModuleNotFoundError as exc:
+        if exc.name not in OPTIONAL_EXTRAS:
+            raise
+        result.update(ok=None, problem=_missing_dependency(exc.name))
     return result
 
 
@@ -1208,7 +1221,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         results = [_demo_round_trip(mask, label, fmt, opts, folder, codecs) for label, fmt, opts in variants]
     _out(f"\n{'format':<16} {'bytes':>11} {'B/token':>8} {'write ms':>9} {'read ms':>8}  {'round trip':<10}  keeps")
     for r in results:
-        if "bytes" in r:
+        if r["ok"] is None:
+            _out(f"{r['format']:<16} {'-':>11} {'-':>8} {'-':>9} {'-':>8}  {'skipped':<10}  {r['keeps']}")
+        elif "bytes" in r:
             _out(
                 f"{r['format']:<16} {r['bytes']:>11,} {r['bytes'] / mask.num_rows:>8.2f} {r['write_s'] * 1e3:>9.1f}"
                 f" {r['read_s'] * 1e3:>8.1f}  {'OK' if r['ok'] else 'FAILED':<10}  {r['keeps']}"
@@ -1216,18 +1231,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
         else:
             _out(f"{r['format']:<16} {'-':>11} {'-':>8} {'-':>9} {'-':>8}  {'FAILED':<10}  {r['keeps']}")
     for r in results:
-        if not r["ok"]:
+        if r["ok"] is False:
             _out(f"  {r['format']}: {r['problem']}")
+    reasons: dict[str, list[str]] = {}
+    for r in results:
+        if r["ok"] is None:
+            reasons.setdefault(r["problem"], []).append(r["format"])
+    for reason, labels in reasons.items():
+        _out(f"  skipped {', '.join(labels)}: {reason}")
     _out("")
     score_text, score_ok = _demo_score(mask, args.score_rows, args.seed)
     _out(score_text)
-    failed = [r["format"] for r in results if not r["ok"]] + ([] if score_ok else ["scoring"])
+    failed = [r["format"] for r in results if r["ok"] is False] + ([] if score_ok else ["scoring"])
+    skipped = [r["format"] for r in results if r["ok"] is None]
     _out(
-        f"round trips: {sum(r['ok'] for r in results)} of {len(results)} OK"
+        f"round trips: {sum(r['ok'] is True for r in results)} of {len(results)} OK"
+        + (f", {len(skipped)} skipped" if skipped else "")
         + (f"; FAILED: {', '.join(failed)}" if failed else "")
     )
     if args.out is not None:
-        _out(f"files kept in {folder}; next: {PROG} inspect {folder / 'rollout.arrows'}")
+        kept = sorted(p.name for p in folder.glob("rollout*"))
+        _out(f"files kept in {folder}: {', '.join(kept)}; next: {PROG} inspect {folder / kept[0]}" if kept else "")
     return 1 if failed else 0
 
 
@@ -1375,6 +1399,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return 2
+    except ModuleNotFoundError as exc:
+        if exc.name not in OPTIONAL_EXTRAS:
+            return _internal_error(exc, debug)
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        sys.stderr.write(f"{PROG}: error: E_UNAVAILABLE: {_missing_dependency(exc.name)}\n")
+        return 2
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
@@ -1385,11 +1418,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
         return 0
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, traceback on --debug
-        if debug:
-            import traceback
+        return _internal_error(exc, debug)
 
-            traceback.print_exc()
-        sys.stderr.write(
-            f"{PROG}: internal error: {type(exc).__name__}: {exc} (a bug; rerun with --debug for the traceback)\n"
-        )
-        return 3
+
+def _internal_error(exc: BaseException, debug: bool) -> int:
+    if debug:
+        import traceback
+
+        traceback.print_exc()
+    sys.stderr.write(
+        f"{PROG}: internal error: {type(exc).__name__}: {exc} (a bug; rerun with --debug for the traceback)\n"
+    )
+    return 3

@@ -173,6 +173,39 @@ def test_save_over_a_directory_or_missing_folder_raises_and_leaves_nothing(tmp_p
     assert folder.is_dir() and _leftovers(tmp_path, folder) == []
 
 
+@pytest.mark.parametrize("fmt", ["json", "arrow"])
+def test_save_flushes_to_disk_before_renaming(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    """The rename must not reach the disk before the data it points at (power loss)."""
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append("fsync")
+        real_fsync(fd)
+
+    def replace(src: str, dst: str) -> None:
+        assert Path(src).stat().st_size > 0, "renaming an empty file"
+        events.append("replace")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    target = tmp_path / f"mask{FORMATS[fmt]}"
+    sampling_mask.save(target, OLD)
+    assert "replace" in events and "fsync" in events[: events.index("replace")], events
+    assert sampling_mask.load(target) == OLD
+
+
+@pytest.mark.skipif(not hasattr(os, "umask") or sys.platform == "win32", reason="POSIX permissions")
+def test_saved_file_has_the_permissions_open_would_give(tmp_path: Path) -> None:
+    """A temporary file made by mkstemp is 0600; the saved file must follow the umask like open() does."""
+    plain = tmp_path / "plain.bin"
+    plain.write_bytes(b"x")
+    target = tmp_path / "mask.json"
+    sampling_mask.save(target, OLD)
+    assert target.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
+
+
 # ---------------------------------------------------------------------------------------------- streams
 BATCHES = [_mask(seed, rows=60 + seed) for seed in range(3)]
 

@@ -25,11 +25,13 @@ from sampling_mask.cli import _rebatch, histogram_buckets, support_from_counts
 SCRIPT = shutil.which("sampling-mask")
 
 
-def run(*args: str | Path, stderr_tty: bool = False) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str | Path, stderr_tty: bool = False, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     assert SCRIPT is not None, "the console script is not installed: pip install -e ."
     cmd = [SCRIPT, *map(str, args)]
     if not stderr_tty:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     leader, follower = pty.openpty()
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=follower, text=True, timeout=300)
@@ -301,10 +303,28 @@ def test_unknown_extension_is_read_with_format(files: dict[str, Path]) -> None:
     assert proc.returncode == 0 and json.loads(proc.stdout)["rows"] == tiny_mask().num_rows
 
 
-def test_conformance_and_bench_get_their_arguments() -> None:
+def test_demo_and_inspect_without_the_optional_dependencies(files: dict[str, Path], tmp_path: Path) -> None:
+    """A numpy-only install (pyarrow, msgpack, torch, matplotlib shadowed by modules that fail to import)."""
+    for name in ("pyarrow", "msgpack", "torch", "matplotlib"):
+        (tmp_path / f"{name}.py").write_text(
+            f"raise ModuleNotFoundError({'No module named ' + name!r}, name={name!r})\n"
+        )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = run("demo", "--tokens", "50", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = {line.split()[0]: line.split() for line in proc.stdout.splitlines() if line.split()}
+    assert "OK" in table["json"] and "OK" in table["json-rows"] and "skipped" in table["arrows"]
+    assert "pip install 'sampling-mask[arrow]'" in proc.stdout and "scoring skipped: torch" in proc.stdout
+    assert "needs pyarrow" in one_error_line(run("inspect", files["arrows"], env=env), "E_UNAVAILABLE")
+
+
+def test_conformance_gets_its_arguments() -> None:
     proc = run("conformance", "--list")
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) > 10 and all("\t" in line for line in proc.stdout.splitlines())
+
+
+def test_bench_gets_its_arguments() -> None:
     proc = run("bench", "--help")
     assert proc.returncode == 0, proc.stderr
     assert "--quick" in proc.stdout

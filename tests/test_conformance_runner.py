@@ -122,14 +122,15 @@ def test_cli_exit_status_summary_and_junit(tmp_path: Path) -> None:
 def test_cli_fails_with_a_broken_python_implementation(tmp_path: Path) -> None:
     module = tmp_path / "always_ok_impl.py"
     module.write_text(
-        "def handle(request):\n"
-        "    return {'ok': {'rows': [], 'cu_seqlens': [0, 0], 'vocab_size': None}}\n"
+        "def handle(request):\n    return {'ok': {'rows': [], 'cu_seqlens': [0, 0], 'vocab_size': None}}\n"
     )
     sys.path.insert(0, str(tmp_path))
     try:
         out = io.StringIO()
         junit = tmp_path / "broken.xml"
-        code = runner.main(["--impl", "always_ok_impl:handle", "--form", "dense", "-q", "--junit-xml", str(junit)], out=out)
+        code = runner.main(
+            ["--impl", "always_ok_impl:handle", "--form", "dense", "-q", "--junit-xml", str(junit)], out=out
+        )
     finally:
         sys.path.remove(str(tmp_path))
     assert code == 1
@@ -184,7 +185,9 @@ def test_command_that_crashes_or_hangs_is_an_error_not_a_verdict() -> None:
     finally:
         hang.close()
     assert outcome.status == "ERROR" and "no response within" in outcome.detail
-    garbage = CommandImplementation(f"{sys.executable} -c 'import sys; [print(\"nope\", flush=True) for _ in sys.stdin]'")
+    garbage = CommandImplementation(
+        f"{sys.executable} -c 'import sys; [print(\"nope\", flush=True) for _ in sys.stdin]'"
+    )
     try:
         outcome = runner.run(garbage, DENSE[:1]).results[0]
     finally:
@@ -199,8 +202,20 @@ def test_pytest_pyargs_entry_point_runs_the_cases() -> None:
     env["SAMPLING_MASK_CONFORMANCE_COMMAND"] = f"{sys.executable} -m sampling_mask.conformance.reference"
     env.pop("PYTEST_ADDOPTS", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "sampling_mask.conformance", "-q", "-o", "addopts=", "-p", "no:cacheprovider",
-         "-k", "test_case and (counts or packed)"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--pyargs",
+            "sampling_mask.conformance",
+            "-q",
+            "-o",
+            "addopts=",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "test_case and (counts or packed)",
+        ],
         capture_output=True,
         text=True,
         env=env,

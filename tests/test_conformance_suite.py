@@ -76,7 +76,9 @@ def suite_copy(tmp_path: Path) -> Path:
     return root
 
 
-def test_a_changed_golden_fails_the_check_and_is_not_rewritten(suite_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_changed_golden_fails_the_check_and_is_not_rewritten(
+    suite_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = suite_copy / "v1" / "dense" / "decode.json"
     text = path.read_text().replace('"vocab_size": 10', '"vocab_size": 11', 1)
     path.write_text(text)
@@ -160,4 +162,7 @@ def test_reference_handles_protocol_garbage() -> None:
     assert "unsupported" in ref.handle({"op": "frobnicate", "form": "dense", "input": {}})
     assert "unsupported" in ref.handle({"op": "decode", "form": "png", "input": {}})
     assert ref.handle({"op": "decode", "form": "dense", "input": []})["rejected"]["code"] == "E_SCHEMA"
-    assert ref.handle({"op": "decode", "form": "dense", "input": {}, "limits": {"max_rowz": 1}})["rejected"]["code"] == "E_SCHEMA"
+    assert (
+        ref.handle({"op": "decode", "form": "dense", "input": {}, "limits": {"max_rowz": 1}})["rejected"]["code"]
+        == "E_SCHEMA"
+    )

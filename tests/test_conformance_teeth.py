@@ -56,7 +56,9 @@ class OffByOneOffsets(ReferenceImplementation):
             ids = array_from_json(payload["ids"], field="ids")
             offsets = array_from_json(payload["offsets"], field="offsets")
             if offsets.size and int(offsets[-1]) == ids.size + 1:
-                return SamplingMask.from_ragged(ids, np.minimum(offsets, ids.size), vocab_size=payload.get("vocab_size"))
+                return SamplingMask.from_ragged(
+                    ids, np.minimum(offsets, ids.size), vocab_size=payload.get("vocab_size")
+                )
         return super().decode(form, payload, limits)
 
 
@@ -78,7 +80,11 @@ class TruncatesInt64Offsets(ReferenceImplementation):
     def decode(self, form: str, payload: Any, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
         if form == "ragged" and isinstance(payload, dict) and "offsets" in payload:
             offsets = array_from_json(payload["offsets"], field="offsets").astype(np.int32)
-            return super().decode(form, {**payload, "offsets": {"dtype": "int32", "shape": [offsets.size], "values": offsets.tolist()}}, limits)
+            return super().decode(
+                form,
+                {**payload, "offsets": {"dtype": "int32", "shape": [offsets.size], "values": offsets.tolist()}},
+                limits,
+            )
         return super().decode(form, payload, limits)
 
 
@@ -98,8 +104,18 @@ BROKEN = [
     (DropsTrailingEmptyRows, ("dense", "ragged", "json-rows"), "dense.trailing-empty-rows", "expected 3 rows, got 1"),
     (ForgetsTemperature, ("scorer",), "scorer.temperature-scalar", "logprobs[0]"),
     (MinusOneIsAnId, ("dense", "packed"), "dense.issue-example", "rejected valid input with E_RANGE"),
-    (OffByOneOffsets, ("ragged",), "ragged.offsets-end-past-nnz", "accepted invalid input (expected rejection with E_OFFSETS)"),
-    (AcceptsNonTrailingPadding, ("dense", "packed"), "dense.padding-between-ids", "accepted invalid input (expected rejection with E_PADDING)"),
+    (
+        OffByOneOffsets,
+        ("ragged",),
+        "ragged.offsets-end-past-nnz",
+        "accepted invalid input (expected rejection with E_OFFSETS)",
+    ),
+    (
+        AcceptsNonTrailingPadding,
+        ("dense", "packed"),
+        "dense.padding-between-ids",
+        "accepted invalid input (expected rejection with E_PADDING)",
+    ),
     (TruncatesInt64Offsets, ("ragged",), "ragged.offsets-int64-not-truncated", "accepted invalid input"),
     (ReturnsStoredOrder, ("ragged",), "ragged.unsorted-rows", "not in canonical (ascending) order"),
 ]
@@ -130,7 +146,9 @@ def test_broken_implementation_fails_the_cli_too() -> None:
     sys.modules[module.__name__] = module
     try:
         out = io.StringIO()
-        code = runner.main(["--impl", "broken_conformance_impls:AcceptsNonTrailingPadding", "--form", "dense", "-q"], out=out)
+        code = runner.main(
+            ["--impl", "broken_conformance_impls:AcceptsNonTrailingPadding", "--form", "dense", "-q"], out=out
+        )
     finally:
         del sys.modules[module.__name__]
     assert code == 1

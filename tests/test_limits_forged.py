@@ -413,6 +413,33 @@ def test_base64_text_length_is_checked_before_decoding() -> None:
     assert info.value.code.value == "E_LIMIT"
 
 
+def test_compressed_batch_over_the_limit_is_refused_before_decompression_after_good_batches() -> None:
+    """A zstd batch of 2**20 empty rows (4 MiB of zero offsets, a few KB on the wire) under a 1 MiB ``max_bytes``:
+    the two small batches before it are yielded, then ``E_LIMIT`` names how many came before."""
+    import numpy as np
+    import pyarrow as pa
+
+    import sampling_mask
+    from sampling_mask.codecs import arrow
+
+    small = sampling_mask.SamplingMask.from_rows([[1, 2], [3]])
+    bomb = sampling_mask.SamplingMask(np.zeros(0, np.int32), np.zeros((1 << 20) + 1, np.int64))
+    sink = pa.BufferOutputStream()
+    with arrow.Writer(sink, "arrows", compression="zstd") as writer:
+        for mask in (small, small, bomb):
+            writer.write(mask)
+    data = bytes(sink.getvalue().to_pybytes())
+    assert len(data) < 64 << 10
+    limits = sampling_mask.DEFAULT_LIMITS.replace(max_bytes=1 << 20)
+    got = []
+    with pytest.raises(sampling_mask.SamplingMaskError) as info:
+        for mask in sampling_mask.codecs.iter_masks(data, format="arrows", limits=limits):
+            got.append(mask)
+    assert got == [small, small]
+    assert info.value.code.value == "E_LIMIT"
+    assert "after 2 complete record batches" in str(info.value)
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     child()

@@ -74,6 +74,11 @@ def from_samples(
     **kwargs: Any,
 ) -> SamplingMask:
     """One segment per sample, in order (errors name the sample as the segment)."""
+    if not isinstance(samples, Sequence) or isinstance(samples, (str, bytes, bytearray)):
+        # Found by fuzzing (fuzz/regressions/adapter_miles/): an int here was a TypeError.
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "samples must be a sequence of samples", field="samples", value=type(samples).__name__
+        )
     if len(samples) == 0:
         return SamplingMask(
             np.zeros(0, np.int32), np.zeros(1, np.int64), cu_seqlens=[0], vocab_size=vocab_size, **kwargs

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -150,20 +150,53 @@ def decode(
     return module.decode(data, fmt, limits=limits, validate=validate)  # type: ignore[no-any-return]
 
 
+def _create_temporary(directory: str, base: str) -> str:
+    """A new empty file ``.<base>.<random>.tmp`` in ``directory``, created like ``open(..., "wb")``
+    would (permissions from the umask, unlike ``mkstemp``'s 0600)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.tmp")
+        try:
+            os.close(os.open(tmp, flags, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(f"no free temporary name next to {base!r}")  # pragma: no cover
+
+
+def _fsync(path: str, *, directory: bool = False) -> None:
+    """Flush ``path`` (a file, or a folder's entries) to disk; folders only where the OS allows it."""
+    try:
+        fd = os.open(path, (os.O_RDONLY if directory else os.O_RDWR) | getattr(os, "O_BINARY", 0))
+    except OSError:
+        if directory:  # Windows cannot open a folder; its rename is durable enough
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not directory:
+            raise
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def _atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
-    """A temporary path next to ``path``, renamed over it only when the block succeeds."""
+    """A temporary path next to ``path``, flushed to disk and renamed over it only when the block
+    succeeds; removed when it fails. A crash at any point leaves the old file (or none) at ``path``."""
     target = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(target))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
-    os.close(fd)
+    tmp = _create_temporary(directory, os.path.basename(target))
     try:
         yield tmp
+        _fsync(tmp)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    _fsync(directory, directory=True)
 
 
 def save(path: str | os.PathLike[str], mask: SamplingMask, *, format: str | None = None, **opts: Any) -> None:

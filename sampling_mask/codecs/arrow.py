@@ -39,6 +39,7 @@ import numpy as np
 from ..errors import ErrorCode, SamplingMaskError
 from ..limits import DEFAULT_LIMITS, Limits, check_count
 from ..model import COMPANIONS, SamplingMask, concat
+from . import _ipc_bounds
 from ._common import (
     SPEC_MAJOR,
     check_id_order,
@@ -519,7 +520,9 @@ def _compact_column(batch: Any, cu_rows: Any, limits: Limits) -> tuple[np.ndarra
     try:
         blobs.validate(full=True)
     except pa.ArrowException as exc:
-        raise SamplingMaskError(ErrorCode.E_ENCODING, f"invalid Arrow data: {exc}"[:500], field=COMPACT_COLUMN) from None
+        raise SamplingMaskError(
+            ErrorCode.E_ENCODING, f"invalid Arrow data: {exc}"[:500], field=COMPACT_COLUMN
+        ) from None
     row_counts = rows.to_numpy(zero_copy_only=True)
     nnz_counts = nnzs.to_numpy(zero_copy_only=True)
     if row_counts.size and min(int(row_counts.min()), int(nnz_counts.min())) < 0:
@@ -668,6 +671,15 @@ def _map_file(path: Any) -> Any:
         return pa.memory_map(path)
 
 
+def _whole(source: Any) -> Any:
+    """All bytes of a ``BufferReader`` / memory map as a ``pyarrow.Buffer`` (zero-copy), position kept."""
+    position = source.tell()
+    source.seek(0)
+    whole = source.read_buffer()
+    source.seek(position)
+    return whole
+
+
 def _empty_batch(schema: Any) -> Any:
     import pyarrow as pa
 
@@ -681,6 +693,12 @@ class _BatchSource:
         import pyarrow as pa
 
         self.fmt = fmt
+        self._limits = limits
+        # Declared uncompressed bytes per batch, read before pyarrow decompresses (and allocates) them.
+        self._declared: list[int] = []
+        if fmt in ("arrow", "arrows"):
+            self._declared, dictionaries = _ipc_bounds.batch_sizes(_whole(source), fmt)
+            _ipc_bounds.check(dictionaries, limits, "the dictionary batches")
         with _arrow_errors(f"{fmt} input"):
             if fmt == "arrow":
                 self._reader = pa.ipc.open_file(source)
@@ -693,11 +711,20 @@ class _BatchSource:
 
                 self._reader = pq.ParquetFile(source)
                 self.schema = self._reader.schema_arrow
+                # Uncompressed sizes the footer declares per row group, checked before a group is read.
+                meta = self._reader.metadata
+                self._declared = [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
+                if batch_size is not None:
+                    for index, declared in enumerate(self._declared):
+                        _ipc_bounds.check(declared, limits, f"row group {index}")
                 self._pieces = None if batch_size is None else self._reader.iter_batches(batch_size=batch_size)
             self.header = _read_header(self.schema, limits)
 
     def batch(self, index: int) -> Any:
         """Batch ``index`` (called with 0, 1, 2, ...), or None after the last one."""
+        if index < len(self._declared) and (self.fmt != "parquet" or self._pieces is None):
+            what = f"row group {index}" if self.fmt == "parquet" else f"record batch {index}"
+            _ipc_bounds.check(self._declared[index], self._limits, what)
         if self.fmt == "arrow":
             return self._reader.get_batch(index) if index < self._reader.num_record_batches else None
         if self.fmt == "arrows":

@@ -67,15 +67,13 @@ def _check_mask(m: dict[str, Any]) -> str | None:
 
 
 def _spec_sections(root: Path) -> set[str] | None:
-    """Section names of spec/v1/SPEC.md: ``<!-- section: x -->`` markers and heading anchors."""
+    """Section names of spec/v1/SPEC.md: ``<!-- section: x -->`` markers and heading numbers (``4.3``)."""
     spec = root.resolve().parent / "spec" / SUITE_VERSION / "SPEC.md"
     if not spec.is_file():
         return None
     text = spec.read_text(encoding="utf-8")
     names = set(re.findall(r"<!--\s*section:\s*([a-z0-9-]+)\s*-->", text))
-    for heading in re.findall(r"^#+\s+(.+?)\s*$", text, flags=re.M):
-        anchor = re.sub(r"[^\w\- ]", "", heading.lower()).strip().replace(" ", "-")
-        names.add(anchor)
+    names.update(re.findall(r"^#{2,4}\s+(\d+(?:\.\d+)*)\.?\s", text, flags=re.M))
     return names
 
 
@@ -155,7 +153,9 @@ def lint(root: Path | None = None) -> tuple[list[str], dict[str, Any]]:
             if n > 1:
                 problems.append(f"{rel}: the description {text!r} is used by {n} cases")
     problems += [f"duplicate id {cid} ({n} cases)" for cid, n in ids.items() if n > 1]
-    problems += [f"error code {c.value} is not the sole expected code of any case" for c in ErrorCode if not sole_codes[c.value]]
+    problems += [
+        f"error code {c.value} is not the sole expected code of any case" for c in ErrorCode if not sole_codes[c.value]
+    ]
     for form in FORMS:
         if not forms_valid[form]:
             problems.append(f"form {form} has no valid case")
@@ -180,12 +180,16 @@ def lint(root: Path | None = None) -> tuple[list[str], dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     out = out if out is not None else sys.stdout
-    parser = argparse.ArgumentParser(prog="python -m sampling_mask.conformance.lint", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m sampling_mask.conformance.lint", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--vectors", type=Path, help="suite root (default: the installed vectors)")
     args = parser.parse_args(argv)
     problems, stats = lint(args.vectors)
     if stats:
-        out.write(f"{stats['files']} files, {stats['valid']} valid and {stats['invalid']} invalid cases {stats['levels']}\n")
+        out.write(
+            f"{stats['files']} files, {stats['valid']} valid and {stats['invalid']} invalid cases {stats['levels']}\n"
+        )
         out.write("form            valid  invalid\n")
         for form, (v, i) in stats["forms"].items():
             out.write(f"{form:<14}{v:>7}{i:>9}\n")

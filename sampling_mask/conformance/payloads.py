@@ -139,7 +139,9 @@ def array_from_json(spec: Any, *, field: str, limits: Limits = DEFAULT_LIMITS) -
             info = np.iinfo(dtype)
             out_of_range = next((v for v in flat if not info.min <= v <= info.max), None)
             if out_of_range is not None:
-                raise SamplingMaskError(ErrorCode.E_RANGE, f"value does not fit {name}", field=field, value=out_of_range)
+                raise SamplingMaskError(
+                    ErrorCode.E_RANGE, f"value does not fit {name}", field=field, value=out_of_range
+                )
             arr = np.array(flat, dtype=dtype).reshape(shape)
     arr = arr.astype(dtype.newbyteorder("="), copy=False)
     arr.flags.writeable = False
@@ -302,14 +304,14 @@ def normalize_mask_json(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _f32(value: Any) -> Any:
-    """float32 bit pattern of a JSON float (NaNs collapse to one key), for exact comparison."""
+    """float32 bit pattern of a JSON float (NaNs collapse to one key, -0.0 to 0.0), for exact comparison."""
     if isinstance(value, list):
         return [_f32(v) for v in value]
     if isinstance(value, str) and value in _NON_FINITE:
         value = _NON_FINITE[value]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return ("not a number", repr(value))
-    f = np.float32(value)
+    f = np.float32(value) + np.float32(0.0)  # -0.0 becomes 0.0: JSON writers do not all keep the sign of zero
     return "nan" if np.isnan(f) else int(f.view(np.uint32))
 
 
@@ -337,7 +339,9 @@ def compare_masks(expected: Mapping[str, Any], got: Any) -> str | None:
             return f"{key}: expected {exp.get(key)!r}, got {res.get(key)!r}"
     for key in _FLOAT_COMPANIONS:
         if (key in exp) != (key in res):
-            return f"{key}: expected {'present' if key in exp else 'absent'}, got {'present' if key in res else 'absent'}"
+            return (
+                f"{key}: expected {'present' if key in exp else 'absent'}, got {'present' if key in res else 'absent'}"
+            )
         if key in exp and _f32(exp[key]) != _f32(res[key]):
             return f"{key}: expected {exp[key]!r}, got {res[key]!r}"
     extra = set(res) - set(exp) - {"metadata"}

@@ -114,7 +114,9 @@ def _close(got: Sequence[Any], want: Sequence[float | None], tolerance: float, w
         assert a is not None and abs(a - b) <= tolerance * max(1.0, abs(b)), f"{what}[{t}]: got {a!r}, want {b!r}"
 
 
-def check_scorer_identities(implementation: Implementation, payload: dict[str, Any], *, tolerance: float = 1e-7) -> None:
+def check_scorer_identities(
+    implementation: Implementation, payload: dict[str, Any], *, tolerance: float = 1e-7
+) -> None:
     """Scores equal the float64 rule; a support of the whole vocabulary gives the full log_softmax;
     the probabilities of a row's support sum to 1; the order of ids inside rows does not matter."""
     logits = _payload_logits(payload)

@@ -18,7 +18,15 @@ import numpy as np
 from ..errors import SamplingMaskError
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import SamplingMask
-from .payloads import LAYOUT_FORMS, array_from_json, decode_layout, encode_layout, limits_from_json, mask_from_json, mask_to_json
+from .payloads import (
+    LAYOUT_FORMS,
+    array_from_json,
+    decode_layout,
+    encode_layout,
+    limits_from_json,
+    mask_from_json,
+    mask_to_json,
+)
 
 __all__ = ["BYTE_FORMS", "ReferenceImplementation", "Unsupported", "payload_bytes"]
 
@@ -169,7 +177,10 @@ def score_payload(payload: Any, limits: Limits = DEFAULT_LIMITS) -> dict[str, An
         temperature = _tensor(payload, "temperature", limits)
     elif isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "temperature is a number or a typed array", field="temperature")
-    policies = {"empty_rows": payload.get("empty_rows", "full"), "missing_target": payload.get("missing_target", "error")}
+    policies = {
+        "empty_rows": payload.get("empty_rows", "full"),
+        "missing_target": payload.get("missing_target", "error"),
+    }
     if "logits" in payload:
         result = scorer.masked_logprobs(
             _tensor(payload, "logits", limits), mask, targets, temperature=temperature, with_entropy=True, **policies
