@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import marshal
 import math
 import operator
 import pickle
@@ -113,9 +114,47 @@ def _metadata_equal(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return True
 
 
+# marshal (format version 2: no back-references) writes a list as b"[" + int32 length and every
+# int in [-2**31, 2**31) as b"i" + int32, all little-endian: a list of lists of such ints is a run of
+# 5-byte records that numpy reads in place. Anything else (floats, bools, str, None, big ints,
+# tuples, numpy scalars, list subclasses) breaks that record layout, and the exact generic path
+# (SamplingMask.from_rows) then decides, so strictness is unchanged.
+_RECORD = np.dtype([("code", "u1"), ("value", "<i4")])
+_LIST, _INT = ord("["), ord("i")
+
+
+def _ragged_from_marshal(data: bytes, num_rows: int, limits: Limits) -> tuple[np.ndarray, np.ndarray] | None:
+    if len(data) % _RECORD.itemsize:
+        return None
+    records = np.frombuffer(data, dtype=_RECORD)
+    codes, values = records["code"], records["value"]
+    is_list = codes == _LIST
+    headers = np.flatnonzero(is_list)
+    if headers.size != num_rows + 1 or int(np.count_nonzero(codes == _INT)) != records.size - headers.size:
+        return None
+    if headers[0] != 0 or int(values[0]) != num_rows:
+        return None
+    counts = values[headers[1:]].astype(np.int64)
+    offsets = layouts.counts_to_offsets(counts)
+    # Row b's header must sit right before its ids: record 1 + b + offsets[b].
+    if not np.array_equal(headers[1:], 1 + np.arange(num_rows, dtype=np.int64) + offsets[:-1]):
+        return None
+    check_count(int(offsets[-1]), limits.max_nnz, "id count", field="rows")
+    return np.ascontiguousarray(values[~is_list]), offsets
+
+
 def _rows_to_ragged(rows: Sequence[Any], limits: Limits) -> tuple[np.ndarray, np.ndarray]:
     """Flatten nested Python lists of ids; strict: floats, strings and None are ``E_DTYPE``."""
     num_rows = check_count(len(rows), limits.max_rows, "row count", field="rows")
+    if type(rows) is list:
+        try:
+            data = marshal.dumps(rows, 2)
+        except (ValueError, TypeError):  # an object marshal cannot write: the generic path explains it
+            data = None
+        if data is not None:
+            fast = _ragged_from_marshal(data, num_rows, limits)
+            if fast is not None:
+                return fast
     if num_rows and all(isinstance(r, np.ndarray) for r in rows):
         counts = np.fromiter(map(len, rows), dtype=np.int64, count=num_rows)
         # An empty np.array([]) is float64; it must not turn the concatenation into floats.

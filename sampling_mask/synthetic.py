@@ -119,17 +119,30 @@ def _draw_ids(rng: np.random.Generator, count: int, vocab_size: int, law: str) -
 def _distinct_rows(rng: np.random.Generator, sizes: np.ndarray, vocab_size: int, law: str) -> np.ndarray:
     """Sorted keys ``row << 32 | id``: ``sizes[row]`` distinct ids per row, ascending within rows.
 
-    Draws with replacement, drops repeats, and redraws only for the rows still short of ids.
+    Rows wanting at most half the vocabulary draw with replacement, drop repeats and redraw only
+    what is still missing (each redraw succeeds with probability >= 1/2 once uniform). Rows wanting
+    more take the first ids of a random permutation of the vocabulary (only small vocabularies).
     """
     rows = np.arange(sizes.size, dtype=np.int64)
-    pending = np.sort((np.repeat(rows, sizes) << 32) | _draw_ids(rng, int(sizes.sum()), vocab_size, law))
+    dense = sizes * 2 > vocab_size
+    sparse_sizes = np.where(dense, 0, sizes)
+    pending = np.sort((np.repeat(rows, sparse_sizes) << 32) | _draw_ids(rng, int(sparse_sizes.sum()), vocab_size, law))
     done: list[np.ndarray] = []
-    active = np.ones(sizes.size, dtype=bool)  # rows whose ids are in ``pending``
+    if dense.any():
+        dense_rows = rows[dense]
+        if dense_rows.size * vocab_size > 1 << 27:
+            raise SamplingMaskError(
+                ErrorCode.E_LIMIT, "support sizes near the vocabulary size need a small vocab_size", field="vocab_size"
+            )
+        permutations = np.argsort(rng.random((dense_rows.size, vocab_size)), axis=1)
+        chosen = permutations[np.arange(vocab_size)[None, :] < sizes[dense_rows][:, None]]
+        done.append(np.sort((np.repeat(dense_rows, sizes[dense_rows]) << 32) | chosen))
+    active = ~dense  # rows whose ids are in ``pending``
     for attempt in range(64):
         keep = np.ones(pending.size, dtype=bool)
         keep[1:] = pending[1:] != pending[:-1]
         pending = pending[keep]
-        missing = np.where(active, sizes - np.bincount(pending >> 32, minlength=sizes.size), 0)
+        missing = np.where(active, sparse_sizes - np.bincount(pending >> 32, minlength=sizes.size), 0)
         short = missing > 0
         if not short.any():
             done.append(pending)
@@ -142,8 +155,8 @@ def _distinct_rows(rng: np.random.Generator, sizes: np.ndarray, vocab_size: int,
             rng, int(missing[short].sum()), vocab_size, draw_law
         )
         pending = np.sort(np.concatenate((pending[still], extra)))
-    raise SamplingMaskError(  # pragma: no cover - needs support sizes close to a tiny vocabulary
-        ErrorCode.E_RANGE, "could not draw distinct ids; use a larger vocab_size", field="vocab_size"
+    raise SamplingMaskError(  # pragma: no cover - probability below 2**-50
+        ErrorCode.E_RANGE, "could not draw distinct ids", field="vocab_size"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import subprocess
@@ -49,8 +50,9 @@ def test_judging_distinguishes_rejection_from_crash() -> None:
     outcome, detail = runner.judge(good, {"ok": {"rows": [[5, 1], [], [7]], "vocab_size": 10}})
     assert outcome == "fail" and "canonical (ascending) order" in detail
     assert runner.judge(good, {"ok": {"rows": [[1, 5], [], [7]], "vocab_size": 10}})[0] == "pass"
-    either = BY_ID["dense.forged-shape"]
+    either = dataclasses.replace(bad, expected={"error": ["E_LIMIT", "E_BYTES"]})
     assert {runner.judge(either, {"rejected": {"code": c}})[0] for c in ("E_LIMIT", "E_BYTES")} == {"pass"}
+    assert runner.judge(either, {"rejected": {"code": "E_PADDING"}})[0] == "fail"
 
 
 def test_score_judging_uses_the_tolerance() -> None:

@@ -84,7 +84,7 @@ def test_sampler_settings_move_the_support_the_right_way() -> None:
     assert support_stats(rollout(2000, seed=6, top_k=20))["max"] <= 20
     full = rollout(500, seed=6, top_k=20, top_p=1.0)
     assert np.all(full.row_lengths == 20)
-    wide = support_stats(rollout(300, seed=6, top_k=4096, temperature=3.0))  # top-p-only-like supports
+    wide = support_stats(rollout(100, seed=6, top_k=4096, temperature=3.0))  # top-p-only-like supports
     assert wide["median"] > 1000
 
 

@@ -85,7 +85,10 @@ def _supported(implementation: Implementation, op: str, form: str) -> bool:
 
     mask = SamplingMask.from_rows([[1]], vocab_size=4) if form == "bitmask" else SamplingMask.from_rows([[1]])
     if op == "decode":
-        payload: Any = _REFERENCE.encode(form, mask, {})
+        try:
+            payload: Any = _REFERENCE.encode(form, mask, {})
+        except Exception as exc:  # noqa: BLE001 - e.g. pyarrow or msgpack missing here
+            pytest.skip(f"the reference cannot write {form} here: {exc}")
     else:
         from .payloads import mask_to_json
 
