@@ -5,8 +5,8 @@ Hidden-state path: forward + backward of ``masked_logprobs_from_hidden`` against
 V = 32768, d = 256, T = 512), fp32, temperature 1. Logits path (``--logits``): ``masked_logprobs`` on
 given logits against the dense formulation ``logits.masked_fill(~support, -inf)``, gather, logsumexp.
 
-Supports are drawn like real runs: ``sampling_mask.synthetic.rollout`` when present, else 46%
-singletons and ``1 + ceil(lognormal(1.85, 1.35))`` ids otherwise, capped at 512 (median 2, mean about 8).
+Supports are drawn like real runs by ``sampling_mask.synthetic.rollout`` (top_k 512, top_p 0.95: about
+46% singletons, median 2, mean about 8); the printed line shows the drawn statistics.
 
 Time: median of ``--repeats`` runs of forward + backward, gradients reset to None before each run.
 
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sampling_mask import SamplingMask, layouts
+from sampling_mask import SamplingMask, layouts, synthetic
 from sampling_mask.reference_scorer import masked_logprobs, masked_logprobs_from_hidden
 
 SIZES = {
@@ -49,29 +49,15 @@ CAP = 512
 
 # --------------------------------------------------------------------------- workload
 def draw_mask(tokens: int, vocab: int, seed: int) -> SamplingMask:
-    """A rollout-like mask with sampled ids (the perf helper's generator when it is in the tree)."""
-    try:
-        from sampling_mask.synthetic import rollout  # type: ignore[import-not-found]
-    except ImportError:
-        rollout = None
-    if rollout is not None:
-        return rollout(tokens, seed=seed, vocab_size=vocab, top_k=CAP)
-    rng = np.random.default_rng(seed)
-    single = rng.random(tokens) < 0.46
-    lengths = np.where(single, 1, np.minimum(1 + np.ceil(rng.lognormal(1.85, 1.35, tokens)), CAP)).astype(np.int64)
-    offsets = layouts.counts_to_offsets(lengths)
-    # distinct ids per row: a random start plus multiples of a step coprime with the vocabulary
-    start = rng.integers(0, vocab, tokens)
-    within = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], lengths)
-    ids = ((np.repeat(start, lengths) + within * 7919) % vocab).astype(np.int32)
-    return SamplingMask.from_ragged(ids, offsets, vocab_size=vocab, sampled_token_ids=ids[offsets[:-1]])
+    """A rollout-like mask with sampled ids (``sampling_mask.synthetic``, fitted to real runs)."""
+    return synthetic.rollout(tokens, seed=seed, vocab_size=vocab, top_k=CAP)
 
 
 def support_summary(mask: SamplingMask) -> str:
-    n = mask.row_lengths
+    stats = synthetic.support_stats(mask)
     return (
-        f"{mask.num_rows} rows, {mask.nnz} ids: singletons {np.mean(n == 1):.0%}, median {np.median(n):g}, "
-        f"mean {n.mean():.1f}, p99 {np.percentile(n, 99):g}, max {n.max()}"
+        f"{mask.num_rows} rows, {mask.nnz} ids: singletons {stats['singleton_fraction']:.0%}, "
+        f"median {stats['median']:g}, mean {stats['mean']:.1f}, p99 {stats['p99']:g}, max {stats['max']:g}"
     )
 
 
@@ -192,7 +178,9 @@ def compare(label: str, ours: str, base: str, c: dict[str, Any], size: str, repe
     print(f"{label}")
     print(f"  time   (fwd+bwd, median of {repeats}): ours {t_ours:.3f} s, baseline {t_base:.3f} s")
     print(f"  peak memory beyond the gradient buffer: ours {m_ours / mib:.1f} MiB, baseline {m_base / mib:.1f} MiB")
-    print(f"  time ratio {t_ours / t_base:.4f} (target <= 0.2), peak-memory ratio {m_ours / m_base:.4f} (target <= 0.1)")
+    print(
+        f"  time ratio {t_ours / t_base:.4f} (target <= 0.2), peak-memory ratio {m_ours / m_base:.4f} (target <= 0.1)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         child_peak(args.child, size)
         return 0
     c = build(size)
-    print(f"V={c['vocab']} d={c['dim']} T={c['tokens']} fp32, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"V={c['vocab']} d={c['dim']} T={c['tokens']} fp32, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     print(f"supports: {support_summary(c['mask'])}")
     compare(
         "hidden states: masked_logprobs_from_hidden vs log_softmax(hidden @ W.T) + gather",

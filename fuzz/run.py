@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -89,7 +88,13 @@ def fuzz(name: str, args: argparse.Namespace, extra: list[str]) -> int:
     def test_one_input(data: bytes) -> None:
         run_one(name, data)
 
-    scratch = Path(tempfile.mkdtemp(prefix=f"sampling-mask-fuzz-{name}-"))
+    # libFuzzer ends the process with exit(): nothing runs afterwards, so scratch files go inside
+    # the artifacts folder when one is given (the caller cleans it), else in a printed temp folder.
+    if args.artifacts:
+        scratch = Path(args.artifacts) / ".run"
+        scratch.mkdir(parents=True, exist_ok=True)
+    else:
+        scratch = Path(tempfile.mkdtemp(prefix=f"sampling-mask-fuzz-{name}-"))
     corpus = Path(args.corpus) if args.corpus else scratch / "corpus"
     corpus.mkdir(parents=True, exist_ok=True)
     if not any(corpus.iterdir()):
@@ -113,11 +118,7 @@ def fuzz(name: str, args: argparse.Namespace, extra: list[str]) -> int:
         flags.append(f"-runs={args.runs}")
     print(f"fuzzing {name}: corpus {corpus}, artifacts {artifacts}", flush=True)
     atheris.Setup([sys.argv[0], *flags, *extra, str(corpus)], test_one_input)
-    try:
-        atheris.Fuzz()  # exits the process
-    finally:
-        if not args.corpus and not any(artifacts.iterdir()):
-            shutil.rmtree(scratch, ignore_errors=True)
+    atheris.Fuzz()  # ends the process
     return 0  # pragma: no cover
 
 

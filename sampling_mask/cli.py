@@ -1,7 +1,7 @@
 """The ``sampling-mask`` command line: demo, inspect, validate, convert, stats, conformance, bench.
 
-Exit status: 0 success; 1 the answer is "no" (``validate`` found the file invalid, ``demo`` saw a
-round trip fail); 2 a usage error (a bad flag, a missing file, an unknown extension, a corrupt or
+Exit status: 0 success; 1 the answer is "no" (``validate`` found the file invalid, a ``demo``
+round trip or check failed); 2 a usage error (a bad flag, a missing file, an unknown extension, a corrupt or
 unreadable input, a missing optional dependency), reported as ONE line on stderr
 ``sampling-mask: error: CODE: message``; 3 an internal error (a bug). ``--debug`` adds tracebacks.
 
@@ -46,8 +46,6 @@ DELEGATED = {
 }
 #: Optional dependencies and the extra that installs each.
 OPTIONAL_EXTRAS = {"pyarrow": "arrow", "msgpack": "msgpack", "torch": "torch", "matplotlib": "matplotlib"}
-#: What real RL runs measured (issue 7); the demo prints its rollout's figures next to these.
-REAL_RUN_SUPPORT = {"singleton_fraction": 0.46, "median": 2, "mean": 8, "p99": 82}
 
 
 class CliError(Exception):
@@ -109,12 +107,14 @@ def _fmt_num(value: float | int | None, digits: int = 1) -> str:
 
 
 def _fmt_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"  # pragma: no cover - unreachable
+    if n < 1024:
+        return f"{n} B"
+    size, unit = n / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{size:.1f} {unit}"
 
 
 def _plural(n: int, word: str, words: str | None = None) -> str:
@@ -158,14 +158,14 @@ class _Progress:
             self.stream.flush()
 
     def _draw(self, now: float) -> None:
-        elapsed = now - self.start
-        counts = f"{_fmt_count(self.segments)} segments, {_fmt_count(self.rows)} rows"
+        elapsed = f"{now - self.start:.1f} s"
+        rows = f"{_fmt_count(self.rows)} rows"
         if self.total:
             frac = min(self.segments / self.total, 1.0)
-            bar = "#" * int(frac * 30)
-            line = f"{self.label} [{bar:<30}] {frac:4.0%} {counts} of {_fmt_count(self.total)} segments {elapsed:.1f} s"
+            done = f"{_fmt_count(self.segments)}/{_fmt_count(self.total)} segments"
+            line = f"{self.label} [{'#' * int(frac * 30):<30}] {frac:4.0%}  {done}, {rows}, {elapsed}"
         else:
-            line = f"{self.label} {counts} {elapsed:.1f} s"
+            line = f"{self.label}  {_fmt_count(self.segments)} segments, {rows}, {elapsed}"
         self.stream.write("\r" + line + "\x1b[K")
         self.stream.flush()
         self.drawn = True
@@ -177,17 +177,9 @@ def _progress_enabled(args: argparse.Namespace) -> bool:
 
 # ---------------------------------------------------------------------------- codecs and files
 def _codecs() -> Any:
-    """The codecs package, checked to offer what the CLI uses; ``E_UNAVAILABLE`` otherwise."""
-    try:
-        from . import codecs
-    except ImportError as exc:  # pragma: no cover - the codecs ship with the package
-        raise CliError("E_UNAVAILABLE", f"the codecs cannot be imported: {exc}") from None
-    missing = [n for n in ("FORMATS", "format_for_path", "iter_masks", "open_writer") if not hasattr(codecs, n)]
-    import sampling_mask
+    """:mod:`sampling_mask.codecs` (numpy only at import; pyarrow / msgpack load when a format needs them)."""
+    from . import codecs
 
-    missing += [f"sampling_mask.{n}" for n in ("save", "load") if not hasattr(sampling_mask, n)]
-    if missing:
-        raise CliError("E_UNAVAILABLE", f"the codecs are not installed in this build (missing {', '.join(missing)})")
     return codecs
 
 
@@ -366,8 +358,7 @@ def _count_segments(path: Path, fmt: str) -> int | None:
             import pyarrow as pa
 
             with pa.memory_map(str(path)) as source:
-                reader = pa.ipc.open_file(source)
-                return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+                return int(pa.ipc.open_file(source).count_rows())  # message headers only, no data
     except Exception:  # noqa: BLE001 - a footer we cannot read only costs the progress total
         return None
     return None
@@ -1044,46 +1035,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- demo
-def _demo_rollout(tokens: int, seed: int) -> tuple[SamplingMask, str]:
-    """The calibrated synthetic workload when it is installed, else a small stand-in (see below)."""
-    import importlib
+def _demo_rollout(tokens: int, seed: int) -> SamplingMask:
+    """A rollout from the calibrated synthetic workload (support sizes fitted to real runs)."""
+    from . import synthetic
 
-    try:
-        synthetic = importlib.import_module("sampling_mask.synthetic")
-    except ImportError:
-        return _builtin_rollout(tokens, seed), "built-in stand-in generator"
-    mask: SamplingMask = synthetic.rollout(tokens, seed=seed)
-    return mask, "sampling_mask.synthetic"
-
-
-def _builtin_rollout(tokens: int, seed: int, vocab_size: int = 151936) -> SamplingMask:
-    """A stand-in until ``sampling_mask.synthetic`` lands: support sizes near the real-run figures
-    (46% singletons, median 2), each row a run of consecutive frequency ranks mapped through a fixed
-    permutation of the vocabulary (so ids are unique per row), the sampled id the row's top rank."""
-    import numpy as np
-
-    from . import layouts
-    from .model import SamplingMask
-
-    rng = np.random.default_rng(seed)
-    sizes = np.where(rng.random(tokens) < 0.46, 1, np.minimum(1 + np.ceil(rng.lognormal(1.3, 1.4, tokens)), 512))
-    sizes = sizes.astype(np.int64)
-    first_rank = np.minimum(rng.zipf(1.3, tokens) - 1, vocab_size - 512)
-    ranks = layouts.range_indices(first_rank, sizes)
-    token_of_rank = rng.permutation(vocab_size).astype(np.int32)
-    seq_lens = rng.integers(64, 1024, size=max(tokens // 256, 1))
-    cuts = np.minimum(np.cumsum(seq_lens), tokens)
-    cu = np.unique(np.concatenate(([0], cuts[cuts < tokens], [tokens])))
-    return SamplingMask(
-        token_of_rank[ranks],
-        layouts.counts_to_offsets(sizes),
-        cu_seqlens=cu,
-        vocab_size=vocab_size,
-        sampled_token_ids=token_of_rank[first_rank],
-        sampled_logprobs=-np.log(sizes).astype(np.float32),
-        temperature=np.ones(tokens, dtype=np.float32),
-        metadata={"top_k": 512, "top_p": 0.95, "producer": "sampling-mask demo (built-in)"},
-    )
+    return synthetic.rollout(tokens, seed=seed)
 
 
 def _same_rows(a: SamplingMask, b: SamplingMask) -> bool:
@@ -1194,19 +1150,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.tokens < 1:
         raise CliError("E_USAGE", f"--tokens must be >= 1, got {args.tokens}")
     t0 = time.perf_counter()
-    mask, source = _demo_rollout(args.tokens, args.seed)
+    mask = _demo_rollout(args.tokens, args.seed)
     gen_s = time.perf_counter() - t0
     summary = SupportSummary()
     summary.add(mask)
-    real = REAL_RUN_SUPPORT
+    from .synthetic import TARGETS as real
+
     _out(
-        f"rollout: {mask.num_rows:,} tokens in {mask.num_segments:,} sequences, {mask.nnz:,} ids, "
-        f"vocab {mask.vocab_size or 'unknown'} ({source}, seed {args.seed}, {gen_s:.2f} s)"
+        f"rollout: {mask.num_rows:,} tokens in {_plural(mask.num_segments, 'sequence')}, {mask.nnz:,} ids, "
+        f"vocab {mask.vocab_size or 'unknown'} (sampling_mask.synthetic, seed {args.seed}, {gen_s:.2f} s)"
     )
     _out(f"support sizes: {_support_line(summary.support())}")
     _out(
-        f"  real RL runs: singletons {real['singleton_fraction']:.0%}  median {real['median']}"
-        f"  mean ~{real['mean']}  p99 ~{real['p99']}"
+        f"  real RL runs: singletons {real['singleton_fraction']:.0%}  median {_fmt_num(real['median'])}"
+        f"  mean ~{_fmt_num(real['mean'])}  p99 ~{_fmt_num(real['p99'])}"
     )
     with contextlib.ExitStack() as stack:
         if args.out is not None:
@@ -1251,27 +1208,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     if args.out is not None:
         kept = sorted(p.name for p in folder.glob("rollout*"))
-        _out(f"files kept in {folder}: {', '.join(kept)}; next: {PROG} inspect {folder / kept[0]}" if kept else "")
+        first = "rollout.arrows" if "rollout.arrows" in kept else (kept or [""])[0]
+        _out(
+            f"files kept in {folder}: {', '.join(kept)}" + (f"; next: {PROG} inspect {folder / first}" if kept else "")
+        )
     return 1 if failed else 0
 
 
 # ---------------------------------------------------------------------------- parser and dispatch
 def _delegate(command: str, argv: list[str]) -> int:
+    """``main(argv)`` of the module that owns ``command``; its exit status (argparse's included)."""
     import importlib
 
-    module_name = DELEGATED[command][0]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
-            raise CliError("E_UNAVAILABLE", f"'{PROG} {command}' needs {module_name}, which this build lacks") from None
-        raise
-    entry: Callable[[list[str]], int | None] | None = getattr(module, "main", None)
-    if entry is None:
-        raise CliError("E_UNAVAILABLE", f"{module_name} has no main(argv) yet")
+    entry: Callable[[list[str]], int | None] = importlib.import_module(DELEGATED[command][0]).main
     try:
         status = entry(argv)
-    except SystemExit as exc:  # an argparse inside the delegate
+    except SystemExit as exc:  # --help or a usage error inside the delegate's argparse
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 2)
     return int(status or 0)

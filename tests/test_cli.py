@@ -188,7 +188,7 @@ def test_stats_per_segment_and_plot(files: dict[str, Path], tmp_path: Path) -> N
 def test_validate_accepts_a_valid_file_with_its_sampled_ids(files: dict[str, Path]) -> None:
     mask = tiny_mask()
     sampled = files["folder"] / "sampled.json"
-    sampled.write_text(json.dumps(mask.sampled_token_ids.tolist()))
+    sampled.write_text(json.dumps(np.asarray(mask.sampled_token_ids).tolist()))
     proc = run("validate", files["arrows"], "--vocab-size", "100", "--sampled", sampled)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("valid: ") and "checked structure, vocab_size, sampled_token_ids" in proc.stdout
@@ -207,7 +207,7 @@ def test_validate_names_code_row_segment_and_value(files: dict[str, Path]) -> No
     assert (error["code"], error["row"], error["segment"]) == ("E_RANGE", first, segment)
     assert error["value"] >= 50
     # a sampled id missing from its row, in a .npy file
-    sampled = mask.sampled_token_ids.copy()
+    sampled = np.array(mask.sampled_token_ids)
     sampled[25] = next(i for i in range(100) if i not in mask.row(25))
     npy = files["folder"] / "sampled.npy"
     np.save(npy, sampled)

@@ -224,5 +224,5 @@ def test_pytest_pyargs_entry_point_runs_the_cases() -> None:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    expected = sum(1 for c in CASES if c.form in ("counts", "packed"))
+    expected = sum(1 for c in CASES if "counts" in c.id or "packed" in c.id)  # -k matches substrings of ids
     assert f"{expected} passed" in proc.stdout

@@ -201,7 +201,8 @@ def _atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
 
 def save(path: str | os.PathLike[str], mask: SamplingMask, *, format: str | None = None, **opts: Any) -> None:
     """Write ``mask`` to ``path`` (format from the extension unless given). Atomic: the file is written
-    next to ``path`` and renamed over it, so a failed save never leaves a truncated file there."""
+    next to ``path``, flushed to disk and renamed over it, so a failed save (an error, a kill, a power
+    loss) never leaves a truncated file there."""
     fmt = format_for_path(path) if format is None else format
     _module(fmt)
     with _atomic_path(path) as tmp:

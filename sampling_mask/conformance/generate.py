@@ -110,7 +110,9 @@ SECTIONS = {
     "arrow-reading": "9.5",
     "msgpack": "10.1",
     "json-rules": "11.1",
-    "scoring": "scoring",
+    "compact": "compact",
+    "scoring": "13.1",
+    "scoring-policies": "13.2",
 }
 FORM_SECTIONS = {
     "ragged": "4.1",
@@ -126,7 +128,8 @@ FORM_SECTIONS = {
     "json": "11.2",
     "json-rows": "11.3",
     "base64": "11.4",
-    "scorer": "scoring",
+    "compact": "compact",
+    "scorer": "13.1",
 }
 
 
@@ -1787,20 +1790,26 @@ def scorer_cases(book: Book) -> None:
         temperature: Any = 1.0,
         empty_rows: str = "full",
         *,
+        missing_target: str | None = None,
         payload_logits: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
         level: str = REQ,
         tolerance: float = tol,
+        spec: str = "scoring",
+        vocab_size: int | None = None,
     ) -> None:
         payload: dict[str, Any] = {
-            "mask": model(rows),
+            "mask": model(rows, vocab_size=vocab_size),
             "targets": arr(targets, "int64", shape=[len(targets)]),
             "temperature": temperature if not isinstance(temperature, list) else arr(temperature, "float64"),
             "empty_rows": empty_rows,
         }
-        payload.update(extra or {"logits": payload_logits or arr(logits.tolist(), "float64", shape=logits.shape)})
-        expected = float64_scores(logits, rows, targets, temperature, empty_rows)
-        f.add(slug, why, "scoring", payload, {"scores": expected, "tolerance": tolerance}, op="score", level=level)
+        if missing_target is not None:
+            payload["missing_target"] = missing_target
+        values = [["-Infinity" if v == -math.inf else v for v in row] for row in logits.tolist()]
+        payload.update(extra or {"logits": payload_logits or arr(values, "float64", shape=logits.shape)})
+        expected = float64_scores(logits, rows, targets, temperature, empty_rows, missing_target or "error")
+        f.add(slug, why, spec, payload, {"scores": expected, "tolerance": tolerance}, op="score", level=level)
 
     def logits_of(t: int, v: int, scale: float = 3.0) -> np.ndarray:
         return np.round(rng.normal(0.0, scale, size=(t, v)), 3)
@@ -1839,6 +1848,7 @@ def scorer_cases(book: Book) -> None:
         z2,
         [[1, 2], []],
         [2, 4],
+        spec="scoring-policies",
     )
     add(
         "empty-row-excluded",
@@ -1847,6 +1857,69 @@ def scorer_cases(book: Book) -> None:
         [[1, 2], []],
         [2, 4],
         empty_rows="exclude",
+        spec="scoring-policies",
+    )
+    inf = -math.inf
+    add(
+        "minus-one-target-on-empty-row",
+        "A target of -1 (nothing known sampled) gives no value, whatever the empty-row policy.",
+        z2,
+        [[1, 2], []],
+        [2, -1],
+        spec="scoring-policies",
+    )
+    add(
+        "missing-target-full",
+        "Policy missing_target = full scores a row whose target is outside its support over the vocabulary.",
+        z2,
+        [[1, 2], [0, 3]],
+        [2, 4],
+        missing_target="full",
+        spec="scoring-policies",
+        level=REC,
+    )
+    add(
+        "missing-target-neg-inf",
+        "Policy missing_target = neg_inf: log-prob -inf, entropy over the recorded support.",
+        z2,
+        [[1, 2], [0, 3]],
+        [2, 4],
+        missing_target="neg_inf",
+        spec="scoring-policies",
+        level=REC,
+    )
+    add(
+        "minus-inf-logit-in-support",
+        "A -inf logit is a token of probability 0: it adds nothing.",
+        np.array([[0.5, inf, 1.5, -0.25], [inf, 2.0, inf, 1.0]]),
+        [[0, 1, 2], [0, 1, 3]],
+        [2, 3],
+        0.8,
+    )
+    add(
+        "target-logit-minus-inf",
+        "A target whose logit is -inf has log-prob -inf.",
+        np.array([[0.5, inf, 1.5, -0.25]]),
+        [[0, 1, 2]],
+        [1],
+    )
+    add(
+        "support-all-minus-inf",
+        "A support holding only -inf logits has no distribution: no value.",
+        np.array([[inf, inf, 1.5, -0.25], [0.0, 1.0, 2.0, 3.0]]),
+        [[0, 1], [1, 2]],
+        [0, 2],
+    )
+    padded = np.concatenate([logits_of(2, 5), np.full((2, 3), inf)], axis=1)
+    add(
+        "padded-vocabulary",
+        "Logits padded past vocab_size (lm heads rounded up) with -inf: an empty row scores over all 8 columns.",
+        padded,
+        [[1, 4], []],
+        [4, 2],
+        1.2,
+        vocab_size=5,
+        spec="scoring-policies",
     )
     add(
         "unsorted-support",
@@ -1949,7 +2022,7 @@ def scorer_cases(book: Book) -> None:
     bad.add(
         "target-not-in-support",
         "By default a target outside its row's support is an error naming the row.",
-        "scoring",
+        "scoring-policies",
         payload([[0, 1], [2, 3]], [0, 4]),
         err("E_MISSING_SAMPLED"),
         op="score",
@@ -1968,6 +2041,14 @@ def scorer_cases(book: Book) -> None:
         "scoring",
         payload([[0, 1], [2, 3], [4]], [0, 2, 4]),
         err("E_SHAPE"),
+        op="score",
+    )
+    bad.add(
+        "target-beyond-logits",
+        "A target must index the logits' vocabulary (an empty row, scored over all of it).",
+        "scoring-policies",
+        payload([[0, 1], []], [0, 5]),
+        err("E_RANGE"),
         op="score",
     )
     bad.add(
@@ -2340,8 +2421,25 @@ def msgpack_cases(book: Book) -> None:
         ),
         ok(mask([[3, 9], [], [4]], support_logprobs=[[-1.0, -3.0], [], [-0.5]])),
     )
+    f.add(
+        "compact-layout",
+        "Layout compact: the compact bytes of all rows as one bin, with the required num_rows and nnz.",
+        "msgpack",
+        _mhex(
+            {
+                "layout": "compact",
+                "vocab_size": 10,
+                "id_order": "ascending",
+                "num_rows": 3,
+                "nnz": 3,
+                "compact": compact_bytes([[1, 5], [], [7]]),
+                "cu_seqlens": _marray([0, 2, 3], "int64"),
+            }
+        ),
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+    )
     e = book.file("msgpack/encode.json", "msgpack", "Encoding a mask as the msgpack envelope.")
-    for layout in ("ragged", "dense"):
+    for layout in ("ragged", "dense", "compact"):
         e.add(
             f"encode-{layout}-roundtrip",
             f"Layout {layout}: everything survives (the round trip is checked).",
@@ -2488,6 +2586,13 @@ def msgpack_cases(book: Book) -> None:
     head = [(pk("sampling_mask"), pk(1))] + [(pk(k), pk(v)) for k, v in ragged.items()]
     cases += [
         (
+            "compact-counts-missing",
+            _mhex({"layout": "compact", "compact": compact_bytes([[1, 5], [], [7]])}),
+            ("E_SCHEMA",),
+            "msgpack",
+            "Layout compact requires num_rows and nnz.",
+        ),
+        (
             "unknown-major-version-checked-first",
             _mhex({**ragged, "layout": "csr"}, version=2),
             ("E_VERSION",),
@@ -2575,6 +2680,17 @@ def _arrow_payloads() -> dict[str, bytes]:
         sink = io.BytesIO()
         pq.write_table(t, sink, row_group_size=row_group_size)
         return sink.getvalue()
+
+    def compact_table(segments: list[list[list[int]]], num_rows: list[int], nnz: list[int]) -> Any:
+        """The compact Arrow layout: one blob per segment plus its row and id counts."""
+        return table(
+            {
+                "sampling_mask_compact": pa.array([compact_bytes(seg) for seg in segments], pa.binary()),
+                "sampling_mask_num_rows": pa.array(num_rows, pa.int64()),
+                "sampling_mask_nnz": pa.array(nnz, pa.int64()),
+            },
+            meta(vocab_size="10", id_order="ascending", layout="compact"),
+        )
 
     issue = table(
         {"sampling_mask": lists([0, 2, 3], [0, 2, 2, 3], pa.array([1, 5, 7], pa.int32()))},
@@ -2670,6 +2786,9 @@ def _arrow_payloads() -> dict[str, bytes]:
         ),
         "arrow.metadata-not-json": ipc_file(issue.replace_schema_metadata(meta(metadata__top_k="{oops"))),
         "arrow.version-not-decimal": ipc_file(issue.replace_schema_metadata(meta(version="1.0"))),
+        "arrow.compact-layout": ipc_file(compact_table([[[1, 5], []], [[7]]], [2, 1], [2, 1])),
+        "arrow.compact-negative-count": ipc_file(compact_table([[[1, 5], []], [[7]]], [2, 1], [2, -1])),
+        "arrow.compact-blob-disagrees": ipc_file(compact_table([[[1, 5], []], [[7]]], [2, 1], [3, 1])),
         "arrows.unknown-major-version": ipc_stream(issue.replace_schema_metadata(meta(version="2"))),
         "parquet.unknown-major-version": parquet(issue.replace_schema_metadata(meta(version="2"))),
     }
@@ -2765,6 +2884,13 @@ def arrow_cases(book: Book) -> None:
         "arrow",
         hx("arrow.zero-segments"),
         ok(mask([], cu=[0])),
+    )
+    f.add(
+        "compact-layout",
+        "sampling_mask.layout compact: one compact blob per segment with its row and id counts.",
+        "arrow",
+        hx("arrow.compact-layout"),
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
     )
     f.add(
         "no-batches",
@@ -2937,6 +3063,20 @@ def arrow_cases(book: Book) -> None:
             "A non-empty row contains its sampled id.",
         ),
         (
+            "compact-negative-count",
+            hx("arrow.compact-negative-count"),
+            ("E_RANGE",),
+            "arrow",
+            "A negative sampling_mask_nnz.",
+        ),
+        (
+            "compact-blob-disagrees",
+            hx("arrow.compact-blob-disagrees"),
+            ("E_OFFSETS",),
+            "arrow",
+            "A blob whose row lengths do not sum to its nnz.",
+        ),
+        (
             "mask-column-flat",
             hx("arrow.mask-column-flat"),
             ("E_SCHEMA",),
@@ -3002,6 +3142,231 @@ def arrow_cases(book: Book) -> None:
     )
 
 
+# ------------------------------------------------------------------------------------------ compact
+def compact_bytes(rows: list[list[int]]) -> bytes:
+    """The compact layout of ``rows``, written out from the spec in plain Python (not the library):
+    row lengths (``min(k, 255)`` bytes, then LEB128 ``k - 255`` for long rows), one width byte per
+    block of 32 delta values, then per width ``w = 1..31`` the ``w x m_w`` matrix of uint32 words of
+    that width's blocks (word q of every block contiguous)."""
+    out = bytearray(min(len(r), 255) for r in rows)
+    for row in rows:
+        if len(row) >= 255:
+            n = len(row) - 255
+            while True:
+                out.append((n & 0x7F) | (0x80 if n >= 0x80 else 0))
+                n >>= 7
+                if not n:
+                    break
+    values: list[int] = []
+    for row in rows:
+        prev = -1
+        for x in sorted(row):
+            values.append(x - prev - 1)
+            prev = x
+    blocks = [values[i : i + 32] + [0] * (32 - len(values[i : i + 32])) for i in range(0, len(values), 32)]
+    widths = [max(b).bit_length() for b in blocks]
+    out += bytes(widths)
+    for w in range(1, 32):
+        group = [b for b, bw in zip(blocks, widths, strict=True) if bw == w]
+        packed = [sum(v << (j * w) for j, v in enumerate(b)) for b in group]
+        for q in range(w):
+            for bits in packed:
+                out += ((bits >> (32 * q)) & 0xFFFFFFFF).to_bytes(4, "little")
+    return bytes(out)
+
+
+def _compact(rows: list[list[int]], **extra: Any) -> dict[str, Any]:
+    data = compact_bytes(rows)
+    payload: dict[str, Any] = {
+        "compact": {"dtype": "uint8", "shape": [len(data)], "hex": data.hex()},
+        "num_rows": len(rows),
+        "nnz": sum(len(r) for r in rows),
+    }
+    payload.update(extra)
+    return payload
+
+
+def _raw_compact(data: bytes, num_rows: Any, nnz: Any) -> dict[str, Any]:
+    return {"compact": {"dtype": "uint8", "shape": [len(data)], "hex": data.hex()}, "num_rows": num_rows, "nnz": nnz}
+
+
+def compact_cases(book: Book) -> None:
+    src = _source()
+    assert compact_bytes([[5], [], [1, 2, 7]]).hex() == "010003030d0800000000000000000000"  # the spec's example
+    f = book.file("compact/decode.json", "compact", "The compact layout: sorted deltas bit-packed in blocks of 32.")
+    f.add(
+        "spec-example",
+        "Rows {5}, {}, {1, 2, 7}: lengths 01 00 03, one block of width 3, values 5 1 0 4.",
+        "compact",
+        _compact([[5], [], [1, 2, 7]]),
+        ok(mask([[5], [], [1, 2, 7]])),
+    )
+    f.add("zero-rows", "T = 0, nnz = 0: zero bytes.", "compact", _compact([]), ok(mask([])))
+    f.add(
+        "all-empty-rows",
+        "Only the row-length bytes: no block at all.",
+        "compact",
+        _compact([[], [], []]),
+        ok(mask([[], [], []])),
+    )
+    f.add(
+        "width-zero-block",
+        "Consecutive ids from 0 are all-zero deltas: width 0, no words.",
+        "compact",
+        _compact([[0, 1, 2], [0]]),
+        ok(mask([[0, 1, 2], [0]])),
+    )
+    long_row = list(range(0, 600, 2))
+    f.add(
+        "long-row",
+        "A row of 300 ids: length byte 255, then LEB128 45; ten blocks of width 1.",
+        "compact",
+        _compact([long_row, [3]]),
+        ok(mask([long_row, [3]])),
+    )
+    wide = [list(range(32)), [5, 1_000_000, 2_000_000, 9_000_000]]
+    f.add(
+        "blocks-of-different-widths",
+        "Blocks are stored grouped by width: a width-0 block and a width-24 block.",
+        "compact",
+        _compact(wide),
+        ok(mask(wide)),
+    )
+    f.add(
+        "maximal-int32-id",
+        "2147483647 is one 31-bit value.",
+        "compact",
+        _compact([[2147483647]]),
+        ok(mask([[2147483647]])),
+    )
+    f.add(
+        "with-segments-companions",
+        "The container's other keys: vocab_size, segments and companions (canonical order).",
+        "compact",
+        _compact(
+            [[3, 9], [], [4]],
+            vocab_size=10,
+            cu_seqlens=arr([0, 2, 3], "int64"),
+            sampled_token_ids=arr([9, -1, 4]),
+            support_logprobs=arr([-1.0, -0.5, 0.0], "float32"),
+        ),
+        ok(
+            mask(
+                [[3, 9], [], [4]],
+                cu=[0, 2, 3],
+                vocab=10,
+                sampled_token_ids=[9, -1, 4],
+                support_logprobs=[[-1.0, -0.5], [], [0.0]],
+            )
+        ),
+    )
+    picks = ["17", "18", "19", "21"]
+    rows = [src["rows"][i] for i in picks]
+    f.add(
+        "vllm-0.32-rows",
+        "Four real vLLM 0.32 rows (2, 3, 5 and 71 ids out of 1000).",
+        "compact",
+        _compact(rows, vocab_size=src["vocab_size"]),
+        ok(mask(rows, vocab=src["vocab_size"])),
+    )
+    e = book.file("compact/encode.json", "compact", "Encoding a mask in the compact layout (exact bytes).")
+    for slug, rows, why in (
+        ("encode-spec-example", [[5], [], [1, 2, 7]], "The smallest width per block makes the bytes unique."),
+        ("encode-long-row", [long_row, [3]], "A long row's length and ten width-1 blocks."),
+        ("encode-blocks-of-different-widths", wide, "Width groups in increasing order."),
+    ):
+        data = compact_bytes(rows)
+        e.add(
+            slug,
+            why,
+            "compact",
+            model(rows),
+            {"payload": {"compact": {"dtype": "uint8", "shape": [len(data)], "hex": data.hex()}}},
+            op="encode",
+        )
+    bad = book.file("invalid/compact.json", "compact", "Compact bytes that a reader must reject.")
+    spec_example = compact_bytes([[5], [], [1, 2, 7]])
+    long_bytes = compact_bytes([long_row, [3]])
+    for slug, payload, codes, why, limits in (
+        ("row-lengths-short", _raw_compact(b"\x01\x00", 3, 1), ("E_BYTES",), "3 rows need 3 length bytes.", None),
+        (
+            "lengths-disagree-with-nnz",
+            _raw_compact(spec_example, 3, 5),
+            ("E_OFFSETS",),
+            "Row lengths sum to 4, nnz says 5.",
+            None,
+        ),
+        (
+            "words-short",
+            _raw_compact(spec_example[:-4], 3, 4),
+            ("E_BYTES",),
+            "A width-3 block needs 12 bytes of words.",
+            None,
+        ),
+        ("trailing-byte", _raw_compact(spec_example + b"\x00", 3, 4), ("E_BYTES",), "Bytes after the last word.", None),
+        (
+            "block-width-over-31",
+            _raw_compact(b"\x01\x20" + bytes(4 * 32), 1, 1),
+            ("E_ENCODING",),
+            "No value needs 32 bits.",
+            None,
+        ),
+        (
+            "varint-not-minimal",
+            _raw_compact(long_bytes[:2] + b"\xad\x00" + long_bytes[3:], 2, 301),
+            ("E_ENCODING",),
+            "A long length written with a needless zero continuation byte.",
+            None,
+        ),
+        ("varint-truncated", _raw_compact(b"\xff\x80", 1, 300), ("E_BYTES",), "A long length that never ends.", None),
+        (
+            "nonzero-padding",
+            _raw_compact(spec_example[:5] + b"\x08\x00\x00\x80" + spec_example[9:], 3, 4),
+            ("E_ENCODING",),
+            "The values after the last id are zero.",
+            None,
+        ),
+        (
+            "id-beyond-int32",
+            _raw_compact(b"\x02\x1f" + ((2**31 - 1) | (5 << 31)).to_bytes(4 * 31, "little"), 1, 2),
+            ("E_RANGE",),
+            "2147483647 then a delta that passes int32.",
+            None,
+        ),
+        ("num-rows-not-integer", _raw_compact(spec_example, "3", 4), ("E_SCHEMA",), "num_rows is an integer.", None),
+        ("rows-over-limit", _compact([[5], [], [1, 2, 7]]), ("E_LIMIT",), "T above max_rows.", {"max_rows": 2}),
+        (
+            "row-wider-than-limit",
+            _compact([[5], [], [1, 2, 7]]),
+            ("E_LIMIT",),
+            "A row wider than max_width.",
+            {"max_width": 2},
+        ),
+        (
+            "id-beyond-vocab",
+            _compact([[5], [], [1, 2, 7]], vocab_size=6),
+            ("E_RANGE",),
+            "Id 7 with vocab_size 6.",
+            None,
+        ),
+        (
+            "sampled-id-not-in-row",
+            _compact([[5], [], [1, 2, 7]], sampled_token_ids=arr([5, -1, 3])),
+            ("E_MISSING_SAMPLED",),
+            "A non-empty row contains its sampled id.",
+            None,
+        ),
+        (
+            "bytes-not-uint8",
+            {**_compact([[5], [], [1, 2, 7]]), "compact": arr([1, 0, 3], "int32")},
+            ("E_DTYPE",),
+            "The compact bytes are uint8.",
+            None,
+        ),
+    ):
+        bad.add(slug, why, "compact", payload, err(*codes), limits=limits)
+
+
 # ------------------------------------------------------------------------------------------ book
 #: Builders of the suite, one per form; :func:`build` runs them in this order.
 BUILDERS: list[Callable[[Book], None]] = [
@@ -3015,6 +3380,7 @@ BUILDERS: list[Callable[[Book], None]] = [
     json_cases,
     msgpack_cases,
     arrow_cases,
+    compact_cases,
     model_cases,
     scorer_cases,
 ]

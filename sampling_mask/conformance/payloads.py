@@ -65,6 +65,7 @@ LAYOUT_FORMS: Mapping[str, tuple[str, ...]] = {
     "ragged": ("ids", "offsets"),
     "counts": ("ids", "counts"),
     "bitmask": ("bitmask",),
+    "compact": ("compact",),
 }
 _FLOAT_COMPANIONS = ("sampled_logprobs", "temperature", "support_logprobs")
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -374,10 +375,27 @@ def decode_layout(form: str, payload: Any, *, limits: Limits = DEFAULT_LIMITS) -
         return SamplingMask.from_ragged(arrays["ids"], arrays["offsets"], **kwargs)
     if form == "counts":
         return SamplingMask.from_counts(arrays["ids"], arrays["counts"], **kwargs)
+    if form == "compact":
+        return _decode_compact(payload, arrays["compact"], kwargs)
     vocab = kwargs.pop("vocab_size")
     if vocab is None:
         raise _schema("a bitmask payload needs vocab_size", "vocab_size")
     return SamplingMask.from_bitmask(arrays["bitmask"], vocab, **kwargs)
+
+
+def _decode_compact(payload: Mapping[str, Any], data: np.ndarray, kwargs: dict[str, Any]) -> SamplingMask:
+    """The compact layout (SPEC section compact): uint8 bytes plus the ``num_rows`` / ``nnz`` of its container."""
+    from ..codecs import compact
+
+    if data.dtype != np.uint8:
+        raise SamplingMaskError(ErrorCode.E_DTYPE, "compact bytes are uint8", field="compact")
+    if data.ndim != 1:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, "compact bytes are one-dimensional", field="compact")
+    for key in ("num_rows", "nnz"):
+        if key not in payload:
+            raise _schema(f"a compact payload needs {key}", key)
+    ids, offsets = compact.decode_ragged(data.tobytes(), payload["num_rows"], payload["nnz"], limits=kwargs["limits"])
+    return SamplingMask(ids, offsets, **kwargs)
 
 
 def encode_layout(form: str, mask: SamplingMask, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -397,6 +415,13 @@ def encode_layout(form: str, mask: SamplingMask, options: Mapping[str, Any] | No
         out.update(ids=array_to_json(ids), counts=array_to_json(counts))
     elif form == "bitmask":
         out["bitmask"] = array_to_json(mask.to_bitmask(options.get("vocab_size")))
+    elif form == "compact":
+        from ..codecs import compact
+
+        data = compact.encode_ragged(mask.ids, mask.offsets)
+        out.update(
+            compact={"dtype": "uint8", "shape": [len(data)], "hex": data.hex()}, num_rows=mask.num_rows, nnz=mask.nnz
+        )
     else:
         raise KeyError(form)
     if form != "packed" and mask.num_segments != 1:

@@ -75,25 +75,46 @@ def _logsumexp(z: np.ndarray) -> float:
 
 
 def float64_scores(
-    logits: np.ndarray, rows: Sequence[Sequence[int]], targets: Sequence[int], temperature: Any, empty_rows: str
-) -> dict[str, list[float | None]]:
-    """The normative rule in float64, one row at a time: ``logp = z_y/T - logsumexp_{j in S}(z_j/T)``,
-    ``H = -sum_{j in S} p_j log p_j``; an empty row scores over the whole vocabulary (``full``) or
-    is ``None`` (``exclude``)."""
+    logits: np.ndarray,
+    rows: Sequence[Sequence[int]],
+    targets: Sequence[int],
+    temperature: Any,
+    empty_rows: str = "full",
+    missing_target: str = "error",
+) -> dict[str, list[float | str | None]]:
+    """The rule of spec/v1/SPEC.md section 13 in float64, one row at a time.
+
+    ``logp = z_y/T - logsumexp_{j in S}(z_j/T)``, ``H = -sum_{j in S} p_j log p_j`` (0 log 0 = 0).
+    ``None`` is "no value": an excluded empty row, a target of -1, a support of only ``-inf``
+    logits. ``"-Infinity"`` is a log-prob of ``-inf``. A target outside a non-empty row follows
+    ``missing_target`` (``full``: score over the vocabulary; ``neg_inf``; ``error`` raises).
+    """
     temps = np.broadcast_to(np.asarray(temperature, dtype=np.float64), (len(rows),))
-    logprobs: list[float | None] = []
-    entropy: list[float | None] = []
+    logprobs: list[float | str | None] = []
+    entropy: list[float | str | None] = []
     for t, row in enumerate(rows):
         z = np.asarray(logits[t], dtype=np.float64) / temps[t]
-        if not row and empty_rows == "exclude":
+        y = int(targets[t])
+        if not row and (empty_rows == "exclude" or y == -1):
             logprobs.append(None)
             entropy.append(None)
             continue
-        support = np.asarray(row if row else range(z.size), dtype=np.int64)
-        lse = _logsumexp(z[support])
-        logprobs.append(float(z[targets[t]] - lse))
-        logp = z[support] - lse
-        entropy.append(float(-np.sum(np.exp(logp) * logp)))
+        missing = bool(row) and y not in row
+        if missing and missing_target == "error":
+            raise ValueError(f"row {t}: target {y} is not in its support (E_MISSING_SAMPLED)")
+        support = np.asarray(row if row and not (missing and missing_target == "full") else range(z.size), np.int64)
+        zs = z[support]
+        m = float(np.max(zs))
+        if m == -math.inf:
+            logprobs.append(None)
+            entropy.append(None)
+            continue
+        lse = m + math.log(float(np.sum(np.exp(zs - m))))
+        logp = -math.inf if missing and missing_target == "neg_inf" else float(z[y] - lse)
+        logprobs.append(logp if math.isfinite(logp) else "-Infinity")
+        each = zs - lse
+        p = np.exp(each)
+        entropy.append(float(-np.sum(p[p > 0] * each[p > 0])))
     return {"logprobs": logprobs, "entropy": entropy}
 
 
@@ -105,11 +126,11 @@ def _payload_logits(payload: Mapping[str, Any]) -> np.ndarray:
     return hidden @ weight.T
 
 
-def _close(got: Sequence[Any], want: Sequence[float | None], tolerance: float, what: str) -> None:
+def _close(got: Sequence[Any], want: Sequence[Any], tolerance: float, what: str) -> None:
     assert len(got) == len(want), f"{what}: expected {len(want)} values, got {len(got)}"
     for t, (a, b) in enumerate(zip(got, want, strict=True)):
-        if b is None:
-            assert a is None, f"{what}[{t}]: expected null, got {a!r}"
+        if b is None or isinstance(b, str):
+            assert a == b, f"{what}[{t}]: expected {b!r}, got {a!r}"
             continue
         assert a is not None and abs(a - b) <= tolerance * max(1.0, abs(b)), f"{what}[{t}]: got {a!r}, want {b!r}"
 

@@ -150,9 +150,12 @@ def _tensor(payload: Mapping[str, Any], key: str, limits: Limits) -> Any:
     return torch.from_numpy(np.array(array_from_json(payload.get(key), field=key, limits=limits)))
 
 
-def _scores_to_json(values: Any) -> list[float | None]:
-    """Per-row values; NaN (an excluded row) is ``null``."""
-    return [None if math.isnan(v) else float(v) for v in values.detach().cpu().double().tolist()]
+def _scores_to_json(values: Any) -> list[float | str | None]:
+    """Per-row values; NaN (a row with no value) is ``null``, ``-inf`` is ``"-Infinity"``."""
+    out: list[float | str | None] = []
+    for v in values.detach().cpu().double().tolist():
+        out.append(None if math.isnan(v) else (v if math.isfinite(v) else ("-Infinity" if v < 0 else "Infinity")))
+    return out
 
 
 def score_payload(payload: Any, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """Hypothesis strategies for spec-v1 masks, exported for any implementation's property tests.
 
-Needs ``hypothesis`` (the ``test`` extra). Sizes stay tiny by default so suites run fast.
+``masks`` / ``rows_lists`` draw masks; ``payloads(form)`` draws a payload of any conformance form
+(conformance/README.md, "Payloads") together with the mask it holds; ``scorer_inputs`` draws scorer
+payloads. Needs ``hypothesis`` (the ``test`` extra). Sizes stay tiny by default so suites run fast.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ PAYLOAD_FORMS = (
     "arrow",
     "arrows",
     "parquet",
+    "compact",
 )
 _ROWS_ONLY = ("json-rows", "base64")  # these forms carry rows and nothing else
 
@@ -147,7 +150,7 @@ def payloads(draw: Any, form: str, *, mask: SamplingMask | None = None) -> tuple
     arrays, int32 vs int64 ``cu_seqlens`` (packed). ``mask`` fixes the mask instead of drawing one.
     """
     m = mask if mask is not None else draw(masks_for(form))
-    if form == "bitmask":  # a bitmask has no id order: its per-id companions follow ascending ids
+    if form in ("bitmask", "compact"):  # no id order: per-id companions follow ascending ids
         stored = m.canonical()
     elif form in ("arrow", "arrows", "parquet"):
         stored = m
@@ -174,6 +177,14 @@ def payloads(draw: Any, form: str, *, mask: SamplingMask | None = None) -> tuple
             payload["vocab_size"] = stored.vocab_size
         if stored.metadata:
             payload["metadata"] = dict(stored.metadata)
+        return payload, m
+    if form == "compact":  # the library's compact writer; the container keys as typed arrays
+        from .payloads import encode_layout
+
+        payload = encode_layout("compact", stored)
+        for key, arr in (("cu_seqlens", stored.cu_seqlens), *stored.companions.items()):
+            if key in payload:
+                payload[key] = draw(typed_arrays(arr))
         return payload, m
     if form == "model":
         from .payloads import mask_to_json

@@ -40,6 +40,7 @@ FORMS = (
     "arrow",
     "arrows",
     "parquet",
+    "compact",
     "scorer",
 )
 

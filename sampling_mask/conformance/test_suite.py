@@ -75,8 +75,20 @@ def test_expected_failures_are_not_stale() -> None:
 
 
 # ------------------------------------------------------------------------------------------ properties
-_DECODE_FORMS = ("dense", "packed", "ragged", "counts", "bitmask", "model", "json-rows", "base64", "json", "msgpack")
-_ENCODE_FORMS = ("dense", "packed", "ragged", "counts", "bitmask", "json-rows", "json", "msgpack", "arrow")
+_DECODE_FORMS = (
+    "dense",
+    "packed",
+    "ragged",
+    "counts",
+    "bitmask",
+    "compact",
+    "model",
+    "json-rows",
+    "base64",
+    "json",
+    "msgpack",
+)
+_ENCODE_FORMS = ("dense", "packed", "ragged", "counts", "bitmask", "compact", "json-rows", "json", "msgpack", "arrow")
 
 
 def _supported(implementation: Implementation, op: str, form: str) -> bool:
