@@ -19,6 +19,7 @@ import hashlib
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -85,7 +86,19 @@ def fuzz(name: str, args: argparse.Namespace, extra: list[str]) -> int:
         return 2
     run_one = targets.run_one  # type: ignore[attr-defined]
 
+    # The time limit is kept here rather than by libFuzzer: libFuzzer ends with exit(), whose C++
+    # static destructors (pyarrow's thread pools) can hang past its own timeout alarm. os._exit skips them.
+    deadline = time.monotonic() + args.seconds
+    executed = 0
+
     def test_one_input(data: bytes) -> None:
+        nonlocal executed
+        if time.monotonic() > deadline:
+            print(f"Done {executed} runs in {args.seconds} second(s)", file=sys.stderr)
+            print(f"stat::number_of_executed_units: {executed}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(0)
+        executed += 1
         run_one(name, data)
 
     # libFuzzer ends the process with exit(): nothing runs afterwards, so scratch files go inside
@@ -108,7 +121,7 @@ def fuzz(name: str, args: argparse.Namespace, extra: list[str]) -> int:
     artifacts = Path(args.artifacts) if args.artifacts else scratch / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
     flags = [
-        f"-max_total_time={args.seconds}",
+        f"-max_total_time={args.seconds + 60}",  # a backstop; see test_one_input
         f"-rss_limit_mb={args.rss_limit_mb}",
         f"-timeout={args.timeout}",
         f"-artifact_prefix={artifacts}{os.sep}",
@@ -131,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("target", nargs="*")
     parser.add_argument("--list", action="store_true", help="print the target names")
-    parser.add_argument("--seconds", type=int, default=60, help="fuzzing time (libFuzzer -max_total_time)")
+    parser.add_argument("--seconds", type=int, default=60, help="fuzzing time in seconds")
     parser.add_argument("--runs", type=int, default=None, help="stop after this many inputs (libFuzzer -runs)")
     parser.add_argument("--rss-limit-mb", type=int, default=2048, help="memory blow-up threshold")
     parser.add_argument("--timeout", type=int, default=10, help="seconds one input may take")

@@ -24,6 +24,7 @@ import argparse
 import functools
 import gc
 import importlib
+import importlib.metadata
 import importlib.util
 import io
 import itertools
@@ -61,16 +62,25 @@ _TARGETS = {
 
 # ---------------------------------------------------------------------------------------------- timing
 def race(methods: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median seconds of each method, run round-robin ``repeats`` times after one warm-up round."""
+    """Median seconds of each method, run round-robin ``repeats`` times after one warm-up round.
+
+    The garbage collector is paused while timing (as ``timeit`` does); results are dropped at once.
+    """
     times: dict[str, list[float]] = {name: [] for name in methods}
-    for lap in range(repeats + 1):
-        for name, fn in methods.items():
-            gc.collect()
-            start = time.perf_counter()
-            fn()
-            elapsed = time.perf_counter() - start
-            if lap:
-                times[name].append(elapsed)
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for lap in range(repeats + 1):
+            for name, fn in methods.items():
+                start = time.perf_counter()
+                fn()
+                elapsed = time.perf_counter() - start
+                if lap:
+                    times[name].append(elapsed)
+    finally:
+        if enabled:
+            gc.enable()
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
@@ -118,7 +128,12 @@ class Report:
         cells = [list(map(str, header))] + [[str(c) for c in row] for row in rows]
         widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
         for i, row in enumerate(cells):
-            self.line("  " + "  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))))
+            self.line(
+                "  "
+                + "  ".join(
+                    c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths, strict=True))
+                )
+            )
             if i == 0:
                 self.line("  " + "  ".join("-" * w for w in widths))
 
@@ -140,11 +155,11 @@ def machine() -> dict[str, Any]:
     except (OSError, StopIteration):
         pass
     versions = {"python": platform.python_version(), "numpy": np.__version__}
-    for name in ("pyarrow", "msgpack", "orjson", "zstandard", "torch"):
-        module = _optional(name)
-        if module is not None:
-            version = getattr(module, "__version__", None) or getattr(module, "version", "?")
-            versions[name] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    for name in ("pyarrow", "msgpack", "orjson", "zstandard", "torch", "matplotlib"):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
     return {"cpu": cpu, "cores": os.cpu_count(), "memory": memory, "versions": versions}
 
 
@@ -154,6 +169,11 @@ def lists_to_ragged(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     counts = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
     ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32, count=int(counts.sum()))
     return ids, layouts.counts_to_offsets(counts)
+
+
+def parse_json_rows(loads: Callable[[bytes], Any], text: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """What a trainer does with a JSON response today: parse, then convert to arrays."""
+    return lists_to_ragged(loads(text))
 
 
 def mask_only(mask: SamplingMask) -> SamplingMask:
@@ -167,7 +187,7 @@ def information_bound_bytes(row_lengths: np.ndarray, vocab_size: int) -> float:
     v = float(vocab_size)
     bits = sum(
         c * (math.lgamma(v + 1) - math.lgamma(k + 1) - math.lgamma(v - k + 1)) / math.log(2)
-        for k, c in zip(sizes.tolist(), counts.tolist())
+        for k, c in zip(sizes.tolist(), counts.tolist(), strict=True)
     )
     return bits / 8
 
@@ -303,11 +323,11 @@ def bench_transport(report: Report, mask: SamplingMask, repeats: int, small: Sam
     text = json.dumps(rows).encode()  # Python's default separators: about 59 B/token, as measured
     tight = json.dumps(rows, separators=(",", ":")).encode()  # what FastAPI / orjson responses carry
     json_methods: dict[str, Callable[[], Any]] = {
-        "json.loads + conversion": lambda: lists_to_ragged(json.loads(text)),
-        "json.loads + conversion (tight)": lambda: lists_to_ragged(json.loads(tight)),
+        "json.loads + conversion": functools.partial(parse_json_rows, json.loads, text),
+        "json.loads + conversion (tight)": functools.partial(parse_json_rows, json.loads, tight),
     }
     if orjson is not None:
-        json_methods["orjson.loads + conversion"] = lambda: lists_to_ragged(orjson.loads(text))
+        json_methods["orjson.loads + conversion"] = functools.partial(parse_json_rows, orjson.loads, text)
     else:
         report.line("  skipped orjson: not installed")
     payloads = encode_payloads(report, mask)
@@ -320,12 +340,20 @@ def bench_transport(report: Report, mask: SamplingMask, repeats: int, small: Sam
     t_tight = times["json.loads + conversion (tight)"]
     rows_out = [
         ["JSON nested lists, json.loads", _fmt_bytes(len(text)), "1.000", _fmt_time(base), "1.0", "-"],
-        ["JSON, tight separators, json.loads", _fmt_bytes(len(tight)), f"{len(tight) / len(text):.3f}",
-         _fmt_time(t_tight), f"{base / t_tight:.1f}", "-"],
+        [
+            "JSON, tight separators, json.loads",
+            _fmt_bytes(len(tight)),
+            f"{len(tight) / len(text):.3f}",
+            _fmt_time(t_tight),
+            f"{base / t_tight:.1f}",
+            "-",
+        ],
     ]
     if "orjson.loads + conversion" in times:
         t = times["orjson.loads + conversion"]
-        rows_out.append(["JSON nested lists, orjson.loads", _fmt_bytes(len(text)), "1.000", _fmt_time(t), f"{base / t:.1f}", "-"])
+        rows_out.append(
+            ["JSON nested lists, orjson.loads", _fmt_bytes(len(text)), "1.000", _fmt_time(t), f"{base / t:.1f}", "-"]
+        )
     figures: dict[str, Any] = {
         "json_bytes": len(text),
         "json_tight_bytes": len(tight),
@@ -336,7 +364,14 @@ def bench_transport(report: Report, mask: SamplingMask, repeats: int, small: Sam
     for label, (_, _, data) in payloads.items():
         t, tt = times[label], times[label + " (trusted)"]
         rows_out.append(
-            [label, _fmt_bytes(len(data)), f"{len(data) / len(text):.3f}", _fmt_time(t), f"{base / t:.0f}", f"{base / tt:.0f}"]
+            [
+                label,
+                _fmt_bytes(len(data)),
+                f"{len(data) / len(text):.3f}",
+                _fmt_time(t),
+                f"{base / t:.0f}",
+                f"{base / tt:.0f}",
+            ]
         )
         figures["formats"][label] = {"bytes": len(data), "decode_s": t, "trusted_decode_s": tt}
     report.table(
@@ -368,7 +403,9 @@ def bench_transport(report: Report, mask: SamplingMask, repeats: int, small: Sam
         small_payloads = {label: codecs.encode(small, fmt, **opts) for label, (fmt, opts, _) in payloads.items()}
         growth_methods: dict[str, Callable[[], Any]] = {}
         for label, (fmt, _, data) in payloads.items():
-            growth_methods[label + " small"] = functools.partial(codecs.decode, small_payloads[label], fmt, validate=False)
+            growth_methods[label + " small"] = functools.partial(
+                codecs.decode, small_payloads[label], fmt, validate=False
+            )
             growth_methods[label + " large"] = functools.partial(codecs.decode, data, fmt, validate=False)
         g = race(growth_methods, max(repeats, 5))
         scale = mask.num_rows / max(small.num_rows, 1)
@@ -399,8 +436,13 @@ def bench_transport(report: Report, mask: SamplingMask, repeats: int, small: Sam
             figures["encode"][label] = ratio
             target = "compact" not in label and "parquet" not in label
             enc_rows.append(
-                [label, _fmt_time(e[label]), _fmt_time(e[label + " copy"]), f"{ratio:.1f}",
-                 (_verdict(ratio <= _TARGETS["encode_over_copy"]) + " <= 3x") if target else "compresses: no target"]
+                [
+                    label,
+                    _fmt_time(e[label]),
+                    _fmt_time(e[label + " copy"]),
+                    f"{ratio:.1f}",
+                    (_verdict(ratio <= _TARGETS["encode_over_copy"]) + " <= 3x") if target else "compresses: no target",
+                ]
             )
         report.table(["encode", "time", "numpy copy", "ratio", ""], enc_rows)
     report.results["transport"] = figures
@@ -429,12 +471,12 @@ def bench_bitmask(report: Report, repeats: int, quick: bool, seed: int) -> None:
             assert np.array_equal(proposed_ragged_to_bitmask(ids, offsets, VOCAB), bits)
             t = race(
                 {
-                    "core": lambda: layouts.bitmask_to_ragged(bits, VOCAB),
-                    "proposed": lambda: proposed_bitmask_to_ragged(bits, VOCAB),
-                    "vllm": lambda: vllm_bitmask_rows(bits, VOCAB),
-                    "core back": lambda: layouts.ragged_to_bitmask(ids, offsets, VOCAB, ascending=True),
-                    "proposed back": lambda: proposed_ragged_to_bitmask(ids, offsets, VOCAB),
-                    "naive back": lambda: naive_ragged_to_bitmask(ids, offsets, VOCAB),
+                    "core": functools.partial(layouts.bitmask_to_ragged, bits, VOCAB),
+                    "proposed": functools.partial(proposed_bitmask_to_ragged, bits, VOCAB),
+                    "vllm": functools.partial(vllm_bitmask_rows, bits, VOCAB),
+                    "core back": functools.partial(layouts.ragged_to_bitmask, ids, offsets, VOCAB, ascending=True),
+                    "proposed back": functools.partial(proposed_ragged_to_bitmask, ids, offsets, VOCAB),
+                    "naive back": functools.partial(naive_ragged_to_bitmask, ids, offsets, VOCAB),
                 },
                 repeats,
             )
@@ -442,10 +484,16 @@ def bench_bitmask(report: Report, repeats: int, quick: bool, seed: int) -> None:
             entry.update({k + " back": t["naive back"] / t[k + " back"] for k in ("core", "proposed")})
             figures[f"{label}, {batch} rows"] = entry
             rows_out.append(
-                [f"{label}, {batch} rows", f"{m.nnz / batch:.0f}", _fmt_time(t["vllm"]),
-                 f"{_fmt_time(t['core'])} ({entry['core']:.1f}x)", f"{_fmt_time(t['proposed'])} ({entry['proposed']:.1f}x)",
-                 _fmt_time(t["naive back"]), f"{_fmt_time(t['core back'])} ({entry['core back']:.1f}x)",
-                 f"{_fmt_time(t['proposed back'])} ({entry['proposed back']:.1f}x)"]
+                [
+                    f"{label}, {batch} rows",
+                    f"{m.nnz / batch:.0f}",
+                    _fmt_time(t["vllm"]),
+                    f"{_fmt_time(t['core'])} ({entry['core']:.1f}x)",
+                    f"{_fmt_time(t['proposed'])} ({entry['proposed']:.1f}x)",
+                    _fmt_time(t["naive back"]),
+                    f"{_fmt_time(t['core back'])} ({entry['core back']:.1f}x)",
+                    f"{_fmt_time(t['proposed back'])} ({entry['proposed back']:.1f}x)",
+                ]
             )
     report.table(
         ["support", "ids/row", "vLLM loop", "core", "proposed", "naive back", "core back", "proposed back"],
@@ -520,7 +568,9 @@ def bench_compact(report: Report, num_rows: int, repeats: int, seed: int) -> Non
 
 # ---------------------------------------------------------------------------------------------- 4. bytes per token
 def bench_bytes(report: Report, mask: SamplingMask, top_k: int = 512) -> None:
-    report.section(f"4. bytes per token ({mask.num_rows} rows, mean {mask.nnz / max(mask.num_rows, 1):.2f} ids per row)")
+    report.section(
+        f"4. bytes per token ({mask.num_rows} rows, mean {mask.nnz / max(mask.num_rows, 1):.2f} ids per row)"
+    )
     from .codecs import compact
 
     rows = mask.to_rows()
@@ -545,11 +595,15 @@ def bench_bytes(report: Report, mask: SamplingMask, top_k: int = 512) -> None:
         widest = int(mask.row_lengths.max()) if mask.num_rows else 0
         if mask.num_rows * widest <= 1 << 25:
             try:
-                entries.append((f"base64 dense envelope (width {widest})", len(codecs.encode(mask, "base64", allow_loss=True))))
+                entries.append(
+                    (f"base64 dense envelope (width {widest})", len(codecs.encode(mask, "base64", allow_loss=True)))
+                )
             except Exception as exc:
                 report.line(f"  skipped base64 dense envelope: {type(exc).__name__}: {exc}")
         else:
-            report.line(f"  skipped base64 dense envelope: [{mask.num_rows}, {widest}] int32 would be {_fmt_bytes(4 * mask.num_rows * widest)}")
+            report.line(
+                f"  skipped base64 dense envelope: [{mask.num_rows}, {widest}] int32 would be {_fmt_bytes(4 * mask.num_rows * widest)}"
+            )
     report.table(
         ["format", "bytes/token", "x JSON"],
         [[name, f"{n / t:.2f}", f"{n / json_bytes:.3f}"] for name, n in entries],
@@ -596,7 +650,9 @@ def bench_conversions(report: Report, num_rows: int, repeats: int, seed: int, qu
         figures[name] = speed
         out.append([name, detail, _fmt_time(t[name + " naive"]), _fmt_time(t[name]), f"{speed:.1f}"])
     report.table(["conversion", "case", "naive loop", "ours", "speed-up"], out)
-    report.line("  naive: a Python loop over rows with numpy per row (lists->ragged: a flattening comprehension, no checks)")
+    report.line(
+        "  naive: a Python loop over rows with numpy per row (lists->ragged: a flattening comprehension, no checks)"
+    )
     report.results["conversions"] = figures
 
 
@@ -630,7 +686,9 @@ def bench_scorer(report: Report, quick: bool, repeats: int) -> None:
                 "logits -inf mask": module.median_seconds("logits_dense_mask", logits_case, repeats),
             }
             cfg = module.SIZES["warmup"]
-            report.line(f"  quick: V={cfg['vocab']} d={cfg['dim']} T={cfg['tokens']}, fwd+bwd medians, no memory figures")
+            report.line(
+                f"  quick: V={cfg['vocab']} d={cfg['dim']} T={cfg['tokens']}, fwd+bwd medians, no memory figures"
+            )
             report.line(
                 f"  hidden: ours {_fmt_time(t['hidden ours'])}, full vocab {_fmt_time(t['hidden full vocab'])} "
                 f"(ratio {t['hidden ours'] / t['hidden full vocab']:.2f}); logits: ours {_fmt_time(t['logits ours'])}, "
@@ -665,16 +723,17 @@ def bench_scaling(report: Report, sizes: Sequence[int], repeats: int, seed: int,
         m = synthetic.rollout(n, seed=seed)
         table.setdefault("synthetic rollout", {})[n] = time.perf_counter() - start
         plain = mask_only(m)
-        text = json.dumps(m.to_rows(), separators=(",", ":")).encode()
+        rows = m.to_rows()
+        text = json.dumps(rows).encode()
         blob = compact.encode_ragged(m.ids, m.offsets)
         methods: dict[str, Callable[[], Any]] = {
-            "json.loads + conversion": lambda text=text: lists_to_ragged(json.loads(text)),
-            "compact encode": lambda m=m: compact.encode_ragged(m.ids, m.offsets),
-            "compact decode": lambda blob=blob, m=m: compact.decode_ragged(blob, m.num_rows, m.nnz),
-            "SamplingMask.from_rows": lambda m=m: SamplingMask.from_rows(m.to_rows()),
+            "json.loads + conversion": functools.partial(parse_json_rows, json.loads, text),
+            "SamplingMask.from_rows (lists)": functools.partial(SamplingMask.from_rows, rows),
+            "compact encode": functools.partial(compact.encode_ragged, m.ids, m.offsets),
+            "compact decode": functools.partial(compact.decode_ragged, blob, m.num_rows, m.nnz),
         }
         if orjson is not None:
-            methods["orjson.loads + conversion"] = lambda text=text: lists_to_ragged(orjson.loads(text))
+            methods["orjson.loads + conversion"] = functools.partial(parse_json_rows, orjson.loads, text)
         if zstandard is not None:
             z3 = zstandard.ZstdCompressor(level=3).compress(raw_ragged_bytes(m))
             methods["zstd-3 decompress raw"] = functools.partial(zstandard.ZstdDecompressor().decompress, z3)
@@ -686,7 +745,9 @@ def bench_scaling(report: Report, sizes: Sequence[int], repeats: int, seed: int,
         if have_arrow:
             stream = codecs.encode(plain, "arrows")
             methods["arrow stream decode"] = functools.partial(codecs.decode, stream, "arrows")
-            methods["arrow stream decode (trusted)"] = functools.partial(codecs.decode, stream, "arrows", validate=False)
+            methods["arrow stream decode (trusted)"] = functools.partial(
+                codecs.decode, stream, "arrows", validate=False
+            )
         times = race(methods, repeats if n < 1_000_000 else max(1, min(repeats, 3)))
         for name, value in times.items():
             table.setdefault(name, {})[n] = value
@@ -699,36 +760,37 @@ def bench_scaling(report: Report, sizes: Sequence[int], repeats: int, seed: int,
         report.line("  skipped msgpack / arrow rows: codecs or their packages are missing")
     report.results["scaling"] = table
     if plot:
-        plt = None
-        try:
-            import matplotlib
+        report.line("  " + write_plot(table, plot))
 
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            report.line(f"  skipped plot {plot}: matplotlib is not installed")
-        if plt is not None:
-            fig, ax = plt.subplots(figsize=(8, 5.5))
-            for name, by_size in table.items():
-                ax.plot(list(by_size), list(by_size.values()), marker="o", label=name)
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xlabel("rows (tokens)")
-            ax.set_ylabel("median seconds")
-            ax.set_title("sampling-mask: cost against rows")
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7)
-            fig.tight_layout()
-            fig.savefig(plot, dpi=120)
-            plt.close(fig)
-            report.line(f"  plot written to {plot}")
+
+def write_plot(table: dict[str, dict[int, float]], path: str) -> str:
+    """A log-log PNG of ``table`` (operation -> rows -> seconds); returns a line saying what happened."""
+    try:
+        import matplotlib
+    except ImportError:
+        return f"skipped plot {path}: matplotlib is not installed"
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for name, by_size in table.items():
+        ax.plot(list(by_size), list(by_size.values()), marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("rows (tokens)")
+    ax.set_ylabel("median seconds")
+    ax.set_title("sampling-mask: cost against rows")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"plot written to {path}"
 
 
 # ---------------------------------------------------------------------------------------------- driver
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m sampling_mask.bench", description=(__doc__ or "").splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m sampling_mask.bench", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run (CI)")
     parser.add_argument(
         "--rows",
@@ -740,7 +802,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per method (default 5; --quick: 2)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    parser.add_argument(
+        "--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}"
+    )
     parser.add_argument("--plot", metavar="PATH", help="write the scaling plot (PNG) here")
     return parser
 

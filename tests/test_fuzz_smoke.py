@@ -1,7 +1,7 @@
 """Every atheris fuzz target runs for a bounded time without a finding (CI budget: a few minutes).
 
-Each target runs in its own process (``fuzz/run.py``) with libFuzzer's ``-max_total_time`` and
-``-rss_limit_mb``: an exception other than ``SamplingMaskError``, a crash, a hang or a memory blow-up
+Each target runs in its own process (``fuzz/run.py --seconds``, libFuzzer's ``-rss_limit_mb`` and
+``-timeout``): an exception other than ``SamplingMaskError``, a crash, a hang or a memory blow-up
 makes the process exit non-zero and fails that target's case. Two targets run at a time (two cores).
 ``SAMPLING_MASK_FUZZ_SECONDS`` sets the time per target (default 6). Skipped without atheris.
 """

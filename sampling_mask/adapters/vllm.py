@@ -25,6 +25,7 @@ Rows keep the order they arrive in; ``to_*`` functions write ascending rows wher
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -323,6 +324,8 @@ def _check_ranks(flat: Any, n_top: np.ndarray, top_pos: np.ndarray) -> None:
     ranks_value = get_field(flat, "ranks", None)
     if ranks_value is None or top_pos.size == 0:
         return
+    if isinstance(ranks_value, (str, bytes, Mapping)) or not hasattr(ranks_value, "__len__"):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "ranks must be a list of ints", field="ranks")
     raw = np.asarray(ranks_value if isinstance(ranks_value, np.ndarray) else list(ranks_value), dtype=object)
     if raw.ndim != 1 or raw.size <= int(top_pos.max()):
         raise SamplingMaskError(ErrorCode.E_SHAPE, "ranks must hold one rank per entry", field="ranks")
@@ -330,7 +333,12 @@ def _check_ranks(flat: Any, n_top: np.ndarray, top_pos: np.ndarray) -> None:
     unknown = top == np.full(top.shape, None, dtype=object)
     if unknown.any():
         return  # ranks not recorded: nothing to check against
-    ranks = int_array(top.astype(np.int64), np.int64, field="ranks")
+    try:
+        # operator.index refuses floats and strings instead of truncating or parsing them
+        # (a string rank was a ValueError: fuzz/regressions/adapter_vllm/b1d91626ff7a1195.bin).
+        ranks = np.fromiter(map(operator.index, top), dtype=np.int64, count=top.size)
+    except (TypeError, OverflowError):
+        raise SamplingMaskError(ErrorCode.E_DTYPE, "ranks must be integers", field="ranks") from None
     expected = layouts.range_indices(np.ones(n_top.size, dtype=np.int64), n_top)
     wrong = ranks != expected
     if wrong.any():

@@ -278,7 +278,9 @@ def decode_ragged(
     if num_blocks and int(widths.max()) > _MAX_BITS:
         block = int(np.argmax(widths > _MAX_BITS))
         raise _error(
-            ErrorCode.E_ENCODING, f"block {block} has width {int(widths[block])} > {_MAX_BITS}", field="compact.block_widths"
+            ErrorCode.E_ENCODING,
+            f"block {block} has width {int(widths[block])} > {_MAX_BITS}",
+            field="compact.block_widths",
         )
     word_count = int(widths.sum(dtype=np.int64))
     section = data[pos + num_blocks :]
@@ -316,9 +318,9 @@ def _prefix_sums_per_row(values: np.ndarray, firsts: np.ndarray, dtype: type) ->
     away at the next row's first value so that the second sum restarts there.
     """
     values += dtype(1)
-    running = np.cumsum(values, dtype=dtype)
+    running: np.ndarray = np.cumsum(values, dtype=dtype)
     row_ends = running[firsts[1:] - 1]
-    restart = np.empty(firsts.size, dtype=dtype)
+    restart: np.ndarray = np.empty(firsts.size, dtype=dtype)
     restart[0] = 1  # the first row only undoes its +1
     if row_ends.size:
         restart[1] = row_ends[0]

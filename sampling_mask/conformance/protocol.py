@@ -109,7 +109,7 @@ class CommandImplementation:
     restarted for the next case. The last lines of the program's stderr are kept for reports.
     """
 
-    def __init__(self, command: str, *, timeout: float = 10.0, cwd: str | None = None) -> None:
+    def __init__(self, command: str, *, timeout: float = 30.0, cwd: str | None = None) -> None:
         self.command = command
         self.name = command
         self.timeout = timeout

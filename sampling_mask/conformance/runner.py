@@ -281,7 +281,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-k", "--case", action="append", default=[], help="run only ids matching this glob")
     parser.add_argument("--level", choices=("required", "recommended"), help="run only cases of this level")
     parser.add_argument("--vectors", type=Path, help="suite root (default: the installed vectors)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each --command response")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each --command response")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only cases that are not PASS / XFAIL")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     parser.add_argument("--lint", action="store_true", help="check the suite itself and exit")

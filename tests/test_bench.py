@@ -1,0 +1,115 @@
+"""The benchmark report (sampling_mask.bench): a --quick smoke run with tiny sizes, and its helpers.
+
+No timing is asserted: only that every section runs, reports consistent figures, and that the
+helpers the report relies on compute what they claim.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sampling_mask import SamplingMask, bench, layouts, synthetic
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
+    out = io.StringIO()
+    plot = tmp_path_factory.mktemp("bench") / "scaling.png"
+    results = bench.run(["--quick", "--rows", "300", "1200", "--repeats", "1", "--plot", str(plot)], out=out)
+    return results, out.getvalue(), plot
+
+
+def test_quick_run_prints_every_section(quick_run: tuple[dict[str, Any], str, Path]) -> None:
+    results, text, _ = quick_run
+    for number in range(1, 8):
+        assert f"\n== {number}. " in text
+    assert "machine:" in text and "support size" in text
+    assert results["support_stats"]["rows"] == 1200
+    assert {"transport", "bitmask", "compact", "bytes_per_token", "conversions", "scaling"} <= set(results)
+
+
+def test_quick_run_figures_are_consistent(quick_run: tuple[dict[str, Any], str, Path]) -> None:
+    results, _, _ = quick_run
+    transport = results["transport"]
+    assert transport["json_bytes"] > transport["json_tight_bytes"] > 0
+    for figures in transport["formats"].values():
+        assert figures["bytes"] > 0 and figures["decode_s"] > 0 and figures["trusted_decode_s"] > 0
+    compact = results["compact"]["uniform"]
+    sizes = compact["sizes"]
+    # The bound is a lower bound on every encoding of the rows.
+    assert all(n > compact["bound"] for n in sizes.values())
+    assert sizes["compact"] < sizes["raw ragged (int32 ids + int32 counts)"]
+    per_token = results["bytes_per_token"]
+    assert per_token["SkyRL dense (4 x top_k = 512 per row)"] == 2048
+    stats = results["support_stats"]
+    prime = per_token["prime-rl wire (4 B per id + 4 per row)"]
+    assert math.isclose(prime, 4 * stats["nnz"] / stats["rows"] + 4)
+    scaling = results["scaling"]
+    assert set(scaling["compact decode"]) == {300, 1200}
+
+
+def test_plot_is_a_png(quick_run: tuple[dict[str, Any], str, Path]) -> None:
+    _, text, plot = quick_run
+    assert "plot written" in text
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_main_returns_zero_and_rejects_unknown_sections(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--quick", "--rows", "200", "--repeats", "1", "--sections", "bytes"]) == 0
+    assert "== 4. bytes per token" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--sections", "nope"])
+
+
+def test_information_bound() -> None:
+    # One row of 2 ids out of 4: log2(C(4, 2)) = log2(6) bits; an empty row and a full row cost 0.
+    assert math.isclose(bench.information_bound_bytes(np.array([2]), 4), math.log2(6) / 8)
+    assert bench.information_bound_bytes(np.array([0, 4]), 4) == 0.0
+
+
+def test_json_conversion_and_raw_layouts() -> None:
+    rows = [[5, 1], [], [7]]
+    ids, offsets = bench.parse_json_rows(json.loads, json.dumps(rows).encode())
+    assert ids.dtype == np.int32 and ids.tolist() == [5, 1, 7] and offsets.tolist() == [0, 2, 2, 3]
+    m = SamplingMask.from_rows(rows)
+    raw = np.frombuffer(bench.raw_ragged_bytes(m), "<i4")
+    assert raw.tolist() == [5, 1, 7, 2, 0, 1]
+    deltas = np.frombuffer(bench.sorted_delta_bytes(m), "<i4")
+    assert deltas.tolist() == [1, 4, 7, 2, 0, 1]  # rows sorted: [1, 5] -> 1, +4
+
+
+def test_proposed_bitmask_conversions_match_the_core() -> None:
+    for kwargs in ({"top_k": 20, "top_p": 1.0}, {"top_k": 4096, "temperature": 1.4}):
+        m = synthetic.rollout(40, seed=2, ids="uniform", vocab_size=5003, **kwargs)  # V not a multiple of 8
+        bits = m.to_bitmask()
+        ids, offsets = bench.proposed_bitmask_to_ragged(bits, 5003)
+        core_ids, core_offsets = layouts.bitmask_to_ragged(bits, 5003)
+        assert np.array_equal(ids, core_ids) and np.array_equal(offsets, core_offsets)
+        assert np.array_equal(bench.proposed_ragged_to_bitmask(m.ids, m.offsets, 5003), bits)
+        rows = bench.vllm_bitmask_rows(bits, 5003)
+        assert [r.tolist() for r in rows] == m.to_rows()
+        assert np.array_equal(bench.naive_ragged_to_bitmask(m.ids, m.offsets, 5003), bits)
+
+
+def test_naive_baselines_agree_with_the_core() -> None:
+    m = synthetic.rollout(50, seed=3, order="rank")
+    dense = m.to_dense()
+    ids, offsets = bench.naive_dense_to_rows(dense)
+    assert np.array_equal(ids, m.ids) and np.array_equal(offsets, m.offsets)
+    assert np.array_equal(bench.naive_ragged_to_dense(m.ids, m.offsets, dense.shape[1]), dense)
+    ids, offsets = bench.naive_lists_to_ragged(m.to_rows())
+    assert np.array_equal(ids, m.ids) and np.array_equal(offsets, m.offsets)
+
+
+def test_race_returns_a_median_per_method() -> None:
+    calls: list[str] = []
+    times = bench.race({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3)
+    assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
+    assert calls == ["a", "b"] * 4  # one warm-up lap, then three timed laps, round-robin
