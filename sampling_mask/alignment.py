@@ -58,13 +58,17 @@ CPMode = str  # "contiguous" or "zigzag" (checked at run time)
 _PER_ROW_FILL = {"sampled_token_ids": -1, "sampled_logprobs": np.nan, "temperature": np.nan}
 
 
-def as_host_array(value: Any) -> np.ndarray:
-    """``value`` as a numpy array: numpy arrays as they are, torch tensors moved to CPU, lists converted."""
+def as_host_array(value: Any, *, field: str = "array") -> np.ndarray:
+    """``value`` as a numpy array: numpy arrays as they are, torch tensors moved to CPU, lists converted.
+
+    Ragged nested lists are ``E_SHAPE`` (a bare ``ValueError`` from numpy was found by fuzzing:
+    fuzz/regressions/adapter_prime_rl/df4cf4ad322ed8ab.bin).
+    """
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, on any device
         return np.asarray(value.detach().cpu().numpy())
-    return np.asarray(value)
+    return layouts.asarray_checked(value, field=field)
 
 
 def to_torch(array: np.ndarray, *, device: Any = None) -> Any:
@@ -88,7 +92,7 @@ def _count(value: Any, *, field: str) -> int:
 
 
 def _cu(value: Any, *, field: str = "cu_seqlens") -> np.ndarray:
-    cu = layouts.as_int_array(as_host_array(value), np.int64, field=field)
+    cu = layouts.as_int_array(as_host_array(value, field=field), np.int64, field=field)
     if cu.size == 0 or int(cu[0]) != 0:
         raise SamplingMaskError(ErrorCode.E_SEGMENTS, "cu_seqlens must start with 0", field=field)
     steps = np.diff(cu)
@@ -99,7 +103,7 @@ def _cu(value: Any, *, field: str = "cu_seqlens") -> np.ndarray:
 
 
 def _lengths(value: Any, count: int, *, field: str) -> np.ndarray:
-    arr = layouts.as_int_array(as_host_array(value), np.int64, field=field)
+    arr = layouts.as_int_array(as_host_array(value, field=field), np.int64, field=field)
     if arr.size != count:
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {count} lengths, got {arr.size}", field=field)
     if arr.size and int(arr.min()) < 0:
@@ -287,7 +291,7 @@ def to_batch_dense(mask: SamplingMask, seq_len: int | None = None, width: int | 
 def from_batch_dense(dense: Any, lengths: Any, **kwargs: Any) -> SamplingMask:
     """Inverse of :func:`to_batch_dense`: ``dense`` ``[B, S, W]`` (``-1``-padded) and the sequence
     lengths ``[B]``; positions at or past a length must be all ``-1`` (``E_PADDING`` otherwise)."""
-    arr = layouts.as_int_array(as_host_array(dense), np.int32, field="dense", ndim=3)
+    arr = layouts.as_int_array(as_host_array(dense, field="dense"), np.int32, field="dense", ndim=3)
     b, s, _ = arr.shape
     lens = _lengths(lengths, b, field="lengths")
     if lens.size and int(lens.max()) > s:

@@ -132,8 +132,14 @@ def _check_result(ids: np.ndarray, offsets: np.ndarray, num_rows: int, nnz: int)
     assert np.all((np.diff(ids) > 0) | starts[1:])
 
 
-def test_thousands_of_mutations_raise_only_sampling_mask_errors() -> None:
-    rng = np.random.default_rng(1234)
+@pytest.mark.parametrize("small_blocks", [0, 10**9])  # both unpacking paths
+def test_thousands_of_mutations_raise_only_sampling_mask_errors(
+    small_blocks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sampling_mask.codecs import compact
+
+    monkeypatch.setattr(compact, "_SMALL_BLOCKS", small_blocks)
+    rng = np.random.default_rng(1234 + small_blocks % 7)
     codes: set[str] = set()
     decoded = 0
     for buf, num_rows, nnz in _samples():
@@ -234,3 +240,20 @@ def test_memoryview_and_bytearray_inputs() -> None:
     with pytest.raises(SamplingMaskError) as err:
         decode_ragged("not bytes", 2, 3)  # type: ignore[arg-type]
     assert err.value.code == "E_ENCODING"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_small_and_grouped_paths_write_and_read_the_same_bytes(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sampling_mask.codecs import compact
+
+    rng = np.random.default_rng(seed)
+    rows = [np.unique(rng.integers(0, 2 ** int(rng.integers(1, 31)), int(k))).tolist() for k in rng.integers(0, 60, 90)]
+    ids, offsets = _ragged(rows)
+    monkeypatch.setattr(compact, "_SMALL_BLOCKS", 10**9)
+    small = _round_trip(ids, offsets)
+    monkeypatch.setattr(compact, "_SMALL_BLOCKS", 0)
+    grouped = _round_trip(ids, offsets)
+    assert small == grouped
+    monkeypatch.setattr(compact, "_SMALL_BLOCKS", 10**9)
+    got, _ = decode_ragged(grouped, offsets.size - 1, ids.size)
+    assert np.array_equal(got, ids)

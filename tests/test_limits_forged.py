@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import resource
 import struct
 import subprocess
 import sys
@@ -305,6 +304,8 @@ CASES: dict[str, tuple[Callable[[], bytes], Callable[[bytes], Any], set[str]]] =
 # ---------------------------------------------------------------------------------------------- child
 def _peaks() -> tuple[int, int]:
     """(peak RSS in MiB from getrusage, peak virtual size in MiB or 0 where /proc is missing)."""
+    import resource  # POSIX only; the child runs only where fork exists
+
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // (1024 if sys.platform != "darwin" else 1 << 20)
     vm = 0
     try:

@@ -68,6 +68,7 @@ ALLOWED_DYNAMIC_IMPORTS = {
         "the operator names the implementation under test on the command line; payloads never reach it"
     ),
     ("codecs/__init__.py", "_module"): "format name checked against the fixed _MODULES table first",
+    ("bench.py", "_optional"): "optional dependency names: string literals and the benchmark's fixed table",
 }
 
 

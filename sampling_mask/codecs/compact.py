@@ -47,6 +47,9 @@ _LONG = 255  # row_lengths byte meaning "k_t - 255 follows in long_lengths"
 _MAX_VARINT_BYTES = 5
 _INT32_LIMIT = 1 << 31
 _FIELD = "compact"
+# Up to this many blocks, (un)packing goes value by value (a fixed number of numpy calls) instead of
+# width group by width group (up to 31 x 32 calls, each cheap only on many blocks).
+_SMALL_BLOCKS = 512
 
 
 def _bit_length(values: np.ndarray) -> np.ndarray:
@@ -118,6 +121,39 @@ def _blocks(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return np.diff(offsets_arr), blocks, widths
 
 
+def _slot_words(widths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Where every value of every block lives in ``words`` (12.2), for small inputs.
+
+    Returns ``(low, shift, high, spills, word_count)``, each ``[nb, 32]``: value j of block b starts at
+    bit ``shift`` of word ``low`` and, where ``spills``, continues at the bottom of word ``high``.
+    Width-0 blocks point at index ``word_count`` (one past the end: a zero word the callers add).
+    """
+    counts = np.bincount(widths, minlength=_MAX_BITS + 1)
+    group_start = np.concatenate(([0], np.cumsum(counts * np.arange(_MAX_BITS + 1))))[:-1]
+    first_block = np.concatenate(([0], np.cumsum(counts)))[:-1]
+    order = np.argsort(widths, kind="stable")
+    rank = np.empty(widths.size, dtype=np.int64)
+    rank[order] = np.arange(widths.size) - first_block[widths[order]]
+    bit = np.arange(BLOCK, dtype=np.int64)[None, :] * widths[:, None]
+    shift = bit & 31
+    low = group_start[widths][:, None] + (bit >> 5) * counts[widths][:, None] + rank[:, None]
+    word_count = int(np.dot(counts, np.arange(_MAX_BITS + 1)))
+    low[widths == 0] = word_count
+    spills = shift + widths[:, None] > 32
+    high = np.where(spills, low + counts[widths][:, None], word_count)
+    return low, shift, high, spills, word_count
+
+
+def _pack_small(blocks: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """The ``words`` section as uint32, value by value (no loop over widths): for few blocks."""
+    low, shift, high, spills, word_count = _slot_words(widths)
+    values = blocks.astype(np.uint64)
+    words = np.zeros(word_count + 1, dtype=np.uint64)
+    np.bitwise_or.at(words, low, (values << shift.astype(np.uint64)) & np.uint64(0xFFFFFFFF))
+    np.bitwise_or.at(words, high[spills], values[spills] >> (32 - shift[spills]).astype(np.uint64))
+    return words[:word_count].astype(np.uint32)
+
+
 def _pack_group(blocks: np.ndarray, width: int) -> np.ndarray:
     """uint32 [width, m]: word q of each of the m blocks (rows of ``blocks``), ``width`` bits a value."""
     words = np.zeros((width, blocks.shape[0]), dtype=np.uint32)
@@ -141,6 +177,9 @@ def encode_ragged(ids: np.ndarray, offsets: np.ndarray) -> bytes:
         _leb128(lengths[lengths >= _LONG] - _LONG).tobytes(),
         widths.astype(np.uint8).tobytes(),
     ]
+    if widths.size <= _SMALL_BLOCKS:
+        parts.append(_pack_small(blocks, widths).astype("<u4").tobytes())
+        return b"".join(parts)
     order = np.argsort(widths, kind="stable")
     bounds = np.concatenate(([0], np.cumsum(np.bincount(widths, minlength=_MAX_BITS + 1))))
     for width in range(1, _MAX_BITS + 1):
@@ -197,9 +236,22 @@ def _as_words(section: np.ndarray) -> np.ndarray:
     return np.frombuffer(section.tobytes(), dtype="<u4").astype(np.uint32)
 
 
+def _unpack_small(words: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """:func:`_unpack_blocks` value by value (no loop over widths): for few blocks."""
+    low, shift, high, spills, word_count = _slot_words(widths.astype(np.int64))
+    padded = np.zeros(word_count + 1, dtype=np.uint64)
+    padded[:word_count] = words
+    values = padded[low] >> shift.astype(np.uint64)
+    values |= (padded[high] << (32 - shift).astype(np.uint64)) * spills
+    values &= (np.uint64(1) << widths.astype(np.uint64))[:, None] - np.uint64(1)
+    return values.astype(np.uint32).reshape(-1)
+
+
 def _unpack_blocks(words: np.ndarray, widths: np.ndarray) -> np.ndarray:
     """uint32 [nb * 32]: every block's values, in block order. ``words`` holds exactly the groups."""
     num_blocks = widths.size
+    if num_blocks <= _SMALL_BLOCKS:
+        return _unpack_small(words, widths)
     out = np.zeros((num_blocks, BLOCK), dtype=np.uint32)
     rows = out.view(np.dtype((np.void, 4 * BLOCK))).reshape(num_blocks)  # one item per block: fast scatter
     counts = np.bincount(widths, minlength=_MAX_BITS + 1)
