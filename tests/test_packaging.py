@@ -15,7 +15,7 @@ import sampling_mask
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "pyarrow", "msgpack")
 README_TEST_COMMAND = "python -m pip install torch==2.13.0 -e '.[test]' && python -m pytest"
-README_MAIN_COMMAND = "python -m pip install -e . && sampling-mask demo"
+README_MAIN_COMMAND = "python -m pip install torch==2.13.0 -e '.[all]' && sampling-mask demo"
 
 
 def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
