@@ -239,20 +239,6 @@ def ragged_to_dense(ids: np.ndarray, offsets: np.ndarray, width: int) -> np.ndar
     return dense
 
 
-def _nonzero_bytes(flat: np.ndarray) -> np.ndarray:
-    """Ascending int64 positions of the non-zero bytes of a uint8 vector.
-
-    Scans 8 bytes per step (a uint64 view) and expands only the non-zero words: a sparse bitmask
-    costs about a tenth of a byte-wise ``flatnonzero``.
-    """
-    whole = flat.size - flat.size % 8
-    words = np.flatnonzero(flat[:whole].view(np.uint64))
-    candidates = (words[:, None] * 8 + np.arange(8, dtype=np.int64)).reshape(-1)
-    inside = candidates[flat[candidates] != 0]
-    tail = np.flatnonzero(flat[whole:]) + whole
-    return np.concatenate((inside, tail)).astype(np.int64, copy=False)
-
-
 def bitmask_to_ragged(bits: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
     """(ids ascending, offsets) from uint8 ``[T, ceil(V/8)]``; id i is bit ``i % 8`` of byte ``i // 8``.
 
@@ -271,14 +257,14 @@ def bitmask_to_ragged(bits: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np
                 row=row,
             )
     flat = bits.reshape(-1)
-    nonzero = _nonzero_bytes(flat)
-    expanded = np.unpackbits(flat[nonzero][:, None], axis=1, bitorder="little")  # [n, 8]
-    which, bit = np.nonzero(expanded)
-    byte_pos = nonzero[which]
-    rows = byte_pos // row_bytes
-    ids = ((byte_pos - rows * row_bytes) * 8 + bit).astype(np.int32)
-    counts = np.bincount(rows, minlength=num_rows).astype(np.int64)
-    return ids, counts_to_offsets(counts)
+    nonzero = np.flatnonzero(flat != 0)  # a bool scan: several times faster than on uint8
+    byte_bounds = np.searchsorted(nonzero, np.arange(num_rows + 1, dtype=np.int64) * row_bytes)
+    row_start = np.repeat(np.arange(num_rows, dtype=np.int64) * row_bytes, np.diff(byte_bounds))
+    byte_base = ((nonzero - row_start) << 3).astype(np.int32)  # first id of each non-zero byte
+    set_bits = np.flatnonzero(np.unpackbits(flat[nonzero], bitorder="little").view(bool))
+    ids = byte_base[set_bits >> 3]
+    ids |= (set_bits & 7).astype(np.int32)
+    return ids, np.searchsorted(set_bits, byte_bounds * 8).astype(np.int64)
 
 
 def ragged_to_bitmask(ids: np.ndarray, offsets: np.ndarray, vocab_size: int, *, ascending: bool) -> np.ndarray:
@@ -288,6 +274,11 @@ def ragged_to_bitmask(ids: np.ndarray, offsets: np.ndarray, vocab_size: int, *, 
     bits = np.zeros((num_rows, row_bytes), dtype=np.uint8)
     if ids.size == 0:
         return bits
+    if ids.size * 64 > num_rows * vocab_size:
+        # Dense supports (more than 1 id in 64): one flag per id, then a single packbits.
+        flags = np.zeros(num_rows * row_bytes * 8, dtype=bool)
+        flags[row_of_ids(offsets) * (row_bytes * 8) + ids] = True
+        return np.packbits(flags, bitorder="little").reshape(num_rows, row_bytes)
     if not ascending:
         ids = ids[canonical_permutation(ids, offsets)]
     byte_pos = row_of_ids(offsets) * row_bytes + (ids >> 3)

@@ -164,12 +164,16 @@ def test_as_int_array_casts_safely() -> None:
     assert info.value.code is ErrorCode.E_DTYPE
 
 
-@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 23, 64, 67])
-def test_nonzero_bytes_matches_flatnonzero(size: int) -> None:
-    rng = np.random.default_rng(size)
-    flat = np.where(rng.random(size) < 0.2, rng.integers(1, 256, size), 0).astype(np.uint8)
-    assert layouts._nonzero_bytes(flat).tolist() == np.flatnonzero(flat).tolist()
-    # An unaligned buffer (as np.frombuffer at an odd offset gives) works too.
-    raw = bytes(3) + flat.tobytes()
-    unaligned = np.frombuffer(raw, dtype=np.uint8, offset=3)
-    assert layouts._nonzero_bytes(unaligned).tolist() == np.flatnonzero(flat).tolist()
+@pytest.mark.parametrize("ids_per_row", [0, 1, 3, 40, 400])
+def test_bitmask_sparse_and_dense_paths_match_the_bit_diagram(ids_per_row: int) -> None:
+    # 3 ids in 1003 take the byte path of ragged_to_bitmask; 40 and 400 take the packbits path.
+    vocab, rng = 1003, np.random.default_rng(ids_per_row)
+    rows = [sorted(rng.choice(vocab, ids_per_row, replace=False).tolist()) for _ in range(5)] + [[]]
+    ids, offsets = ragged(rows)
+    bits = layouts.ragged_to_bitmask(ids, offsets, vocab, ascending=True)
+    assert np.array_equal(bits, bitmask_reference(rows, vocab))
+    # An unaligned buffer (as np.frombuffer at an odd offset gives) decodes the same.
+    unaligned = np.frombuffer(bytes(3) + bits.tobytes(), dtype=np.uint8, offset=3).reshape(bits.shape)
+    back_ids, back_offsets = layouts.bitmask_to_ragged(unaligned, vocab)
+    assert back_ids.tolist() == ids.tolist() and back_ids.dtype == np.int32
+    assert back_offsets.tolist() == offsets.tolist() and back_offsets.dtype == np.int64
