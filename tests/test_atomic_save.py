@@ -87,6 +87,22 @@ print("FINISHED", flush=True)
 """
 
 
+def _kill(child: subprocess.Popen) -> None:
+    """SIGKILL ``child`` (no cleanup of its own can run) and wait for it."""
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=60)
+
+
+def _reap(child: subprocess.Popen) -> None:
+    """Kill ``child`` if it still runs (a failed test) and close its pipes."""
+    if child.poll() is None:
+        child.kill()
+        child.wait()
+    for pipe in (child.stdout, child.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
 def _leftovers(directory: Path, keep: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p != keep)
 
@@ -112,14 +128,9 @@ def test_killed_save_leaves_the_old_file_intact(tmp_path: Path, fmt: str, stop: 
         assert partial, "save wrote nothing next to the target before renaming"
         if stop == "half":
             assert all(p.stat().st_size < len(sampling_mask.encode(NEW, fmt)) for p in partial)
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=60)
+        _kill(child)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        child.stdout.close()  # type: ignore[union-attr]
-        child.stderr.close()  # type: ignore[union-attr]
+        _reap(child)
     assert child.returncode == -signal.SIGKILL
     assert target.read_bytes() == before, "the target changed though the save never finished"
     assert sampling_mask.load(target) == OLD
@@ -275,13 +286,9 @@ def test_killed_stream_writer_leaves_its_complete_batches_readable(tmp_path: Pat
     )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "WROTE"
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=60)
+        _kill(child)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        child.stdout.close()  # type: ignore[union-attr]
+        _reap(child)
     got, error = _read_until_error(path)
     assert got == BATCHES[:2], f"read {len(got)} batches back"
     assert error is None or error.value == 2

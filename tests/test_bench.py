@@ -85,17 +85,17 @@ def test_json_conversion_and_raw_layouts() -> None:
     assert deltas.tolist() == [1, 4, 7, 2, 0, 1]  # rows sorted: [1, 5] -> 1, +4
 
 
-def test_proposed_bitmask_conversions_match_the_core() -> None:
+def test_bitmask_baselines_agree_with_the_core() -> None:
+    # top-k rows (sparse: the core's byte path back) and top-p-only rows (dense: its flag path back).
     for kwargs in ({"top_k": 20, "top_p": 1.0}, {"top_k": 4096, "temperature": 1.4}):
         m = synthetic.rollout(40, seed=2, ids="uniform", vocab_size=5003, **kwargs)  # V not a multiple of 8
-        bits = m.to_bitmask()
-        ids, offsets = bench.proposed_bitmask_to_ragged(bits, 5003)
-        core_ids, core_offsets = layouts.bitmask_to_ragged(bits, 5003)
-        assert np.array_equal(ids, core_ids) and np.array_equal(offsets, core_offsets)
-        assert np.array_equal(bench.proposed_ragged_to_bitmask(m.ids, m.offsets, 5003), bits)
-        rows = bench.vllm_bitmask_rows(bits, 5003)
-        assert [r.tolist() for r in rows] == m.to_rows()
+        bits = layouts.ragged_to_bitmask(m.ids, m.offsets, 5003, ascending=False)
         assert np.array_equal(bench.naive_ragged_to_bitmask(m.ids, m.offsets, 5003), bits)
+        rows = bench.vllm_bitmask_rows(bits, 5003)
+        ids, offsets = layouts.bitmask_to_ragged(bits, 5003)
+        assert [r.tolist() for r in rows] == [sorted(row) for row in m.to_rows()]
+        assert np.array_equal(offsets, m.offsets)
+        assert np.array_equal(ids, np.concatenate(rows).astype(np.int32))
 
 
 def test_naive_baselines_agree_with_the_core() -> None:

@@ -8,10 +8,12 @@ import os
 import subprocess
 import sys
 
+import mask_examples
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from mask_examples import SAMPLE_METADATA
 
 import sampling_mask
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError, codecs
@@ -37,16 +39,9 @@ EXTENSION_OF = {"arrow": ".arrow", "arrows": ".arrows", "parquet": ".parquet", "
 
 
 def sample_mask() -> SamplingMask:
-    """Unsorted and empty rows, an empty segment, every companion, non-finite floats, typed metadata."""
-    return SamplingMask.from_rows(
-        [[7, 3], [], [5], [1, 2, 9]],
-        vocab_size=10,
-        cu_seqlens=[0, 2, 2, 4],
-        sampled_token_ids=[3, -1, 5, 9],
-        sampled_logprobs=np.array([-0.5, np.nan, -np.inf, -1e-3], np.float32),
-        temperature=np.array([1.0, 0.7, np.nan, 2.0], np.float32),
-        support_logprobs=np.array([-0.1, -2.5, 0.0, -3.0, -1.5, -0.25], np.float32),
-        metadata={"top_k": 3, "top_p": 0.95, "producer": "test", "flag": True, "none": None, "ratio": 2.0},
+    """The shared full example, with a NaN temperature and typed metadata (bool, null, float)."""
+    return mask_examples.sample_mask(
+        temperature=(1.0, 0.7, math.nan, 2.0), metadata={**SAMPLE_METADATA, "flag": True, "none": None, "ratio": 2.0}
     )
 
 

@@ -6,26 +6,20 @@ import base64
 import json
 import math
 
+import mask_examples
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from mask_examples import SAMPLE_METADATA
 
 from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMask, SamplingMaskError, codecs
 from sampling_mask.codecs import json as json_codec
 
 
 def sample_mask() -> SamplingMask:
-    return SamplingMask.from_rows(
-        [[7, 3], [], [5], [1, 2, 9]],
-        vocab_size=10,
-        cu_seqlens=[0, 2, 2, 4],
-        sampled_token_ids=[3, -1, 5, 9],
-        sampled_logprobs=np.array([-0.5, np.nan, -np.inf, -1e-3], np.float32),
-        temperature=np.array([1.0, 0.7, 1.0, 2.0], np.float32),
-        support_logprobs=np.array([-0.1, -2.5, 0.0, -3.0, -1.5, -0.25], np.float32),
-        metadata={"top_k": 3, "top_p": 0.95, "producer": "test", "inf": math.inf},
-    )
+    """The shared full example, with a non-finite float in its metadata."""
+    return mask_examples.sample_mask(metadata={**SAMPLE_METADATA, "inf": math.inf})
 
 
 def error_code(data, fmt=None, **kwargs) -> ErrorCode:

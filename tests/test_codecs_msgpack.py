@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 msgpack = pytest.importorskip("msgpack")
 
+from mask_examples import sample_mask  # noqa: E402
+
 from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMask, SamplingMaskError, codecs  # noqa: E402
 from sampling_mask.codecs import _msgpack_reader  # noqa: E402
 from sampling_mask.codecs import msgpack as envelope  # noqa: E402
@@ -30,19 +32,6 @@ SPEC_EXAMPLE_HEX = (
 def spec_example() -> SamplingMask:
     return SamplingMask.from_rows(
         [[5, 1], [], [7]], vocab_size=10, cu_seqlens=[0, 2, 3], sampled_token_ids=[5, -1, 7], metadata={"top_k": 2}
-    )
-
-
-def sample_mask() -> SamplingMask:
-    return SamplingMask.from_rows(
-        [[7, 3], [], [5], [1, 2, 9]],
-        vocab_size=10,
-        cu_seqlens=[0, 2, 2, 4],
-        sampled_token_ids=[3, -1, 5, 9],
-        sampled_logprobs=np.array([-0.5, np.nan, -np.inf, -1e-3], np.float32),
-        temperature=np.array([1.0, 0.7, 1.0, 2.0], np.float32),
-        support_logprobs=np.array([-0.1, -2.5, 0.0, -3.0, -1.5, -0.25], np.float32),
-        metadata={"top_k": 3, "top_p": 0.95, "producer": "test"},
     )
 
 

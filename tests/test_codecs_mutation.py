@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from mask_examples import sample_mask
 
 from sampling_mask import SamplingMask, SamplingMaskError, codecs
 
@@ -33,16 +34,7 @@ PAYLOADS = [  # (format, encode options); compact variants join once codecs.comp
 
 
 def masks() -> list[SamplingMask]:
-    full = SamplingMask.from_rows(
-        [[7, 3], [], [5], [1, 2, 9]],
-        vocab_size=10,
-        cu_seqlens=[0, 2, 2, 4],
-        sampled_token_ids=[3, -1, 5, 9],
-        sampled_logprobs=np.array([-0.5, np.nan, -np.inf, -1e-3], np.float32),
-        temperature=np.array([1.0, 0.7, 1.0, 2.0], np.float32),
-        support_logprobs=np.array([-0.1, -2.5, 0.0, -3.0, -1.5, -0.25], np.float32),
-        metadata={"top_k": 3, "top_p": 0.95, "producer": "t", "x": None, "nan": math.nan},
-    )
+    full = sample_mask(metadata={"top_k": 3, "top_p": 0.95, "producer": "t", "x": None, "nan": math.nan})
     plain = SamplingMask.from_rows([[0, 4, 9], [1], [], [3, 2]], vocab_size=12)
     return [full, plain]
 

@@ -223,12 +223,16 @@ def _read_bytes(path: str | os.PathLike[str], limits: Limits) -> bytes:
         return fh.read()
 
 
-def _path_format(path: str | os.PathLike[str], format: str | None) -> str | None:
-    """The explicit format, else the extension's (None: unknown extension, sniff the content)."""
+def _file_format(path: str | os.PathLike[str], format: str | None) -> str:
+    """The explicit format, else the extension's, else detected from the file's first bytes."""
     if format is not None:
         _module(format)
         return format
-    return EXTENSIONS.get(os.path.splitext(os.fspath(path))[1].lower())
+    fmt = EXTENSIONS.get(os.path.splitext(os.fspath(path))[1].lower())
+    if fmt is None:
+        with open(path, "rb") as fh:
+            fmt = _sniff(fh.read(32))
+    return fmt
 
 
 def load(
@@ -240,10 +244,7 @@ def load(
 ) -> SamplingMask:
     """Read a mask from ``path``. Arrow IPC files are memory-mapped (ids view the mapping); a ``.json``
     file may hold any JSON form; an unknown extension is detected by content."""
-    fmt = _path_format(path, format)
-    if fmt is None:
-        with open(path, "rb") as fh:
-            fmt = _sniff(fh.read(32))
+    fmt = _file_format(path, format)
     if fmt in _ARROW_FORMATS:
         from . import arrow
 
@@ -264,14 +265,11 @@ def iter_masks(
 ) -> Iterator[SamplingMask]:
     """Stream the masks of a file (or bytes): one per Arrow record batch / Parquet row group, so a large
     file never sits in memory whole. Formats without batches yield their one mask."""
-    fmt: str | None
+    fmt: str
     if isinstance(path, (bytes, bytearray, memoryview)):
         fmt = _sniff(path) if format is None else format
     else:
-        fmt = _path_format(path, format)
-        if fmt is None:
-            with open(path, "rb") as fh:
-                fmt = _sniff(fh.read(32))
+        fmt = _file_format(path, format)
     if fmt in _ARROW_FORMATS:
         from . import arrow
 

@@ -82,6 +82,37 @@ def model(rows: list[list[int]], **extra: Any) -> dict[str, Any]:
     return {"rows": rows, **{k: v for k, v in extra.items() if v is not None}}
 
 
+def companions_mask(**extra: Any) -> dict[str, Any]:
+    """The expected two-row companions example: row 0 {3, 5, 9} with every companion, row 1 empty.
+
+    ``extra`` overrides a companion or adds keys (``metadata``), after the companions.
+    """
+    companions: dict[str, Any] = {
+        "sampled_token_ids": [5, -1],
+        "sampled_logprobs": [-0.5, 0.0],
+        "temperature": [0.5, 1.0],
+        "support_logprobs": [[-1.25, -0.5, -3.0], []],
+    }
+    return mask([[3, 5, 9], []], vocab=10, **{**companions, **extra})
+
+
+def roundtrip_model(**extra: Any) -> dict[str, Any]:
+    """The encode round-trip input: three rows in two segments, every companion and metadata.
+
+    ``extra`` overrides a field in place.
+    """
+    fields: dict[str, Any] = {
+        "cu_seqlens": [0, 2, 3],
+        "vocab_size": 10,
+        "sampled_token_ids": [5, -1, 1],
+        "sampled_logprobs": [-0.5, 0.0, -1.0],
+        "temperature": [0.5, 1.0, 2.0],
+        "support_logprobs": [[-1.25, -0.5, -3.0], [], [0.0]],
+        "metadata": {"top_k": 3, "producer": "test"},
+    }
+    return model([[3, 5, 9], [], [1]], **{**fields, **extra})
+
+
 def ok(m: dict[str, Any]) -> dict[str, Any]:
     return {"mask": m}
 
@@ -771,16 +802,7 @@ def ragged_cases(book: Book) -> None:
             "temperature": arr([0.5, 1.0], "float32"),
             "support_logprobs": arr([-3.0, -1.25, -0.5], "float32"),
         },
-        ok(
-            mask(
-                [[3, 5, 9], []],
-                vocab=10,
-                sampled_token_ids=[5, -1],
-                sampled_logprobs=[-0.5, 0.0],
-                temperature=[0.5, 1.0],
-                support_logprobs=[[-1.25, -0.5, -3.0], []],
-            )
-        ),
+        ok(companions_mask()),
     )
     f.add(
         "sampled-id-on-empty-row",
@@ -789,35 +811,20 @@ def ragged_cases(book: Book) -> None:
         {"ids": arr([2]), "offsets": arr([0, 1, 1], "int64"), "sampled_token_ids": arr([2, 4])},
         ok(mask([[2], []], sampled_token_ids=[2, 4])),
     )
+    sampler_metadata = {
+        "temperature": 0.7,
+        "top_k": 50,
+        "top_p": 0.95,
+        "min_p": 0.0,
+        "producer": "vllm-0.32",
+        "x-run": "kept",
+    }
     f.add(
         "metadata",
         "Sampler parameters, producer and unknown keys are kept.",
         "metadata",
-        {
-            "ids": arr([1]),
-            "offsets": arr([0, 1], "int64"),
-            "metadata": {
-                "temperature": 0.7,
-                "top_k": 50,
-                "top_p": 0.95,
-                "min_p": 0.0,
-                "producer": "vllm-0.32",
-                "x-run": "kept",
-            },
-        },
-        ok(
-            mask(
-                [[1]],
-                metadata={
-                    "temperature": 0.7,
-                    "top_k": 50,
-                    "top_p": 0.95,
-                    "min_p": 0.0,
-                    "producer": "vllm-0.32",
-                    "x-run": "kept",
-                },
-            )
-        ),
+        {"ids": arr([1]), "offsets": arr([0, 1], "int64"), "metadata": sampler_metadata},
+        ok(mask([[1]], metadata=sampler_metadata)),
     )
     f.add(
         "nan-temperature-is-unknown",
@@ -2100,16 +2107,7 @@ def json_cases(book: Book) -> None:
                 support_logprobs=[[-3.0, -1.25, -0.5], []],
             )
         },
-        ok(
-            mask(
-                [[3, 5, 9], []],
-                vocab=10,
-                sampled_token_ids=[5, -1],
-                sampled_logprobs=[-0.5, "-Infinity"],
-                temperature=[0.5, 1.0],
-                support_logprobs=[[-1.25, -0.5, -3.0], []],
-            )
-        ),
+        ok(companions_mask(sampled_logprobs=[-0.5, "-Infinity"])),
     )
     f.add(
         "metadata-types",
@@ -2149,15 +2147,8 @@ def json_cases(book: Book) -> None:
         "encode-roundtrip-companions",
         "Everything survives: segments, vocab_size, companions, metadata (the round trip is checked).",
         "json",
-        model(
-            [[3, 5, 9], [], [1]],
-            cu_seqlens=[0, 2, 3],
-            vocab_size=10,
-            sampled_token_ids=[5, -1, 1],
-            sampled_logprobs=[-0.5, 0.0, "-Infinity"],
-            temperature=[0.5, 1.0, 2.0],
-            support_logprobs=[[-1.25, -0.5, -3.0], [], [0.0]],
-            metadata={"top_k": 3, "top_p": 0.9, "producer": "test"},
+        roundtrip_model(
+            sampled_logprobs=[-0.5, 0.0, "-Infinity"], metadata={"top_k": 3, "top_p": 0.9, "producer": "test"}
         ),
         {"roundtrip": True},
         op="encode",
@@ -2389,17 +2380,7 @@ def msgpack_cases(book: Book) -> None:
                 "metadata": {"top_k": 3, "top_p": 0.5, "producer": "vllm-0.32"},
             }
         ),
-        ok(
-            mask(
-                [[3, 5, 9], []],
-                vocab=10,
-                sampled_token_ids=[5, -1],
-                sampled_logprobs=[-0.5, 0.0],
-                temperature=[0.5, 1.0],
-                support_logprobs=[[-1.25, -0.5, -3.0], []],
-                metadata={"top_k": 3, "top_p": 0.5, "producer": "vllm-0.32"},
-            )
-        ),
+        ok(companions_mask(metadata={"top_k": 3, "top_p": 0.5, "producer": "vllm-0.32"})),
     )
     f.add(
         "unknown-keys-ignored",
@@ -2444,16 +2425,7 @@ def msgpack_cases(book: Book) -> None:
             f"encode-{layout}-roundtrip",
             f"Layout {layout}: everything survives (the round trip is checked).",
             "msgpack",
-            model(
-                [[3, 5, 9], [], [1]],
-                cu_seqlens=[0, 2, 3],
-                vocab_size=10,
-                sampled_token_ids=[5, -1, 1],
-                sampled_logprobs=[-0.5, 0.0, -1.0],
-                temperature=[0.5, 1.0, 2.0],
-                support_logprobs=[[-1.25, -0.5, -3.0], [], [0.0]],
-                metadata={"top_k": 3, "producer": "test"},
-            ),
+            roundtrip_model(),
             {"roundtrip": True},
             op="encode",
             options={"layout": layout},
@@ -2845,17 +2817,7 @@ def arrow_cases(book: Book) -> None:
         "Companion columns per row (support_logprobs per id); sampling_mask.metadata.<key> holds JSON.",
         "arrow",
         hx("arrow.companions"),
-        ok(
-            mask(
-                [[3, 5, 9], []],
-                vocab=10,
-                sampled_token_ids=[5, -1],
-                sampled_logprobs=[-0.5, 0.0],
-                temperature=[0.5, 1.0],
-                support_logprobs=[[-1.25, -0.5, -3.0], []],
-                metadata={"top_k": 3, "producer": "vllm-0.32"},
-            )
-        ),
+        ok(companions_mask(metadata={"top_k": 3, "producer": "vllm-0.32"})),
     )
     f.add(
         "user-columns-ignored",
@@ -2941,17 +2903,7 @@ def arrow_cases(book: Book) -> None:
         "Companions and metadata survive Parquet.",
         "arrow",
         hx("parquet.companions"),
-        ok(
-            mask(
-                [[3, 5, 9], []],
-                vocab=10,
-                sampled_token_ids=[5, -1],
-                sampled_logprobs=[-0.5, 0.0],
-                temperature=[0.5, 1.0],
-                support_logprobs=[[-1.25, -0.5, -3.0], []],
-                metadata={"top_k": 3, "producer": "vllm-0.32"},
-            )
-        ),
+        ok(companions_mask(metadata={"top_k": 3, "producer": "vllm-0.32"})),
     )
     p.add(
         "two-row-groups",
@@ -2966,16 +2918,7 @@ def arrow_cases(book: Book) -> None:
             "encode-roundtrip-companions",
             "Segments, vocab_size, companions and metadata survive (the round trip is checked).",
             "arrow",
-            model(
-                [[3, 5, 9], [], [1]],
-                cu_seqlens=[0, 2, 3],
-                vocab_size=10,
-                sampled_token_ids=[5, -1, 1],
-                sampled_logprobs=[-0.5, 0.0, -1.0],
-                temperature=[0.5, 1.0, 2.0],
-                support_logprobs=[[-1.25, -0.5, -3.0], [], [0.0]],
-                metadata={"top_k": 3, "producer": "test"},
-            ),
+            roundtrip_model(),
             {"roundtrip": True},
             op="encode",
         )

@@ -13,6 +13,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ..model import SamplingMask
+from .suite import FORMS
 
 __all__ = [
     "PAYLOAD_FORMS",
@@ -81,24 +82,10 @@ def masks(
 
 
 # ------------------------------------------------------------------------------------------ payloads
-#: Forms :func:`payloads` draws (the byte forms other than json-rows / base64 are written by this
-#: library's encoder, so they exercise a decoder, not an independent writer).
-PAYLOAD_FORMS = (
-    "dense",
-    "packed",
-    "ragged",
-    "counts",
-    "bitmask",
-    "model",
-    "json-rows",
-    "base64",
-    "json",
-    "msgpack",
-    "arrow",
-    "arrows",
-    "parquet",
-    "compact",
-)
+#: Forms :func:`payloads` draws: every suite form that carries a mask, i.e. all but ``scorer`` (the
+#: byte forms other than json-rows / base64 are written by this library's encoder, so they exercise a
+#: decoder, not an independent writer).
+PAYLOAD_FORMS = tuple(form for form in FORMS if form != "scorer")
 _ROWS_ONLY = ("json-rows", "base64")  # these forms carry rows and nothing else
 
 

@@ -92,12 +92,52 @@ def _row_statistics(
     return lse, entropy, zy, defined
 
 
-def _score(
-    kind: str,
-    tensors: tuple[torch.Tensor, ...],
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """What the row statistics read: ``kind`` ("logits" or "hidden") and its tensors (the first is
+    [T, ...]), this rank's vocabulary width and the accumulation dtype."""
+
+    kind: str
+    tensors: tuple[torch.Tensor, ...]
+    width: int
+    dtype: torch.dtype
+
+
+def _statistics(
+    source: _Source,
+    mask: MaskLike | None,
     *,
-    width: int,
-    dtype: torch.dtype,
+    targets: Any = None,
+    need_targets: bool,
+    temperature: Any,
+    empty_rows: str,
+    missing_target: str = "error",
+    vocab_group: Any,
+    chunk_size: int,
+) -> tuple[RowPlan, int, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The row plan, this rank's first vocabulary id and :func:`_row_statistics` of ``source``."""
+    lead = source.tensors[0]
+    device, num_rows, width = lead.device, lead.shape[0], source.width
+    start, vocab = vocab_shard(width, vocab_group, device) if vocab_group is not None else (0, width)
+    plan = plan_rows(
+        mask,
+        num_rows=num_rows,
+        vocab_size=vocab,
+        device=device,
+        dtype=source.dtype,
+        targets=targets,
+        need_targets=need_targets,
+        temperature=temperature,
+        empty_rows=empty_rows,
+        missing_target=missing_target,
+    )
+    local = _local_plan(plan, start, width, _check_chunk(chunk_size), source.dtype)
+    return plan, start, _row_statistics(source.kind, source.tensors, local, vocab_group)
+
+
+def _score(
+    source: _Source,
+    *,
     mask: MaskLike | None,
     targets: Any,
     want_logprobs: bool,
@@ -108,23 +148,17 @@ def _score(
     vocab_group: Any,
     chunk_size: int,
 ) -> MaskedScores:
-    lead = tensors[0]
-    device, num_rows = lead.device, lead.shape[0]
-    start, vocab = vocab_shard(width, vocab_group, device) if vocab_group is not None else (0, width)
-    plan = plan_rows(
+    plan, _, (lse, entropy, zy, defined) = _statistics(
+        source,
         mask,
-        num_rows=num_rows,
-        vocab_size=vocab,
-        device=device,
-        dtype=dtype,
         targets=targets,
         need_targets=want_logprobs,
         temperature=temperature,
         empty_rows=empty_rows,
         missing_target=missing_target,
+        vocab_group=vocab_group,
+        chunk_size=chunk_size,
     )
-    local = _local_plan(plan, start, width, _check_chunk(chunk_size), dtype)
-    lse, entropy, zy, defined = _row_statistics(kind, tensors, local, vocab_group)
     valid = plan.valid & defined
     nan = torch.full_like(lse, float("nan"))
     logprobs = None
@@ -141,10 +175,10 @@ def _score(
     )
 
 
-def _check_logits(logits: torch.Tensor) -> torch.dtype:
+def _logits_source(logits: torch.Tensor) -> _Source:
     if not isinstance(logits, torch.Tensor) or logits.ndim != 2:
         raise SamplingMaskError(ErrorCode.E_SHAPE, "logits must be a 2-D tensor [T, V]", field="logits")
-    return accumulation_dtype(logits)
+    return _Source("logits", (logits,), logits.shape[1], accumulation_dtype(logits))
 
 
 def masked_logprobs(
@@ -169,12 +203,8 @@ def masked_logprobs(
     over the vocabulary) or ``"neg_inf"``. ``with_entropy`` adds the entropy of the same rows.
     With ``vocab_group``, ``logits`` is this rank's contiguous vocabulary shard (rank order).
     """
-    dtype = _check_logits(logits)
     return _score(
-        "logits",
-        (logits,),
-        width=logits.shape[1],
-        dtype=dtype,
+        _logits_source(logits),
         mask=mask,
         targets=targets,
         want_logprobs=True,
@@ -198,12 +228,8 @@ def masked_entropy(
 ) -> MaskedScores:
     """Entropy of each row's distribution renormalized over its support (``.entropy``); empty rows per
     ``empty_rows``. Arguments as :func:`masked_logprobs`."""
-    dtype = _check_logits(logits)
     return _score(
-        "logits",
-        (logits,),
-        width=logits.shape[1],
-        dtype=dtype,
+        _logits_source(logits),
         mask=mask,
         targets=None,
         want_logprobs=False,
@@ -227,12 +253,8 @@ def full_logprobs(
 ) -> MaskedScores:
     """Full-vocabulary log-probs (and entropy) of ``targets``: what a trainer without replay computes.
     A target of ``-1`` leaves its row unscored."""
-    dtype = _check_logits(logits)
     return _score(
-        "logits",
-        (logits,),
-        width=logits.shape[1],
-        dtype=dtype,
+        _logits_source(logits),
         mask=None,
         targets=targets,
         want_logprobs=True,
@@ -255,21 +277,17 @@ def masked_support_logprobs(
 ) -> torch.Tensor:
     """Renormalized log-prob of every id of the mask, [nnz] in the mask's own id order (what the
     ``support_logprobs`` companion holds). Differentiable."""
-    dtype = _check_logits(logits)
-    device, num_rows, width = logits.device, logits.shape[0], logits.shape[1]
-    start, vocab = vocab_shard(width, vocab_group, device) if vocab_group is not None else (0, width)
-    plan = plan_rows(
+    source = _logits_source(logits)
+    plan, start, (lse, _, _, _) = _statistics(
+        source,
         mask,
-        num_rows=num_rows,
-        vocab_size=vocab,
-        device=device,
-        dtype=dtype,
         need_targets=False,
         temperature=temperature,
         empty_rows="exclude",
+        vocab_group=vocab_group,
+        chunk_size=chunk_size,
     )
-    local = _local_plan(plan, start, width, _check_chunk(chunk_size), dtype)
-    lse, _, _, _ = _row_statistics("logits", (logits,), local, vocab_group)
+    dtype, width = source.dtype, source.width
     rows, ids = plan.pair_rows, plan.pair_ids
     mine = (ids >= start) & (ids < start + width)
     cols = torch.where(mine, ids - start, torch.zeros_like(ids))
@@ -280,7 +298,7 @@ def masked_support_logprobs(
     return u - lse[rows]
 
 
-def _check_hidden(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.dtype:
+def _hidden_source(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, vocab_group: Any) -> _Source:
     if not isinstance(hidden, torch.Tensor) or hidden.ndim != 2:
         raise SamplingMaskError(ErrorCode.E_SHAPE, "hidden must be a 2-D tensor [T, d]", field="hidden")
     if not isinstance(weight, torch.Tensor) or weight.ndim != 2 or weight.shape[1] != hidden.shape[1]:
@@ -289,7 +307,10 @@ def _check_hidden(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
         )
     if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (weight.shape[0],)):
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"bias must be [{weight.shape[0]}]", field="bias")
-    return accumulation_dtype(hidden, weight, bias)
+    dtype = accumulation_dtype(hidden, weight, bias)
+    if vocab_group is not None:
+        hidden = CopyToGroup.apply(hidden, vocab_group)
+    return _Source("hidden", (hidden, weight) if bias is None else (hidden, weight, bias), weight.shape[0], dtype)
 
 
 def masked_logprobs_from_hidden(
@@ -313,15 +334,8 @@ def masked_logprobs_from_hidden(
     With ``vocab_group``, ``weight`` / ``bias`` are this rank's vocabulary shard and the gradient of
     ``hidden`` is summed over the group.
     """
-    dtype = _check_hidden(hidden, weight, bias)
-    if vocab_group is not None:
-        hidden = CopyToGroup.apply(hidden, vocab_group)
-    tensors = (hidden, weight) if bias is None else (hidden, weight, bias)
     return _score(
-        "hidden",
-        tensors,
-        width=weight.shape[0],
-        dtype=dtype,
+        _hidden_source(hidden, weight, bias, vocab_group),
         mask=mask,
         targets=targets,
         want_logprobs=True,
@@ -346,15 +360,8 @@ def masked_entropy_from_hidden(
     chunk_size: int = 4096,
 ) -> MaskedScores:
     """:func:`masked_entropy` from hidden states, as :func:`masked_logprobs_from_hidden`."""
-    dtype = _check_hidden(hidden, weight, bias)
-    if vocab_group is not None:
-        hidden = CopyToGroup.apply(hidden, vocab_group)
-    tensors = (hidden, weight) if bias is None else (hidden, weight, bias)
     return _score(
-        "hidden",
-        tensors,
-        width=weight.shape[0],
-        dtype=dtype,
+        _hidden_source(hidden, weight, bias, vocab_group),
         mask=mask,
         targets=None,
         want_logprobs=False,
