@@ -141,7 +141,7 @@ SECTIONS = {
     "arrow-reading": "9.5",
     "msgpack": "10.1",
     "json-rules": "11.1",
-    "compact": "compact",
+    "compact": "12.1",
     "scoring": "13.1",
     "scoring-policies": "13.2",
 }
@@ -159,7 +159,7 @@ FORM_SECTIONS = {
     "json": "11.2",
     "json-rows": "11.3",
     "base64": "11.4",
-    "compact": "compact",
+    "compact": "12.1",
     "scorer": "13.1",
 }
 
