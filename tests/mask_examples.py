@@ -1,15 +1,20 @@
-"""Example masks shared by the codec tests (imported as ``from mask_examples import ...``).
+"""Example masks and fixture paths shared by the tests (imported as ``from mask_examples import ...``).
 
 ``tests/`` has no ``__init__.py``, so pytest's default import mode puts it on ``sys.path``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sampling_mask import SamplingMask
+
+#: Arrays produced by vLLM 0.32's own sampler and mask classes (copied from the project's shared
+#: fixtures; fixtures/README.md says what each holds). A missing file fails a test, never skips it.
+VLLM_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm-0.32"
 
 #: Metadata of the full example: an int, a float and a string.
 SAMPLE_METADATA: dict[str, Any] = {"top_k": 3, "top_p": 0.95, "producer": "test"}

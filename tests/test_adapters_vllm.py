@@ -1,15 +1,15 @@
-"""vLLM adapter: real vLLM 0.32 fixtures (shared/fixtures/vllm-0.32) and hand-written layouts."""
+"""vLLM adapter: real vLLM 0.32 fixtures (tests/fixtures/vllm-0.32) and hand-written layouts."""
 
 from __future__ import annotations
 
 import json
-import pathlib
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from mask_examples import VLLM_FIXTURES
 
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
 from sampling_mask.adapters import vllm
@@ -17,7 +17,7 @@ from sampling_mask.adapters._common import ragged_from_lists
 from sampling_mask.conformance.strategies import rows_lists
 from sampling_mask.limits import DEFAULT_LIMITS
 
-FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "vllm-0.32"
+FIXTURES = VLLM_FIXTURES
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,7 @@ def test_quick_run_figures_are_consistent(quick_run: tuple[dict[str, Any], str, 
     assert transport["json_bytes"] > transport["json_tight_bytes"] > 0
     for figures in transport["formats"].values():
         assert figures["bytes"] > 0 and figures["decode_s"] > 0 and figures["trusted_decode_s"] > 0
+    assert set(transport["encode"]) == set(transport["encode_over_bytes_copy"]) == set(transport["formats"])
     compact = results["compact"]["uniform"]
     sizes = compact["sizes"]
     # The bound is a lower bound on every encoding of the rows.

@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import json
 import pickle
-from pathlib import Path
 
 import numpy as np
 import pytest
+from mask_examples import VLLM_FIXTURES
 
 import sampling_mask
 from sampling_mask import COMPANIONS, METADATA_KEYS, ErrorCode, SamplingMask, SamplingMaskError, concat
 
-_ROOT = Path(__file__).resolve().parents[1]
-# The fixtures live in shared/ next to the checkout (../shared) or inside it (./shared).
-FIXTURES = next(
-    (
-        p
-        for p in (_ROOT.parent / "shared" / "fixtures" / "vllm-0.32", _ROOT / "shared" / "fixtures" / "vllm-0.32")
-        if p.exists()
-    ),
-    _ROOT / "shared" / "fixtures" / "vllm-0.32",
-)
+FIXTURES = VLLM_FIXTURES
 
 
 def example(**kwargs: object) -> SamplingMask:

@@ -3,12 +3,12 @@ reference; policies, precision, -inf handling, input errors, gradients."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from mask_examples import VLLM_FIXTURES  # noqa: E402
 
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError  # noqa: E402
 from sampling_mask.reference_scorer import (  # noqa: E402
@@ -19,8 +19,7 @@ from sampling_mask.reference_scorer import (  # noqa: E402
     replay_diagnostics,
 )
 
-# ../shared/fixtures beside the repository (DEVELOPERS.md); a missing fixture fails, never skips.
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "vllm-0.32" / "topk_topp_case.npz"
+FIXTURE = VLLM_FIXTURES / "topk_topp_case.npz"
 
 
 # --------------------------------------------------------------------------- references (float64 numpy)

@@ -10,7 +10,7 @@ Matches (field names exactly as vLLM 0.32 spells them):
 * Engine CSR (``SamplingMaskLists``): ``token_ids`` int32 [nnz], ``offsets`` int64 [rows+1] and the
   optional ``cu_num_generated_tokens`` [requests+1] that splits rows by request.
 * Engine compact buffer + bitmask fallback (``SamplingMaskTensors``; names as in
-  ``shared/fixtures/vllm-0.32``): ``compact_token_ids`` int32 [rows, W] (ascending, ``-1`` past the
+  ``tests/fixtures/vllm-0.32``): ``compact_token_ids`` int32 [rows, W] (ascending, ``-1`` past the
   row's count), ``compact_counts`` int32 [rows], and ``bitmask`` uint8 [rows, ceil(V/8)] (little bit
   order) read for the rows whose count exceeds W.
 * ``FlatLogprobs`` (``CompletionOutput.logprobs`` with ``flat_logprobs=True`` and
