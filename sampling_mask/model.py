@@ -356,6 +356,11 @@ class SamplingMask:
     # ------------------------------------------------------------------ validation
     def validate(self, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
         """Check every invariant of the spec; raise :class:`SamplingMaskError` or return ``self``."""
+        return self._validate(limits, rows_ascending=False)
+
+    def _validate(self, limits: Limits, *, rows_ascending: bool) -> SamplingMask:
+        """:meth:`validate`. ``rows_ascending``: the caller built every row strictly ascending (a decoder
+        that sums positive gaps, ``codecs.compact``), so of the id checks only the range is left."""
         ids, offsets = self._ids, self._offsets
         num_rows = check_count(max(offsets.size - 1, 0), limits.max_rows, "row count", field="offsets")
         check_count(ids.size, limits.max_nnz, "id count", field="ids")
@@ -372,7 +377,13 @@ class SamplingMask:
                     row=row,
                     value=widest,
                 )
-        self._ascending = layouts.check_ids(ids, offsets, self._vocab_size)
+        vocab_size = self._vocab_size
+        if not rows_ascending or (
+            ids.size and (int(ids.min()) < 0 or (vocab_size is not None and int(ids.max()) >= vocab_size))
+        ):
+            self._ascending = layouts.check_ids(ids, offsets, vocab_size)  # raises E_RANGE naming the row
+        else:
+            self._ascending = True
         sampled = self._companions.get("sampled_token_ids")
         if sampled is not None:
             self._check_sampled(sampled)

@@ -165,6 +165,19 @@ def test_compact_layout_needs_counts() -> None:
     assert error_code(pack(env)) == ErrorCode.E_LIMIT
 
 
+def test_compact_layout_checks_ids_against_vocab_size() -> None:
+    # Compact rows are ascending by construction, so the decoder skips the duplicate scan; the
+    # range check must still name the row of an id >= vocab_size.
+    mask = SamplingMask.from_rows([[1, 2], [], [3, 9]], vocab_size=10)
+    decoded = codecs.decode(codecs.encode(mask, "msgpack", layout="compact"))
+    assert decoded == mask and decoded.is_canonical
+    env = envelope_dict(mask, layout="compact")
+    env["vocab_size"] = 9
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.decode(pack(env))
+    assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_RANGE, 2, 9)
+
+
 def test_forged_sizes_allocate_nothing() -> None:
     env = envelope_dict(sample_mask(), layout="dense")
     env["dense"] = {"dtype": "int32", "shape": [1 << 20, 1 << 10], "data": bytes(16)}  # 4 GiB declared

@@ -611,10 +611,12 @@ def _mask_from_batch(batch: Any, header: _Header, limits: Limits, validate: bool
         cu_seqlens=cu,
         vocab_size=header.vocab_size,
         metadata=header.metadata,
-        validate=validate,
+        validate=validate and not header.compact,
         limits=limits,
         **kwargs,
     )
+    if validate and header.compact:  # compact.decode_ragged yields strictly ascending rows
+        mask._validate(limits, rows_ascending=True)
     return check_id_order(mask, header.id_order) if validate else mask
 
 

@@ -26,8 +26,9 @@ True
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -64,10 +65,54 @@ def is_envelope(data: Any) -> bool:
     return False
 
 
-def _array(arr: np.ndarray) -> dict[str, Any]:
-    """An ARRAY map over ``arr`` (little-endian, C order)."""
-    arr = np.ascontiguousarray(arr)
-    return {"dtype": arr.dtype.name, "shape": list(arr.shape), "data": arr.reshape(-1).view(np.uint8).data}
+class _Array(NamedTuple):
+    """An ARRAY to write: wire dtype name, shape, and the little-endian C-order bytes (a view)."""
+
+    dtype: str
+    shape: list[int]
+    data: memoryview
+
+
+def _array(arr: np.ndarray) -> _Array:
+    """An ARRAY over ``arr``: a view of its bytes when already little-endian and C-contiguous."""
+    arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+    return _Array(arr.dtype.name, list(arr.shape), arr.reshape(-1).view(np.uint8).data)
+
+
+def _bin_header(nbytes: int, key: str) -> bytes:
+    """The msgpack ``bin 8 / 16 / 32`` header for ``nbytes`` (the smallest, as msgpack-python writes)."""
+    if nbytes < 1 << 8:
+        return struct.pack(">BB", 0xC4, nbytes)
+    if nbytes < 1 << 16:
+        return struct.pack(">BH", 0xC5, nbytes)
+    if nbytes < 1 << 32:
+        return struct.pack(">BI", 0xC6, nbytes)
+    raise SamplingMaskError(ErrorCode.E_LIMIT, f"{nbytes} bytes exceed a msgpack bin (4 GiB)", field=key)
+
+
+def _pack(env: Mapping[str, Any]) -> bytes:
+    """``msgpack.packb(env, use_bin_type=True)`` with every ARRAY / bin value copied once, straight
+    into the result (``bytes.join``), instead of into the packer's growing buffer and out again."""
+    import msgpack
+
+    packer = msgpack.Packer(use_bin_type=True, use_single_float=False)
+    parts: list[Any] = [packer.pack_map_header(len(env))]
+    for key, value in env.items():
+        parts.append(packer.pack(key))
+        if isinstance(value, _Array):
+            parts += [packer.pack_map_header(3), packer.pack("dtype"), packer.pack(value.dtype)]
+            parts += [packer.pack("shape"), packer.pack(value.shape), packer.pack("data")]
+            parts += [_bin_header(value.data.nbytes, key), value.data]
+        elif isinstance(value, bytes):
+            parts += [_bin_header(len(value), key), value]
+        else:
+            try:
+                parts.append(packer.pack(value))
+            except (OverflowError, TypeError, ValueError) as exc:
+                raise SamplingMaskError(
+                    ErrorCode.E_RANGE, f"a value cannot be written as msgpack: {exc}", field=key
+                ) from None
+    return b"".join(parts)
 
 
 def encode(
@@ -76,8 +121,6 @@ def encode(
     """The envelope bytes. ``layout``: ``"ragged"`` (default, zero-copy decode), ``"dense"`` (``width``
     defaults to the widest row) or ``"compact"`` (rows stored ascending); ``offsets_dtype``: ``"int64"``
     (zero-copy decode) or ``"int32"`` (4 bytes per row smaller)."""
-    import msgpack
-
     if layout not in LAYOUTS:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"layout must be one of {list(LAYOUTS)}", value=layout)
     if offsets_dtype not in _INDEX_DTYPES:
@@ -112,12 +155,7 @@ def encode(
         env[name] = _array(arr)
     if mask.metadata:
         env["metadata"] = dict(mask.metadata)
-    try:
-        return msgpack.packb(env, use_bin_type=True, use_single_float=False)  # type: ignore[no-any-return]
-    except (OverflowError, TypeError, ValueError) as exc:
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE, f"a value cannot be written as msgpack: {exc}", field="metadata"
-        ) from None
+    return _pack(env)
 
 
 def _get_array(
@@ -212,9 +250,19 @@ def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True)
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "metadata must be a map", field="metadata")
     if not validate:
         _check_structure(ids, offsets, kwargs, limits)
+    # compact.decode_ragged builds rows from non-negative gaps minus one: strictly ascending already.
+    rows_ascending = layout == "compact"
     mask = SamplingMask(
-        ids, offsets, vocab_size=vocab_size, metadata=metadata, validate=validate, limits=limits, **kwargs
+        ids,
+        offsets,
+        vocab_size=vocab_size,
+        metadata=metadata,
+        validate=validate and not rows_ascending,
+        limits=limits,
+        **kwargs,
     )
+    if validate and rows_ascending:
+        mask._validate(limits, rows_ascending=True)
     return check_id_order(mask, id_order) if validate else mask
 
 
