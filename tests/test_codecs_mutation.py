@@ -16,7 +16,7 @@ from mask_examples import sample_mask
 from sampling_mask import SamplingMask, SamplingMaskError, codecs
 
 VARIANTS_PER_PAYLOAD = 160
-PAYLOADS = [  # (format, encode options); compact variants join once codecs.compact exists
+PAYLOADS = [  # (format, encode options) of every payload kind that is mutated
     ("arrow", {}),
     ("arrow", {"compression": "zstd"}),
     ("arrow", {"compact": True}),
