@@ -1,4 +1,4 @@
-"""The ``sampling-mask`` command line: demo, inspect, validate, convert, stats, conformance, bench.
+"""The ``sampling-mask`` command line: demo, inspect, validate, convert, stats, audit, conformance, bench.
 
 Exit status: 0 success; 1 the answer is "no" (``validate`` found the file invalid, a ``demo``
 round trip or check failed); 2 a usage error (a bad flag, a missing file, an unknown extension, a corrupt or
@@ -1301,6 +1301,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="PNG", help="write a PNG histogram (needs matplotlib)")
     p.add_argument("--segments", type=int, default=20, metavar="N", help="segments listed (default 20)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+
+    from .cli_audit import add_audit_parser
+
+    add_audit_parser(add)
 
     for name, (_module, help_text) in DELEGATED.items():
         p = sub.add_parser(name, help=help_text, add_help=False)
