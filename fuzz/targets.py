@@ -300,7 +300,7 @@ def _adapter_entries() -> dict[str, list[Callable[[Any], Any]]]:
 
 
 #: Adapter modules with a fuzz target each (``adapter_<name>``).
-ADAPTERS = ("vllm", "sglang", "skyrl", "prime_rl", "nemo_rl", "miles")
+ADAPTERS = ("vllm", "sglang", "skyrl", "prime_rl", "miles", "slime")
 _ADAPTER_ENTRIES: dict[str, list[Callable[[Any], Any]]] = {}
 
 

@@ -28,7 +28,7 @@ from ..codecs.msgpack import _bin_header
 from ..errors import ErrorCode, SamplingMaskError
 from ..limits import DEFAULT_LIMITS, Limits, check_count
 from ..model import SamplingMask
-from ._common import array_from_base64, array_to_base64, float_array, get_field, int_array
+from ._common import array_from_base64, array_from_bytes, array_to_base64, float_array, get_field, int_array
 
 __all__ = [
     "CAPTURE_CAP",
@@ -58,12 +58,7 @@ def _buffer(value: Any, name: str, dtype: str, limits: Limits) -> np.ndarray:
     if isinstance(value, Mapping) and value.get("__nd__"):
         return _nd_array(value, name, dtype, limits)
     if isinstance(value, (bytes, bytearray, memoryview)):
-        raw = bytes(value)
-        if len(raw) > limits.max_bytes:
-            raise SamplingMaskError(ErrorCode.E_LIMIT, f"{len(raw)} bytes exceed the limit", field=name)
-        if len(raw) % 4:
-            raise SamplingMaskError(ErrorCode.E_BYTES, f"{len(raw)} bytes are not whole {dtype} values", field=name)
-        return np.frombuffer(raw, dtype="<i4" if dtype == "int32" else "<f4")
+        return array_from_bytes(value, dtype, field=name, limits=limits)
     if dtype == "int32":
         return int_array(value, np.int32, field=name)
     return float_array(value, field=name)
