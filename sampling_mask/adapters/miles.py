@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits
-from ..model import SamplingMask, concat
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits
+from ..core.model import SamplingMask, concat
 from ._common import get_field, int_array
 
 __all__ = ["from_sample", "from_samples", "to_samples"]

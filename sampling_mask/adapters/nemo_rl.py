@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import layouts
 from ..alignment import to_batch_dense
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count
-from ..model import SamplingMask
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.model import SamplingMask
 from ._common import get_field, int_array
 
 __all__ = ["from_batch", "from_tensors", "to_tensors"]
