@@ -49,7 +49,7 @@ from sampling_mask.codecs import arrow as arrow_codec
 from sampling_mask.codecs import compact as compact_codec
 from sampling_mask.codecs import json as json_codec
 from sampling_mask.codecs import msgpack as msgpack_codec
-from sampling_mask.limits import Limits
+from sampling_mask.core.limits import Limits
 
 __all__ = ["LIMITS", "TARGETS", "check_mask", "dictionary", "run_one", "seeds"]
 

@@ -24,12 +24,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import layouts
-from .adapters._common import float_array, ragged_from_lists
-from .alignment import _count, as_host_array, take_rows
-from .errors import ErrorCode, SamplingMaskError
-from .limits import DEFAULT_LIMITS, Limits
-from .model import SamplingMask
+from .alignment import _count, take_rows
+from .core import layouts
+from .core.errors import ErrorCode, SamplingMaskError
+from .core.layouts import as_float_array, as_host_array
+from .core.limits import DEFAULT_LIMITS, Limits
+from .core.model import SamplingMask
 
 __all__ = ["Trace", "TraceBuilder"]
 
@@ -134,7 +134,8 @@ class TraceBuilder:
             dense = SamplingMask.from_dense(as_host_array(rows), limits=self._limits, validate=False)
             row_ids, row_offsets = dense.ids, dense.offsets
         else:
-            row_ids, row_offsets = ragged_from_lists(rows, limits=self._limits)
+            ragged = SamplingMask.from_rows(rows, limits=self._limits, validate=False)
+            row_ids, row_offsets = ragged.ids, ragged.offsets
         if row_offsets.size - 1 != ids.size:
             raise SamplingMaskError(
                 ErrorCode.E_SHAPE,
@@ -145,7 +146,7 @@ class TraceBuilder:
         if logprobs is None:
             lp = np.full(ids.size, np.nan, np.float32)
         else:
-            lp = float_array(logprobs, field="logprobs", size=ids.size).copy()
+            lp = as_float_array(logprobs, field="logprobs", size=ids.size).copy()
         try:
             SamplingMask(row_ids, row_offsets, sampled_token_ids=ids, vocab_size=self._vocab_size, limits=self._limits)
         except SamplingMaskError as exc:  # name the row in trace coordinates

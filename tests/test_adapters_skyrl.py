@@ -9,7 +9,7 @@ import pytest
 
 from sampling_mask import ErrorCode, SamplingMaskError
 from sampling_mask.adapters import skyrl
-from sampling_mask.limits import DEFAULT_LIMITS
+from sampling_mask.core.limits import DEFAULT_LIMITS
 
 # top_k = 3, rank order (not ascending), -1 trailing; rows 0 and 3 are observation tokens.
 DENSE = np.array(

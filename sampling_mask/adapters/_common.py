@@ -1,4 +1,6 @@
-"""Helpers shared by the adapters: duck-typed field access, strict base64, fast nested-list flattening."""
+"""Helpers shared by the adapters: duck-typed field access, strict base64, nested-list flattening.
+
+Array coercion that trainer-side code needs too lives in :mod:`sampling_mask.core.layouts`."""
 
 from __future__ import annotations
 
@@ -8,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import layouts
-from ..alignment import as_host_array
 from ..codecs import _buffers
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import Limits, checked_nbytes
-from ..model import SamplingMask, concat
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.layouts import as_host_array
+from ..core.limits import Limits, checked_nbytes
+from ..core.model import SamplingMask, concat
 
 __all__ = [
     "MISSING",
@@ -22,7 +24,6 @@ __all__ = [
     "array_to_base64",
     "check_response_length",
     "check_rows_nonempty",
-    "float_array",
     "get_field",
     "int_array",
     "masks_from_samples",
@@ -52,23 +53,6 @@ def int_array(value: Any, dtype: type, *, field: str, ndim: int = 1) -> np.ndarr
     except (TypeError, ValueError) as exc:
         raise SamplingMaskError(ErrorCode.E_DTYPE, f"not an integer array: {exc}", field=field) from None
     return layouts.as_int_array(host, dtype, field=field, ndim=ndim)
-
-
-def float_array(value: Any, *, field: str, size: int | None = None, ndim: int = 1) -> np.ndarray:
-    """A float32 array (NaN / -inf kept); ``E_DTYPE`` for non-numbers, ``E_SHAPE`` for a wrong size."""
-    try:
-        arr = as_host_array(value)
-    except (TypeError, ValueError) as exc:
-        raise SamplingMaskError(ErrorCode.E_DTYPE, f"not a float array: {exc}", field=field) from None
-    if arr.size == 0 and arr.dtype.kind in "iuO":
-        arr = arr.astype(np.float32).reshape((0,) * ndim)
-    if arr.dtype.kind not in "iuf":
-        raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected numbers, got {arr.dtype}", field=field)
-    if arr.ndim != ndim:
-        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {ndim} dimension(s), got {arr.ndim}", field=field)
-    if size is not None and arr.shape[0] != size:
-        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {size} values, got {arr.shape[0]}", field=field)
-    return np.ascontiguousarray(arr, dtype=np.float32)
 
 
 def array_from_base64(

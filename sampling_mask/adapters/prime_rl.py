@@ -22,13 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import alignment, layouts
+from .. import alignment
 from ..codecs import _msgpack_reader
 from ..codecs.msgpack import _bin_header
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count
-from ..model import SamplingMask
-from ._common import array_from_base64, array_from_bytes, array_to_base64, float_array, get_field, int_array
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.layouts import as_float_array
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.model import SamplingMask
+from ._common import array_from_base64, array_from_bytes, array_to_base64, get_field, int_array
 
 __all__ = [
     "CAPTURE_CAP",
@@ -61,7 +63,7 @@ def _buffer(value: Any, name: str, dtype: str, limits: Limits) -> np.ndarray:
         return array_from_bytes(value, dtype, field=name, limits=limits)
     if dtype == "int32":
         return int_array(value, np.int32, field=name)
-    return float_array(value, field=name)
+    return as_float_array(value, field=name)
 
 
 def _nd_array(value: Mapping[str, Any], name: str, dtype: str, limits: Limits) -> np.ndarray:

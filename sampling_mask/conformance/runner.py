@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..errors import SamplingMaskError
+from ..core.errors import SamplingMaskError
 from .payloads import compare_arrays, compare_masks, mask_from_json, mask_to_json
 from .protocol import CommandImplementation, Implementation, load_python_implementation, response_kind
 from .reference import ReferenceImplementation
