@@ -198,7 +198,7 @@ def test_validate_names_code_row_segment_and_value(files: dict[str, Path]) -> No
     mask = tiny_mask()
     # --vocab-size below an id the file holds (as a file that declares no vocab_size)
     undeclared = files["folder"] / "undeclared.arrows"
-    sampling_mask.save(undeclared, mask.with_companions(vocab_size=None))
+    sampling_mask.save(undeclared, mask.replace(vocab_size=None))
     proc = run("validate", undeclared, "--vocab-size", "50", "--json")
     assert proc.returncode == 1
     error = json.loads(proc.stdout)["error"]

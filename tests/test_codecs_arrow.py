@@ -243,12 +243,12 @@ def test_streaming_writer_appends_batches(tmp_path) -> None:
     assert writer.batches_written == 4
     assert pa.ipc.open_file(str(path)).num_record_batches == 4
     assert sum(m.num_segments for m in codecs.iter_masks(path)) == 12
-    other = mask.with_companions(sampled_logprobs=None)
+    other = mask.replace(sampled_logprobs=None)
     with codecs.open_writer(tmp_path / "t.arrows") as writer:
         writer.write(mask)
         assert error_code(lambda: writer.write(other)) == ErrorCode.E_SCHEMA
-        assert error_code(lambda: writer.write(mask.with_companions(metadata={"a": 1}))) == ErrorCode.E_SCHEMA
-        assert error_code(lambda: writer.write(mask.with_companions(vocab_size=11))) == ErrorCode.E_SCHEMA
+        assert error_code(lambda: writer.write(mask.replace(metadata={"a": 1}))) == ErrorCode.E_SCHEMA
+        assert error_code(lambda: writer.write(mask.replace(vocab_size=11))) == ErrorCode.E_SCHEMA
     with codecs.open_writer(tmp_path / "asc.arrows") as writer:
         writer.write(mask.canonical())
         assert error_code(lambda: writer.write(mask)) == ErrorCode.E_SCHEMA

@@ -139,7 +139,7 @@ def test_save_is_atomic(tmp_path) -> None:
     good = sample_mask()
     codecs.save(path, good)
     before = path.read_bytes()
-    unencodable = good.with_companions(metadata={"huge": 1 << 70})  # msgpack ints stop at 64 bits
+    unencodable = good.replace(metadata={"huge": 1 << 70})  # msgpack ints stop at 64 bits
     with pytest.raises(SamplingMaskError) as err:
         codecs.save(path, unencodable)
     assert err.value.code == ErrorCode.E_RANGE
@@ -179,7 +179,7 @@ def test_load_checks_file_size_against_limits(tmp_path) -> None:
 
 def test_iter_masks_and_open_writer(tmp_path) -> None:
     parts = [sample_mask(), sample_mask()[1:3], sample_mask()[0:0]]
-    parts = [p.with_companions(metadata=parts[0].metadata) for p in parts]
+    parts = [p.replace(metadata=parts[0].metadata) for p in parts]
     for ext in (".arrow", ".arrows", ".parquet"):
         path = tmp_path / f"stream{ext}"
         with codecs.open_writer(path) as writer:
