@@ -402,7 +402,7 @@ def bench_transport(report: Report, mask: SamplingMask, repeats: int, small: Sam
         for label, (fmt, _, data) in payloads.items():
             ratio = g[label + " large"] / g[label + " small"]
             figures["growth"][label] = ratio
-            kind = decode_kind(codecs.decode(data, fmt, validate=False), data)
+            kind = decode_kind(codecs.decode(data, format=fmt, validate=False), data)
             note = (
                 _verdict(ratio < _TARGETS["zero_copy_growth"]) + " < 2x" if kind == "zero-copy" else "O(n): no target"
             )

@@ -227,7 +227,7 @@ class _Source:
             data = self.path.read_bytes()
             self.fmt = str(codecs.detect_format(data))
             self.json_family = False
-            mask: SamplingMask = codecs.decode(data, self.fmt)
+            mask: SamplingMask = codecs.decode(data, format=self.fmt)
             return mask
         mask = codecs.load(self.path, format=self.fmt)
         return mask
@@ -1011,7 +1011,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         else:
             mask = _read_all(source)
             rows, segments = mask.num_rows, mask.num_segments
-            source.codecs.save(tmp, mask, format=out_fmt, **opts)
+            source.codecs.save(mask, tmp, format=out_fmt, **opts)
         _chmod_like_new_file(tmp)
         os.replace(tmp, dst)
     except SamplingMaskError as exc:
@@ -1073,7 +1073,7 @@ def _demo_round_trip(
     result["keeps"] = "rows only" if fmt in ROWS_ONLY_FORMATS else "everything"
     try:
         t0 = time.perf_counter()
-        codecs.save(path, mask, format=fmt, **opts)
+        codecs.save(mask, path, format=fmt, **opts)
         t1 = time.perf_counter()
         back = codecs.load(path, format=fmt)
         t2 = time.perf_counter()

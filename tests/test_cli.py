@@ -82,7 +82,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("cli")
     mask = tiny_mask()
     arrows = folder / "mask.arrows"
-    sampling_mask.save(arrows, mask)
+    sampling_mask.save(mask, arrows)
     data = arrows.read_bytes()
     corrupt = folder / "corrupt.arrows"
     corrupt.write_bytes(data[: len(data) // 2])
@@ -198,7 +198,7 @@ def test_validate_names_code_row_segment_and_value(files: dict[str, Path]) -> No
     mask = tiny_mask()
     # --vocab-size below an id the file holds (as a file that declares no vocab_size)
     undeclared = files["folder"] / "undeclared.arrows"
-    sampling_mask.save(undeclared, mask.replace(vocab_size=None))
+    sampling_mask.save(mask.replace(vocab_size=None), undeclared)
     proc = run("validate", undeclared, "--vocab-size", "50", "--json")
     assert proc.returncode == 1
     error = json.loads(proc.stdout)["error"]

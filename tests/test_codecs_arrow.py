@@ -89,7 +89,7 @@ def test_large_lists_only_where_offsets_overflow(monkeypatch) -> None:
     assert str(table.schema.field("sampling_mask").type) == "large_list<item: large_list<item: int32>>"
     assert str(table.schema.field("temperature").type) == "large_list<item: float>"
     for fmt in arrow.FORMATS:
-        assert codecs.decode(codecs.encode(mask, fmt), fmt) == mask
+        assert codecs.decode(codecs.encode(mask, fmt), format=fmt) == mask
     monkeypatch.undo()
     forced = arrow.table_from_mask(mask, large_lists=True)
     assert str(forced.schema.field("sampling_mask").type) == "large_list<item: large_list<item: int32>>"
@@ -123,7 +123,7 @@ def _mapped_ranges(path: str) -> list[tuple[int, int]]:
 def test_memory_mapped_file_gives_ids_that_view_the_mapping(tmp_path) -> None:
     path = tmp_path / "mask.arrow"
     mask = SamplingMask.from_rows([list(range(i, i + 50)) for i in range(200)], vocab_size=500)
-    codecs.save(path, mask)
+    codecs.save(mask, path)
     loaded = codecs.load(path)
     assert loaded == mask
     ranges = _mapped_ranges(str(path))
@@ -150,7 +150,7 @@ def test_python_mmap_input_is_viewed(tmp_path) -> None:
     import mmap
 
     path = tmp_path / "m.arrow"
-    codecs.save(path, sample_mask())
+    codecs.save(sample_mask(), path)
     with open(path, "rb") as fh:
         mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         decoded = codecs.decode(mapped)
@@ -173,7 +173,7 @@ def test_compression(compression: str) -> None:
 def test_parquet_round_trip_through_pyarrow_parquet(tmp_path) -> None:
     mask = sample_mask()
     path = tmp_path / "mask.parquet"
-    codecs.save(path, mask, extra_columns={"reward": [0.5, 0.0, 1.0]})
+    codecs.save(mask, path, extra_columns={"reward": [0.5, 0.0, 1.0]})
     table = pq.read_table(path)
     assert table.column("reward").to_pylist() == [0.5, 0.0, 1.0]
     assert arrow.mask_from_table(table) == mask
@@ -186,7 +186,7 @@ def test_extra_user_columns_are_preserved(tmp_path) -> None:
     mask = sample_mask()
     path = tmp_path / "mask.arrow"
     prompts = pa.array([[1, 2, 3], [4], [5, 6]], pa.list_(pa.int64()))
-    codecs.save(path, mask, extra_columns={"prompt_ids": prompts, "reward": np.array([1.0, -1.0, 0.5])})
+    codecs.save(mask, path, extra_columns={"prompt_ids": prompts, "reward": np.array([1.0, -1.0, 0.5])})
     table = arrow.read_table(path)
     assert table.column_names[-2:] == ["prompt_ids", "reward"]
     assert table.column("prompt_ids").to_pylist() == [[1, 2, 3], [4], [5, 6]]

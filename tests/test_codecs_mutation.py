@@ -62,7 +62,7 @@ def _decode_all(data: bytes, fmt: str) -> int:
     decoded = 0
     for named in (fmt, None):
         try:
-            mask = codecs.decode(data, named)
+            mask = codecs.decode(data, format=named)
         except SamplingMaskError:
             continue
         mask.validate()
@@ -77,7 +77,7 @@ def test_corrupted_payloads_raise_only_sampling_mask_errors(fmt: str, opts: dict
     rng = np.random.default_rng(sum(map(ord, fmt + repr(opts))))
     for mask in masks():
         data = codecs.encode(mask, fmt, **opts)
-        assert codecs.decode(data, fmt).canonical().to_rows() == mask.canonical().to_rows()
+        assert codecs.decode(data, format=fmt).canonical().to_rows() == mask.canonical().to_rows()
         for _ in range(VARIANTS_PER_PAYLOAD // 2):
             variant = _mutate(data, rng)
             try:

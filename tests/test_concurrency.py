@@ -54,7 +54,7 @@ def _payloads() -> list[tuple[str, bytes, Callable[[bytes], SamplingMask]]]:
     out: list[tuple[str, bytes, Callable[[bytes], SamplingMask]]] = []
 
     def decoder(fmt: str) -> Callable[[bytes], SamplingMask]:
-        return lambda data: sampling_mask.codecs.decode(data, fmt)
+        return lambda data: sampling_mask.codecs.decode(data, format=fmt)
 
     for i, mask in enumerate(MASKS):
         plain = SamplingMask.from_rows(mask.to_rows())
@@ -158,7 +158,7 @@ def test_eight_threads_decode_identically() -> None:
 
 def test_threads_share_one_mask_safely() -> None:
     """Lazy caches (``is_canonical``) and derived views computed from one mask in 8 threads agree."""
-    mask = sampling_mask.codecs.decode(sampling_mask.codecs.encode(MASKS[1], "msgpack"), "msgpack")
+    mask = sampling_mask.codecs.decode(sampling_mask.codecs.encode(MASKS[1], "msgpack"), format="msgpack")
     reference: dict[str, Any] = {
         "canonical": MASKS[1].canonical().ids.tolist(),
         "dense": MASKS[1].to_dense().tolist(),

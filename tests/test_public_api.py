@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
+import warnings
+from pathlib import Path
 
 import pytest
 
 import sampling_mask
 import sampling_mask.adapters
+from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
 
 PUBLIC_MODULES = ["sampling_mask.alignment", "sampling_mask.trace", "sampling_mask.sampler", "sampling_mask.synthetic"]
 PUBLIC_MODULES += [f"sampling_mask.adapters.{m.name}" for m in pkgutil.iter_modules(sampling_mask.adapters.__path__)]
@@ -33,3 +37,40 @@ def test_every_public_module_declares_all(name: str) -> None:
         if not n.startswith("_") and callable(v) and getattr(v, "__module__", None) == name
     }
     assert defined <= set(exported), f"{name}: not in __all__: {sorted(defined - set(exported))}"
+
+
+def _mask() -> SamplingMask:
+    return SamplingMask.from_rows([[5, 1], [], [7]], vocab_size=10, cu_seqlens=[0, 2, 3])
+
+
+def test_the_model_comes_first_and_the_format_is_a_keyword(tmp_path: Path) -> None:
+    mask, path = _mask(), tmp_path / "m.msgpack"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new forms never warn
+        data = sampling_mask.encode(mask, "msgpack")
+        assert sampling_mask.decode(data, format="msgpack") == mask
+        sampling_mask.save(mask, path, format="msgpack")
+        assert sampling_mask.load(path, format="msgpack") == mask
+    for func in (sampling_mask.decode, sampling_mask.load):
+        params = inspect.signature(func).parameters
+        assert params["format"].kind is inspect.Parameter.KEYWORD_ONLY, func
+    assert list(inspect.signature(sampling_mask.save).parameters)[:2] == ["mask", "path"]
+
+
+def test_the_old_orders_still_work_with_a_deprecation_warning(tmp_path: Path) -> None:
+    mask = _mask()
+    data = sampling_mask.encode(mask, "msgpack")
+    with pytest.warns(DeprecationWarning, match="format="):
+        assert sampling_mask.decode(data, "msgpack") == mask
+    for path in (tmp_path / "a.arrow", str(tmp_path / "b.json")):
+        with pytest.warns(DeprecationWarning, match=r"save\(mask, path\)"):
+            sampling_mask.save(path, mask)
+        assert sampling_mask.load(path) == mask
+    with pytest.raises(TypeError):
+        sampling_mask.decode(data, "msgpack", format="msgpack")
+
+
+def test_a_wrong_format_is_still_a_sampling_mask_error() -> None:
+    with pytest.raises(SamplingMaskError) as info:
+        sampling_mask.decode(b"{}", format="xml")
+    assert info.value.code is ErrorCode.E_SCHEMA
