@@ -419,7 +419,7 @@ def _format_seeds(fmt: str, mask: SamplingMask) -> list[bytes]:
     encode = sampling_mask.codecs.encode
     if fmt in ("arrow", "arrows", "parquet"):
         out = [encode(mask, fmt)]
-        for opts in ({"compression": "zstd"}, {"compression": "lz4"}, {"compact": True}, {"large_lists": True}):
+        for opts in ({"compression": "zstd"}, {"compression": "lz4"}, {"layout": "compact"}, {"large_lists": True}):
             if fmt == "parquet" and "compression" in opts:
                 continue
             out.append(encode(mask, fmt, **opts))

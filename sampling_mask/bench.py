@@ -279,7 +279,7 @@ _PAYLOADS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("arrow IPC file", "arrow", {}, "pyarrow"),
     ("arrow IPC stream", "arrows", {}, "pyarrow"),
     ("arrow IPC stream, large lists", "arrows", {"large_lists": True}, "pyarrow"),
-    ("arrow IPC file, compact", "arrow", {"compact": True}, "pyarrow"),
+    ("arrow IPC file, compact", "arrow", {"layout": "compact"}, "pyarrow"),
     ("parquet", "parquet", {}, "pyarrow"),
 )
 

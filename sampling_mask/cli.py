@@ -938,9 +938,7 @@ def _writer_options(args: argparse.Namespace, out_fmt: str) -> dict[str, Any]:
         if args.batch_rows < 1:
             raise CliError("E_USAGE", f"--batch-rows must be >= 1, got {args.batch_rows}")
     if args.compact:
-        if out_fmt in STREAMING_FORMATS:
-            opts["compact"] = True
-        elif out_fmt == "msgpack":
+        if out_fmt in (*STREAMING_FORMATS, "msgpack"):
             opts["layout"] = "compact"
         else:
             raise CliError("E_USAGE", f"--compact applies to {streaming} and msgpack output, not {out_fmt}")
@@ -955,7 +953,7 @@ def _convert_streaming(
     source: _Source, tmp: Path, out_fmt: str, opts: dict[str, Any], batch_rows: int | None, progress: _Progress
 ) -> tuple[int, int]:
     """Batch in, batch out: memory stays near one record batch whatever the file size."""
-    if "compact" not in opts:
+    if opts.get("layout") != "compact":
         # Declare the input's id order up front: the first batch alone would not tell it.
         declared = _schema_value(source.path, source.fmt, "id_order") if source.streaming else None
         if declared in ("ascending", "unspecified"):
@@ -1055,7 +1053,7 @@ def _demo_variants(formats: Sequence[str]) -> list[tuple[str, str, dict[str, Any
         out.append((fmt, fmt, {"allow_loss": True} if fmt in ROWS_ONLY_FORMATS else {}))
     extras: list[tuple[str, str, dict[str, Any]]] = [
         ("arrows+zstd", "arrows", {"compression": "zstd"}),
-        ("arrows+compact", "arrows", {"compact": True}),
+        ("arrows+compact", "arrows", {"layout": "compact"}),
         ("msgpack+compact", "msgpack", {"layout": "compact"}),
     ]
     return out + [e for e in extras if e[1] in formats]

@@ -209,7 +209,7 @@ def test_mask_from_a_sliced_multi_chunk_table() -> None:
 def test_compact_layout_column(tmp_path) -> None:
     pytest.importorskip("sampling_mask.codecs.compact")
     mask = sample_mask()
-    table = arrow.table_from_mask(mask, compact=True)
+    table = arrow.table_from_mask(mask, layout="compact")
     assert [(f.name, str(f.type)) for f in table.schema][:3] == [
         ("sampling_mask_compact", "binary"),
         ("sampling_mask_num_rows", "int64"),
@@ -220,7 +220,7 @@ def test_compact_layout_column(tmp_path) -> None:
     assert table.column("sampling_mask_num_rows").to_pylist() == [2, 0, 2]
     assert arrow.mask_from_table(table) == mask
     path = tmp_path / "c.arrows"
-    with codecs.open_writer(path, compact=True) as writer:
+    with codecs.open_writer(path, layout="compact") as writer:
         writer.write(mask)
         writer.write(mask.take([2, 0]))
     assert list(codecs.iter_masks(path)) == [mask, mask.take([2, 0])]

@@ -19,7 +19,7 @@ VARIANTS_PER_PAYLOAD = 160
 PAYLOADS = [  # (format, encode options) of every payload kind that is mutated
     ("arrow", {}),
     ("arrow", {"compression": "zstd"}),
-    ("arrow", {"compact": True}),
+    ("arrow", {"layout": "compact"}),
     ("arrows", {}),
     ("arrows", {"compression": "lz4"}),
     ("parquet", {}),
@@ -72,7 +72,7 @@ def _decode_all(data: bytes, fmt: str) -> int:
 
 @pytest.mark.parametrize(("fmt", "opts"), PAYLOADS, ids=[f"{f}-{'-'.join(map(str, o.values()))}" for f, o in PAYLOADS])
 def test_corrupted_payloads_raise_only_sampling_mask_errors(fmt: str, opts: dict) -> None:
-    if opts.get("compact") or opts.get("layout") == "compact":
+    if opts.get("layout") == "compact":
         pytest.importorskip("sampling_mask.codecs.compact", reason="the compact codec is not in the tree")
     rng = np.random.default_rng(sum(map(ord, fmt + repr(opts))))
     for mask in masks():

@@ -64,7 +64,7 @@ def _payloads() -> list[tuple[str, bytes, Callable[[bytes], SamplingMask]]]:
             (f"arrow-zstd-{i}", sampling_mask.codecs.encode(mask, "arrow", compression="zstd"), decoder("arrow"))
         )
         out.append(
-            (f"arrows-compact-{i}", sampling_mask.codecs.encode(mask, "arrows", compact=True), decoder("arrows"))
+            (f"arrows-compact-{i}", sampling_mask.codecs.encode(mask, "arrows", layout="compact"), decoder("arrows"))
         )
         out.append(
             (f"msgpack-dense-{i}", sampling_mask.codecs.encode(mask, "msgpack", layout="dense"), decoder("msgpack"))

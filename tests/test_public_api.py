@@ -74,3 +74,21 @@ def test_a_wrong_format_is_still_a_sampling_mask_error() -> None:
     with pytest.raises(SamplingMaskError) as info:
         sampling_mask.decode(b"{}", format="xml")
     assert info.value.code is ErrorCode.E_SCHEMA
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "arrows", "parquet", "msgpack"])
+def test_one_spelling_for_the_compact_layout(fmt: str) -> None:
+    pytest.importorskip("pyarrow" if fmt != "msgpack" else "msgpack")
+    mask = _mask().canonical()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        data = sampling_mask.encode(mask, fmt, layout="compact")
+        ragged = sampling_mask.encode(mask, fmt, layout="ragged")
+    assert sampling_mask.decode(data) == mask and sampling_mask.decode(ragged) == mask
+    assert data != ragged
+    if fmt != "msgpack":
+        with pytest.warns(DeprecationWarning, match='layout="compact"'):
+            assert sampling_mask.encode(mask, fmt, compact=True) == data
+    with pytest.raises(SamplingMaskError) as info:
+        sampling_mask.encode(mask, fmt, layout="sparse")
+    assert info.value.code is ErrorCode.E_SCHEMA

@@ -315,7 +315,7 @@ def open_writer(path: str | os.PathLike[str], *, format: str | None = None, **op
     record batch (row group); ``.close()`` (or leaving the ``with`` block) finishes the file.
 
     Options: ``compression`` (``"zstd"``, ``"lz4"``; Parquet also its own codecs), ``large_lists``,
-    ``compact``, ``id_order``. The file is written in place as batches arrive (use :func:`save` for
+    ``layout`` (``"ragged"`` or ``"compact"``), ``id_order``. The file is written in place as batches arrive (use :func:`save` for
     an atomic single write).
     """
     fmt = format_for_path(path) if format is None else format
