@@ -753,7 +753,7 @@ def write_plot(table: dict[str, dict[int, float]], path: str) -> str:
     try:
         import matplotlib
     except ImportError:
-        return f"skipped plot {path}: matplotlib is not installed"
+        return f"skipped plot {path}: matplotlib is not installed (pip install 'sampling-mask[plot]')"
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -45,7 +45,7 @@ DELEGATED = {
     "bench": ("sampling_mask.bench", "run the benchmark report (see its --help)"),
 }
 #: Optional dependencies and the extra that installs each.
-OPTIONAL_EXTRAS = {"pyarrow": "arrow", "msgpack": "msgpack", "torch": "torch", "matplotlib": "matplotlib"}
+OPTIONAL_EXTRAS = {"pyarrow": "arrow", "msgpack": "msgpack", "torch": "torch", "matplotlib": "plot"}
 
 
 class CliError(Exception):
@@ -67,8 +67,7 @@ class _Parser(argparse.ArgumentParser):
 # ---------------------------------------------------------------------------- output helpers
 def _missing_dependency(name: str) -> str:
     extra = OPTIONAL_EXTRAS[name]
-    how = f"pip install 'sampling-mask[{extra}]'" if extra != "matplotlib" else "pip install matplotlib"
-    return f"this needs {name}, which is not installed ({how})"
+    return f"this needs {name}, which is not installed (pip install 'sampling-mask[{extra}]')"
 
 
 def _out(text: str = "") -> None:
@@ -684,7 +683,7 @@ def _require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise CliError("E_UNAVAILABLE", "--plot needs matplotlib (pip install matplotlib)") from None
+        raise CliError("E_UNAVAILABLE", "--plot needs matplotlib (pip install 'sampling-mask[plot]')") from None
 
 
 def _plot(out: Path, summary: SupportSummary, source: Path) -> None:
