@@ -70,6 +70,11 @@ def _missing_dependency(name: str) -> str:
     return f"this needs {name}, which is not installed (pip install 'sampling-mask[{extra}]')"
 
 
+def _warn(text: str) -> None:
+    """One line on stderr: ``sampling-mask: warning: text`` (deprecated flags)."""
+    sys.stderr.write(f"{PROG}: warning: {text}\n")
+
+
 def _out(text: str = "") -> None:
     sys.stdout.write(text + "\n")
 
@@ -937,10 +942,12 @@ def _writer_options(args: argparse.Namespace, out_fmt: str) -> dict[str, Any]:
         if args.batch_rows < 1:
             raise CliError("E_USAGE", f"--batch-rows must be >= 1, got {args.batch_rows}")
     if args.compact:
-        if out_fmt in (*STREAMING_FORMATS, "msgpack"):
-            opts["layout"] = "compact"
-        else:
-            raise CliError("E_USAGE", f"--compact applies to {streaming} and msgpack output, not {out_fmt}")
+        _warn("--compact is deprecated; use --layout compact")
+    layout = "compact" if args.compact else args.layout
+    if layout is not None:
+        if out_fmt not in (*STREAMING_FORMATS, "msgpack"):
+            raise CliError("E_USAGE", f"--layout applies to {streaming} and msgpack output, not {out_fmt}")
+        opts["layout"] = layout
     if args.allow_loss:
         if out_fmt not in ROWS_ONLY_FORMATS:
             raise CliError("E_USAGE", f"--allow-loss applies to {', '.join(ROWS_ONLY_FORMATS)} output, not {out_fmt}")
@@ -1287,7 +1294,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="regroup into record batches of about N rows, cut between segments (default: keep the input's)",
     )
-    p.add_argument("--compact", action="store_true", help="the compact layout (arrow, arrows, parquet, msgpack)")
+    p.add_argument(
+        "--layout",
+        choices=("ragged", "compact"),
+        help="ragged (default) or compact (arrow, arrows, parquet, msgpack)",
+    )
+    p.add_argument("--compact", action="store_true", help="deprecated: --layout compact")
     p.add_argument(
         "--allow-loss", action="store_true", help="json-rows / base64: keep the rows only, drop everything else"
     )
