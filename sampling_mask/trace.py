@@ -54,7 +54,7 @@ class Trace:
         with the rows of earlier steps emptied (step-wise training: earlier turns are context)."""
         bounds = self.step_bounds
         if not cumulative:
-            return self.mask.with_companions(cu_seqlens=bounds)
+            return self.mask.replace(cu_seqlens=bounds)
         ends = bounds[1:]
         seg_len = ends
         cu = layouts.counts_to_offsets(seg_len)
