@@ -38,8 +38,8 @@ def rollout(tmp_path):
     bad_rows = [list(r) for r in rows]
     bad_rows[2].append(next(i for i in range(48) if i not in bad_rows[2]))
     bad = sm.SamplingMask.from_rows(bad_rows, vocab_size=48, metadata=meta)
-    sm.save(tmp_path / "good.json", good)
-    sm.save(tmp_path / "bad.json", bad)
+    sm.save(good, tmp_path / "good.json")
+    sm.save(bad, tmp_path / "bad.json")
     np.save(tmp_path / "logits.npy", z.numpy())
     return tmp_path, z
 
@@ -74,7 +74,7 @@ def test_safetensors_logits(rollout, capsys, bf16):
     else:
         tensors = {"logits": ("F32", z.numpy())}
     mask = support_from_logits(z, rule="hf", **PARAMS)
-    sm.save(path / "m.json", mask.with_companions(sampled_token_ids=mask.ids[mask.offsets[:-1]]))
+    sm.save(mask.replace(sampled_token_ids=mask.ids[mask.offsets[:-1]]), path / "m.json")
     st = _safetensors(path / "z.safetensors", {**tensors, "other": ("F32", np.zeros((1, 1), np.float32))})
     assert (
         main(["audit", str(path / "m.json"), "--logits", str(st), "--rule", "hf", "--top-k", "5", "--top-p", "0.9"])

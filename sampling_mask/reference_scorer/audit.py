@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..model import SamplingMask
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.model import SamplingMask
 from .inputs import accumulation_dtype
 from .row_stats import _HiddenSource
 from .support import _check_logits, default_chunk_rows, kept_block, support_params

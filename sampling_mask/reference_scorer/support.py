@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..model import SamplingMask
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.model import SamplingMask
 
 __all__ = ["RULES", "SupportParams", "kept_block", "support_from_logits", "support_params"]
 
