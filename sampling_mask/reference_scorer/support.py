@@ -263,8 +263,8 @@ def kept_block(logits: torch.Tensor, params: SupportParams, start: int = 0) -> t
 
 
 def default_chunk_rows(vocab_size: int) -> int:
-    """Rows per block so that one [rows, V] float tensor stays near 64 MiB."""
-    return max(1, (1 << 24) // max(vocab_size, 1))
+    """Rows per block: 2**22 logits (16 MiB in fp32; about 8x that in a block's temporaries)."""
+    return max(1, (1 << 22) // max(vocab_size, 1))
 
 
 def support_from_logits(
