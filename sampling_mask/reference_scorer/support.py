@@ -150,9 +150,7 @@ def support_params(
 # ----------------------------------------------------------------------------- the three rules
 def _vllm(logits: torch.Tensor, params: SupportParams) -> torch.Tensor:
     vocab = logits.shape[1]
-    z = logits.to(torch.float32)
-    tau = params.temperature
-    z = torch.where((tau != 1)[:, None], z / tau[:, None], z)
+    z = logits.to(torch.float32) / params.temperature[:, None]  # x / 1 == x: skipping t = 1 changes nothing
     mp = params.min_p
     if params.do_min_p:
         threshold = z.amax(dim=1) + torch.log(mp)
@@ -168,11 +166,12 @@ def _vllm(logits: torch.Tensor, params: SupportParams) -> torch.Tensor:
     z_sort, z_idx = z.sort(dim=-1, descending=False)
     if params.do_top_k:
         kth = z_sort.gather(1, (vocab - k)[:, None])
-        z_sort = z_sort.masked_fill(z_sort < kth, float("-inf"))
-    probs_sum = torch.cumsum(z_sort.softmax(dim=-1), dim=-1)
+        z_sort.masked_fill_(z_sort < kth, float("-inf"))
+    probs = z_sort.softmax(dim=-1)
+    probs_sum = torch.cumsum(probs, dim=-1, out=probs)
     drop = probs_sum <= 1 - params.top_p[:, None]
     drop[:, -1] = False
-    keep_sorted = torch.isfinite(z_sort) & ~drop
+    keep_sorted = torch.isfinite(z_sort).logical_and_(drop.logical_not_())
     return torch.zeros_like(keep_sorted).scatter_(1, z_idx, keep_sorted)
 
 
@@ -199,20 +198,24 @@ def _sglang(logits: torch.Tensor, params: SupportParams) -> torch.Tensor:
     return torch.zeros(logits.shape, dtype=torch.bool, device=logits.device).scatter_(1, probs_idx, probs_sort > 0)
 
 
+def _rows_only(remove: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """``remove`` restricted to the rows whose filter is on (unchanged when every row's is)."""
+    return remove if bool(active.all()) else remove.logical_and_(active[:, None])
+
+
 def _hf(logits: torch.Tensor, params: SupportParams) -> torch.Tensor:
     """The warpers on every row, each row's own parameters; a warper a row does not use leaves it."""
-    scores = logits
-    dtype, vocab = scores.dtype, scores.shape[1]
+    dtype, vocab = logits.dtype, logits.shape[1]
     tau = params.temperature
-    if bool((tau != 1).any()):  # scores / float: computed in fp32 (the wider of the two), then the dtype
-        scaled = (scores.to(torch.promote_types(dtype, torch.float32)) / tau[:, None]).to(dtype)
-        scores = torch.where((tau != 1)[:, None], scaled, scores)
-    neg_inf = torch.tensor(float("-inf"), dtype=dtype, device=scores.device)
+    if bool((tau != 1).any()):  # scores / float: in fp32 (or wider), then the dtype; x / 1 == x
+        scores = (logits.to(torch.promote_types(dtype, torch.float32)) / tau[:, None]).to(dtype)
+    else:
+        scores = logits.clone()
     k = params.top_k
     if params.do_top_k:
         k_eff = torch.where(k > 0, torch.clamp(k, max=vocab), 1)
         kth = torch.topk(scores, int(k_eff.max()), dim=1).values.gather(1, (k_eff - 1)[:, None])
-        scores = torch.where((k > 0)[:, None] & (scores < kth), neg_inf, scores)
+        scores.masked_fill_(_rows_only(scores < kth, k > 0), float("-inf"))
     p = params.top_p
     if bool((p < 1).any()):
         sorted_logits, sorted_indices = torch.sort(scores, descending=False)
@@ -220,8 +223,8 @@ def _hf(logits: torch.Tensor, params: SupportParams) -> torch.Tensor:
         threshold = (1 - p.to(torch.float64)).to(cumulative_probs.dtype)  # python float vs tensor: cast
         remove = cumulative_probs <= threshold[:, None]
         remove[..., -1:] = 0
-        remove = remove.scatter(1, sorted_indices, remove)
-        scores = torch.where((p < 1)[:, None] & remove, neg_inf, scores)
+        remove = torch.empty_like(remove).scatter_(1, sorted_indices, remove)
+        scores.masked_fill_(_rows_only(remove, p < 1), float("-inf"))
     mp = params.min_p
     if params.do_min_p:
         probs = torch.softmax(scores, dim=-1)
@@ -229,7 +232,7 @@ def _hf(logits: torch.Tensor, params: SupportParams) -> torch.Tensor:
         scaled_min_p = (mp[:, None] * top_probs.to(torch.promote_types(dtype, torch.float32))).to(probs.dtype)
         remove = probs < scaled_min_p
         remove.scatter_(-1, torch.topk(probs, 1, dim=-1).indices, False)
-        scores = torch.where((mp > 0)[:, None] & remove, neg_inf, scores)
+        scores.masked_fill_(_rows_only(remove, mp > 0), float("-inf"))
     return scores != float("-inf")
 
 
