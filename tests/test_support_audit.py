@@ -98,7 +98,11 @@ def test_companions_are_defaults_and_empty_rows_are_skipped():
     assert report.summary()["rows_equal"] == 11 and np.isnan(report.jaccard[5])
 
 
-def test_hidden_states_match_logits_and_stay_chunked():
+def test_hidden_states_match_logits_and_stay_chunked(monkeypatch):
+    import importlib
+
+    audit_module = importlib.import_module("sampling_mask.reference_scorer.audit")
+    monkeypatch.setattr(audit_module, "_VOCAB_TILE", 7)  # several vocabulary tiles per block
     g = torch.Generator().manual_seed(2)
     hidden, weight, bias = (
         torch.randn(10, 6, generator=g),
@@ -139,3 +143,12 @@ def test_audit_errors():
     with pytest.raises(sm.SamplingMaskError) as err:
         audit_from_hidden(mask, torch.zeros(12, 3), torch.zeros(40, 4))
     assert err.value.code == "E_SHAPE"
+
+
+def test_hidden_states_bf16_are_widened_to_fp32():
+    g = torch.Generator().manual_seed(4)
+    hidden, weight = torch.randn(5, 8, generator=g).bfloat16(), torch.randn(30, 8, generator=g).bfloat16()
+    z = hidden.float() @ weight.float().T
+    mask = support_from_logits(z, rule="sglang", top_k=3)
+    report = audit_from_hidden(mask, hidden, weight, rule="sglang", top_k=3, sampled=mask.ids[mask.offsets[:-1]])
+    assert report.summary()["rows_equal"] == 5 and np.all(np.isfinite(report.full_logprobs))

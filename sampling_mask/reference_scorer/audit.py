@@ -38,6 +38,8 @@ from .support import _check_logits, default_chunk_rows, kept_block, support_para
 
 __all__ = ["SupportAudit", "audit", "audit_from_hidden"]
 
+_VOCAB_TILE = 16384  # lm-head rows per matmul when forming logits from hidden states
+
 
 @dataclasses.dataclass(frozen=True)
 class SupportAudit:
@@ -344,8 +346,14 @@ def audit_from_hidden(
     device = hidden.device
 
     def block(a: int, b: int) -> torch.Tensor:
+        """Rows [a, b) of the logits, in vocabulary tiles (a bf16 weight is widened one tile at a time)."""
+        rows = torch.arange(a, b, device=device)
+        out = torch.empty((b - a, vocab), dtype=dtype, device=device)
         with torch.no_grad():
-            return source.tile_logits(torch.arange(a, b, device=device), 0, vocab)
+            for c0 in range(0, vocab, _VOCAB_TILE):
+                c1 = min(c0 + _VOCAB_TILE, vocab)
+                out[:, c0:c1] = source.tile_logits(rows, c0, c1)
+        return out
 
     return _audit(
         mask,
