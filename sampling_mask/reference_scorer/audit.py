@@ -149,12 +149,17 @@ def _lse(u: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(u.masked_fill(~keep, float("-inf")), dim=1)
 
 
-def _ragged(keep_parts: list[torch.Tensor], vocab: int) -> SamplingMask:
-    ids = [torch.nonzero(k)[:, 1].to(torch.int32).cpu().numpy() for k in keep_parts]
-    counts = np.concatenate([k.sum(dim=1).cpu().numpy() for k in keep_parts]) if keep_parts else np.zeros(0)
+def _ids_and_counts(keep: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """A block's kept ids (row-major, ascending within a row) and per-row counts, on the CPU."""
+    return torch.nonzero(keep)[:, 1].to(torch.int32).cpu().numpy(), keep.sum(dim=1).cpu().numpy()
+
+
+def _ragged(parts: list[tuple[np.ndarray, np.ndarray]], vocab: int) -> SamplingMask:
+    counts = np.concatenate([c for _, c in parts]) if parts else np.zeros(0, dtype=np.int64)
     offsets = np.zeros(counts.size + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    return SamplingMask(np.concatenate(ids) if ids else np.zeros(0, np.int32), offsets, vocab_size=vocab)
+    ids = np.concatenate([i for i, _ in parts]) if parts else np.zeros(0, dtype=np.int32)
+    return SamplingMask(ids, offsets, vocab_size=vocab)
 
 
 def _audit(
@@ -197,8 +202,8 @@ def _audit(
     offsets, ids = mask.offsets, mask.ids
     lengths = np.diff(offsets)
     cols: dict[str, list[np.ndarray]] = {}
-    missing_parts: list[torch.Tensor] = []
-    extra_parts: list[torch.Tensor] = []
+    missing_parts: list[tuple[np.ndarray, np.ndarray]] = []
+    extra_parts: list[tuple[np.ndarray, np.ndarray]] = []
 
     def put(name: str, value: torch.Tensor) -> None:
         cols.setdefault(name, []).append(value.detach().cpu().numpy())
@@ -213,8 +218,8 @@ def _audit(
         local_ids = torch.from_numpy(ids[offsets[start] : offsets[stop]].astype(np.int64)).to(device)
         recorded[local_rows, local_ids] = True
         common = recorded & recomputed
-        missing_parts.append(recomputed & ~recorded)
-        extra_parts.append(recorded & ~recomputed)
+        missing_parts.append(_ids_and_counts(recomputed & ~recorded))
+        extra_parts.append(_ids_and_counts(recorded & ~recomputed))
         put("recorded_size", recorded.sum(dim=1))
         put("recomputed_size", recomputed.sum(dim=1))
         put("common_size", common.sum(dim=1))
