@@ -253,8 +253,11 @@ def _check_logits(logits: Any) -> torch.Tensor:
 
 
 def _check_block(block: torch.Tensor, start: int) -> None:
-    bad = torch.isnan(block) | torch.isposinf(block)
-    if bool(bad.any()):
+    if block.numel() == 0:
+        return
+    top = block.amax()  # one pass: NaN propagates, +inf is the maximum
+    if bool(torch.isnan(top) | torch.isposinf(top)):
+        bad = torch.isnan(block) | torch.isposinf(block)
         row = int(torch.nonzero(bad.any(dim=1))[0, 0])
         raise SamplingMaskError(ErrorCode.E_RANGE, "logits hold NaN or +inf", field="logits", row=start + row)
 
