@@ -785,12 +785,12 @@ class SamplingMask:
         self,
         *,
         cu_seqlens: Any = _KEEP,
-        vocab_size: Any = _KEEP,
+        vocab_size: int | None = _KEEP,
         sampled_token_ids: Any = _KEEP,
         sampled_logprobs: Any = _KEEP,
         temperature: Any = _KEEP,
         support_logprobs: Any = _KEEP,
-        metadata: Any = _KEEP,
+        metadata: Mapping[str, Any] | None = _KEEP,
         limits: Limits = DEFAULT_LIMITS,
     ) -> SamplingMask:
         """A validated copy with the given fields changed (as :meth:`Limits.replace`); ``None`` drops
