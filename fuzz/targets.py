@@ -49,7 +49,7 @@ from sampling_mask.codecs import arrow as arrow_codec
 from sampling_mask.codecs import compact as compact_codec
 from sampling_mask.codecs import json as json_codec
 from sampling_mask.codecs import msgpack as msgpack_codec
-from sampling_mask.limits import Limits
+from sampling_mask.core.limits import Limits
 
 __all__ = ["LIMITS", "TARGETS", "check_mask", "dictionary", "run_one", "seeds"]
 
@@ -300,7 +300,7 @@ def _adapter_entries() -> dict[str, list[Callable[[Any], Any]]]:
 
 
 #: Adapter modules with a fuzz target each (``adapter_<name>``).
-ADAPTERS = ("vllm", "sglang", "skyrl", "prime_rl", "nemo_rl", "miles")
+ADAPTERS = ("vllm", "sglang", "skyrl", "prime_rl", "miles", "slime")
 _ADAPTER_ENTRIES: dict[str, list[Callable[[Any], Any]]] = {}
 
 

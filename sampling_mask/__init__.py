@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import ErrorCode, SamplingMaskError
-from .limits import DEFAULT_LIMITS, Limits
-from .model import COMPANIONS, METADATA_KEYS, SamplingMask, concat
+from .core import COMPANIONS, DEFAULT_LIMITS, METADATA_KEYS, ErrorCode, Limits, SamplingMask, SamplingMaskError, concat
 
 if TYPE_CHECKING:
     from .codecs import decode, encode, load, save

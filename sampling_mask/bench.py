@@ -42,8 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from . import layouts, synthetic
-from .model import SamplingMask
+from . import synthetic
+from .core import layouts
+from .core.model import SamplingMask
 
 __all__ = ["main", "machine", "run"]
 
@@ -487,7 +488,7 @@ def bench_bitmask(report: Report, repeats: int, quick: bool, seed: int) -> None:
                 ]
             )
     report.table(["support", "ids/row", "vLLM loop", "core", "naive back", "core back"], rows_out)
-    report.line("  bitmask -> ragged (core = sampling_mask.layouts) against vLLM's per-row unpackbits +")
+    report.line("  bitmask -> ragged (core = sampling_mask.core.layouts) against vLLM's per-row unpackbits +")
     report.line("  flatnonzero loop; ragged -> bitmask ('back') against a per-row bool + packbits loop")
     worst = min(v["core"] for v in figures.values())
     report.line(

@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from .errors import SamplingMaskError
+from .core.errors import SamplingMaskError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .model import SamplingMask
+    from .core.model import SamplingMask
 
 __all__ = ["main"]
 
@@ -225,7 +225,7 @@ class _Source:
         """The whole mask (``self.fmt`` becomes the detected JSON form); SamplingMaskError on bad content."""
         codecs = self.codecs
         if self.json_family:
-            from .limits import DEFAULT_LIMITS, check_count
+            from .core.limits import DEFAULT_LIMITS, check_count
 
             check_count(self.path.stat().st_size, DEFAULT_LIMITS.max_bytes, "file size", field="path")
             data = self.path.read_bytes()
@@ -906,7 +906,7 @@ def _rebatch(batches: Iterable[SamplingMask], target_rows: int) -> Iterator[Samp
     """
     import numpy as np
 
-    from .model import concat
+    from .core.model import concat
 
     pending: list[SamplingMask] = []
     pending_rows = 0
@@ -1110,7 +1110,7 @@ def _demo_score(mask: SamplingMask, compare_rows: int, seed: int) -> tuple[str, 
     sampled = mask.sampled_token_ids
     if sampled is None or mask.nnz == 0 or mask.vocab_size is None:
         return "scoring skipped: the rollout has no sampled ids or no vocab_size", True
-    from . import layouts
+    from .core import layouts
 
     generator = torch.Generator().manual_seed(seed)
     dim = 64

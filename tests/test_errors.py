@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMask, SamplingMaskError, concat
-from sampling_mask.limits import check_count, checked_nbytes
+from sampling_mask.core.limits import check_count, checked_nbytes
 
 SPEC = Path(__file__).resolve().parents[1] / "spec" / "v1" / "SPEC.md"
 CODEC_ONLY = {ErrorCode.E_BYTES, ErrorCode.E_VERSION, ErrorCode.E_ENCODING}

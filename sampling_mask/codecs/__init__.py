@@ -30,9 +30,9 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count
-from ..model import SamplingMask
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.model import SamplingMask
 
 __all__ = [
     "EXTENSIONS",

@@ -14,8 +14,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..model import SamplingMask
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.model import SamplingMask
 
 __all__ = [
     "ID_ORDERS",

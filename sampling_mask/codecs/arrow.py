@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count
-from ..model import COMPANIONS, SamplingMask, concat
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.model import COMPANIONS, SamplingMask, concat
 from . import _ipc_bounds
 from ._common import (
     SPEC_MAJOR,

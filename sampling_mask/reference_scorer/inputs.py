@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..model import SamplingMask
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.model import SamplingMask
 
 __all__ = [
     "EMPTY_ROW_POLICIES",

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError
 from .distributed import CopyToGroup, ReduceSum, all_reduce_max, vocab_shard
 from .inputs import MaskLike, RowPlan, accumulation_dtype, plan_rows
 from .row_stats import LocalPlan, RowStats, finish, rescale
