@@ -24,7 +24,7 @@ STREAMING_FORMATS = ("arrow", "arrows", "parquet")
 #: Formats that carry the rows only (no segments, companions, vocab_size or metadata).
 ROWS_ONLY_FORMATS = ("json-rows", "base64")
 #: Optional dependencies and the extra that installs each.
-OPTIONAL_EXTRAS = {"pyarrow": "arrow", "msgpack": "msgpack", "torch": "torch", "matplotlib": "matplotlib"}
+OPTIONAL_EXTRAS = {"pyarrow": "arrow", "msgpack": "msgpack", "torch": "torch", "matplotlib": "plot"}
 FORMAT_HELP = "input format when the extension does not say it (arrow, arrows, parquet, msgpack, json, ...)"
 
 
@@ -56,8 +56,12 @@ def add_command(
 
 def missing_dependency(name: str) -> str:
     extra = OPTIONAL_EXTRAS[name]
-    how = f"pip install 'sampling-mask[{extra}]'" if extra != "matplotlib" else "pip install matplotlib"
-    return f"this needs {name}, which is not installed ({how})"
+    return f"this needs {name}, which is not installed (pip install 'sampling-mask[{extra}]')"
+
+
+def warn(text: str) -> None:
+    """One line on stderr: ``sampling-mask: warning: text`` (deprecated flags)."""
+    sys.stderr.write(f"{PROG}: warning: {text}\n")
 
 
 def out(text: str = "") -> None:

@@ -69,7 +69,7 @@ class Source:
             data = self.path.read_bytes()
             self.fmt = str(codecs.detect_format(data))
             self.json_family = False
-            mask: SamplingMask = codecs.decode(data, self.fmt)
+            mask: SamplingMask = codecs.decode(data, format=self.fmt)
             return mask
         mask = codecs.load(self.path, format=self.fmt)
         return mask

@@ -21,6 +21,7 @@ from ._common import (
     error_text,
     out,
     progress_enabled,
+    warn,
 )
 from ._source import (
     Source,
@@ -79,12 +80,12 @@ def _writer_options(args: argparse.Namespace, out_fmt: str) -> dict[str, Any]:
         if args.batch_rows < 1:
             raise CliError("E_USAGE", f"--batch-rows must be >= 1, got {args.batch_rows}")
     if args.compact:
-        if out_fmt in STREAMING_FORMATS:
-            opts["compact"] = True
-        elif out_fmt == "msgpack":
-            opts["layout"] = "compact"
-        else:
-            raise CliError("E_USAGE", f"--compact applies to {streaming} and msgpack output, not {out_fmt}")
+        warn("--compact is deprecated; use --layout compact")
+    layout = "compact" if args.compact else args.layout
+    if layout is not None:
+        if out_fmt not in (*STREAMING_FORMATS, "msgpack"):
+            raise CliError("E_USAGE", f"--layout applies to {streaming} and msgpack output, not {out_fmt}")
+        opts["layout"] = layout
     if args.allow_loss:
         if out_fmt not in ROWS_ONLY_FORMATS:
             raise CliError("E_USAGE", f"--allow-loss applies to {', '.join(ROWS_ONLY_FORMATS)} output, not {out_fmt}")
@@ -96,7 +97,7 @@ def _convert_streaming(
     source: Source, tmp: Path, out_fmt: str, opts: dict[str, Any], batch_rows: int | None, progress: Progress
 ) -> tuple[int, int]:
     """Batch in, batch out: memory stays near one record batch whatever the file size."""
-    if "compact" not in opts:
+    if opts.get("layout") != "compact":
         # Declare the input's id order up front: the first batch alone would not tell it.
         declared = schema_value(source.path, source.fmt, "id_order") if source.streaming else None
         if declared in ("ascending", "unspecified"):
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             mask = read_all(source)
             rows, segments = mask.num_rows, mask.num_segments
-            source.codecs.save(tmp, mask, format=out_fmt, **opts)
+            source.codecs.save(mask, tmp, format=out_fmt, **opts)
         _chmod_like_new_file(tmp)
         os.replace(tmp, dst)
     except SamplingMaskError as exc:
@@ -188,7 +189,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="N",
         help="regroup into record batches of about N rows, cut between segments (default: keep the input's)",
     )
-    p.add_argument("--compact", action="store_true", help="the compact layout (arrow, arrows, parquet, msgpack)")
+    p.add_argument(
+        "--layout",
+        choices=("ragged", "compact"),
+        help="ragged (default) or compact (arrow, arrows, parquet, msgpack)",
+    )
+    p.add_argument("--compact", action="store_true", help="deprecated: --layout compact")
     p.add_argument(
         "--allow-loss", action="store_true", help="json-rows / base64: keep the rows only, drop everything else"
     )

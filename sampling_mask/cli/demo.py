@@ -53,7 +53,7 @@ def _demo_variants(formats: Sequence[str]) -> list[tuple[str, str, dict[str, Any
         out.append((fmt, fmt, {"allow_loss": True} if fmt in ROWS_ONLY_FORMATS else {}))
     extras: list[tuple[str, str, dict[str, Any]]] = [
         ("arrows+zstd", "arrows", {"compression": "zstd"}),
-        ("arrows+compact", "arrows", {"compact": True}),
+        ("arrows+compact", "arrows", {"layout": "compact"}),
         ("msgpack+compact", "msgpack", {"layout": "compact"}),
     ]
     return out + [e for e in extras if e[1] in formats]
@@ -71,7 +71,7 @@ def _demo_round_trip(
     result["keeps"] = "rows only" if fmt in ROWS_ONLY_FORMATS else "everything"
     try:
         t0 = time.perf_counter()
-        codecs.save(path, mask, format=fmt, **opts)
+        codecs.save(mask, path, format=fmt, **opts)
         t1 = time.perf_counter()
         back = codecs.load(path, format=fmt)
         t2 = time.perf_counter()

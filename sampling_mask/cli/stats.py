@@ -81,7 +81,7 @@ def _require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise CliError("E_UNAVAILABLE", "--plot needs matplotlib (pip install matplotlib)") from None
+        raise CliError("E_UNAVAILABLE", "--plot needs matplotlib (pip install 'sampling-mask[plot]')") from None
 
 
 def _plot(out: Path, summary: SupportSummary, source: Path) -> None:

@@ -136,7 +136,7 @@ def _check_file(
                         field="vocab_size",
                         value=batch.vocab_size,
                     )
-                batch = batch.with_companions(vocab_size=vocab_size)
+                batch = batch.replace(vocab_size=vocab_size)
             if sampled is not None:
                 part = sampled[position.rows : position.rows + batch.num_rows]
                 if part.size != batch.num_rows:
@@ -146,7 +146,7 @@ def _check_file(
                         field="sampled_token_ids",
                         value=sampled.size,
                     )
-                batch.with_companions(sampled_token_ids=part)
+                batch.replace(sampled_token_ids=part)
             position.rows += batch.num_rows
             position.segments += batch.num_segments
             position.nnz += batch.nnz
