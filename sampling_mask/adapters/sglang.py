@@ -52,11 +52,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .. import layouts
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits
-from ..model import SamplingMask
-from ._common import float_array, get_field, int_array, ragged_from_lists
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits
+from ..core.model import SamplingMask
+from ._common import get_field, int_array, ragged_from_lists
 
 __all__ = [
     "from_chat_choice",
@@ -109,7 +109,7 @@ def _logprob_companions(values: Any, offsets: np.ndarray, mode: LogprobsMode) ->
             raise SamplingMaskError(
                 ErrorCode.E_SCHEMA, "selected mode has one float per row", field=LOGPROBS, row=nested.index(True)
             )
-        return {"sampled_logprobs": float_array(values, field=LOGPROBS, size=num_rows)}
+        return {"sampled_logprobs": layouts.as_float_array(values, field=LOGPROBS, size=num_rows)}
     if len(values) != num_rows or not all(nested):
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"support mode needs {num_rows} lists, one per row", field=LOGPROBS)
     flat_values, value_offsets = _float_rows(values)
@@ -125,7 +125,7 @@ def _float_rows(rows: list[list[Any]]) -> tuple[np.ndarray, np.ndarray]:
     """(float32 values, int64 offsets) from nested lists of numbers."""
     lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
     flat = list(chain.from_iterable(rows))
-    return float_array(flat, field=LOGPROBS, size=len(flat)), layouts.counts_to_offsets(lengths)
+    return layouts.as_float_array(flat, field=LOGPROBS, size=len(flat)), layouts.counts_to_offsets(lengths)
 
 
 def _truncated_flags(value: Any, num_rows: int, allow_truncated: bool, meta: dict[str, Any]) -> None:
@@ -219,6 +219,8 @@ def from_stream(chunks: Iterable[Mapping[str, Any]], **kwargs: Any) -> SamplingM
     output_ids: list[Any] = []
     truncated: list[Any] | None = None
     last: Mapping[str, Any] = {}
+    if isinstance(chunks, (str, bytes, Mapping)) or not isinstance(chunks, Iterable):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected an iterable of stream chunks", field="chunks")
     for n, chunk in enumerate(chunks):
         meta = get_field(chunk, "meta_info", where=f"chunk[{n}]")
         new_rows = get_field(meta, MASK, None)
@@ -300,7 +302,7 @@ def from_chunked(
     logprobs_value = get_field(chunked, "logprobs", None)
     kwargs: dict[str, Any] = {}
     if logprobs_value is not None:
-        values = float_array(logprobs_value, field="logprobs")
+        values = layouts.as_float_array(logprobs_value, field="logprobs")
         mode = sampling_logprobs_mode
         if mode == "auto":
             if values.size == token_ids.size and values.size != lengths.size:

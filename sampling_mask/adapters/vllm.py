@@ -58,11 +58,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .. import layouts
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count
-from ..model import SamplingMask
-from ._common import float_array, get_field, int_array, ragged_from_lists
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.model import SamplingMask
+from ._common import get_field, int_array, ragged_from_lists
 
 __all__ = [
     "FILTERED_LOGPROB",
@@ -244,7 +244,7 @@ def merge_generate_stream(chunks: Iterable[Mapping[str, Any] | Any]) -> list[dic
     tokens differ in number is ``E_SHAPE``; a chunk with new tokens but a null mask makes the
     choice's ``sampling_mask`` null."""
     merged: dict[int, dict[str, Any]] = {}
-    for n, chunk in enumerate(chunks):
+    for n, chunk in enumerate(_chunk_list(chunks)):
         for choice in _choices(chunk, f"chunk[{n}]"):
             where = f"chunk[{n}].choices"
             index = _choice_index(choice, where)
@@ -277,6 +277,13 @@ def merge_generate_stream(chunks: Iterable[Mapping[str, Any] | Any]) -> list[dic
             if reason is not None:
                 state["finish_reason"] = reason
     return _in_index_order(list(merged.values()), "stream")
+
+
+def _chunk_list(chunks: Any) -> list[Any]:
+    """The chunks of a stream as a list; ``E_SCHEMA`` for a mapping, text or a non-iterable."""
+    if isinstance(chunks, (str, bytes, Mapping)) or not isinstance(chunks, Iterable):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected an iterable of stream chunks", field="chunks")
+    return list(chunks)
 
 
 def from_generate_stream(
@@ -554,7 +561,7 @@ def _flat_arrays(flat: Any, limits: Limits) -> tuple[np.ndarray, ...]:
     starts = int_array(get_field(flat, "start_indices"), np.int64, field="start_indices")
     ends = int_array(get_field(flat, "end_indices"), np.int64, field="end_indices")
     token_ids = int_array(get_field(flat, "token_ids"), np.int64, field="token_ids")
-    logprobs = float_array(get_field(flat, "logprobs"), field="logprobs", size=token_ids.size)
+    logprobs = layouts.as_float_array(get_field(flat, "logprobs"), field="logprobs", size=token_ids.size)
     check_count(starts.size, limits.max_rows, "position count", field="start_indices")
     if ends.size != starts.size:
         raise SamplingMaskError(
@@ -824,9 +831,9 @@ def from_generate_logprobs(
         entry_counts.append(len(top))
     num_rows = len(content)
     sampled = int_array(sampled_ids, np.int64, field="logprobs.content.token_id")
-    sampled_lp = float_array(sampled_lps, field="logprobs.content.logprob", size=num_rows)
+    sampled_lp = layouts.as_float_array(sampled_lps, field="logprobs.content.logprob", size=num_rows)
     cand = int_array(entry_ids, np.int64, field="top_logprobs.token_id")
-    cand_lp = float_array(entry_lps, field="top_logprobs.logprob", size=cand.size)
+    cand_lp = layouts.as_float_array(entry_lps, field="top_logprobs.logprob", size=cand.size)
     if np.isnan(sampled_lp).any() or np.isnan(cand_lp).any():
         raise SamplingMaskError(ErrorCode.E_RANGE, "a logprob is NaN", field="logprobs")
     if (sampled_lp <= FILTERED_LOGPROB).any():
