@@ -34,7 +34,7 @@ def test_defect_8_default_field_names_round_trip():
             "rollout_sampling_mask_offsets": CASE["rollout_sampling_mask_offsets"],
         }
     ]
-    assert miles.from_sample(_sample(**fields[0])) == mask.with_companions(vocab_size=None)
+    assert miles.from_sample(_sample(**fields[0])) == mask.replace(vocab_size=None)
 
 
 def test_defect_8_rollout_sampling_mask_with_logprobs_round_trips():
