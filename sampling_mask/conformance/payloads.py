@@ -399,9 +399,11 @@ def _decode_compact(payload: Mapping[str, Any], data: np.ndarray, kwargs: dict[s
 
 
 def encode_layout(form: str, mask: SamplingMask, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A layout payload of ``mask`` (rows ascending); ``options`` may give the dense ``width``."""
+    """A layout payload of ``mask``, rows in their stored order (SPEC 4.3) except in the compact layout,
+    which holds canonical rows (SPEC 12.4); ``options`` may give the dense ``width``."""
     options = options or {}
-    mask = mask.canonical()
+    if form == "compact":
+        mask = mask.canonical()
     out: dict[str, Any] = {}
     if form in ("dense", "packed"):
         out["dense"] = array_to_json(mask.to_dense(options.get("width")))

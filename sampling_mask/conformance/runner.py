@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from ..errors import SamplingMaskError
+from .declarations import check_properties
 from .payloads import compare_arrays, compare_masks, mask_from_json, mask_to_json
 from .protocol import (
     DEFAULT_TIMEOUT,
@@ -38,7 +39,7 @@ from .protocol import (
     load_python_implementation,
     response_kind,
 )
-from .reference import ReferenceImplementation
+from .reference import ReferenceImplementation, payload_bytes
 from .suite import (
     FORMS,
     Case,
@@ -262,6 +263,13 @@ def judge(case: Case, response: Any, reference: ReferenceImplementation | None =
             ) or _check_roundtrip(case, value, reference)
     elif "roundtrip" in expected:
         why = _check_roundtrip(case, value, reference)
+        if why is None and "properties" in expected:
+            try:
+                data = payload_bytes(value)
+            except SamplingMaskError as exc:
+                why = f"the payload is not {{text}} or {{hex}}: {exc}"
+            else:
+                why = check_properties(case.form, data, expected["properties"])
     elif "scores" in expected:
         why = _check_scores(expected["scores"], float(expected["tolerance"]), value)
     else:  # pragma: no cover - the schema forbids it
