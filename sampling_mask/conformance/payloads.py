@@ -365,8 +365,8 @@ def decode_layout(form: str, payload: Any, *, limits: Limits = DEFAULT_LIMITS) -
     kwargs: dict[str, Any] = {"vocab_size": _vocab_size(payload), "metadata": _metadata(payload), "limits": limits}
     for key in ("cu_seqlens", *COMPANIONS):
         if payload.get(key) is not None and key not in required:
-            kwargs[key] = array_from_json(payload[key], field=key, limits=limits)
-    arrays = {key: array_from_json(payload[key], field=key, limits=limits) for key in required}
+            kwargs[key] = _wire_array(payload[key], key, limits)
+    arrays = {key: _wire_array(payload[key], key, limits) for key in required}
     if form == "dense":
         return SamplingMask.from_dense(arrays["dense"], **kwargs)
     if form == "packed":
@@ -381,6 +381,24 @@ def decode_layout(form: str, payload: Any, *, limits: Limits = DEFAULT_LIMITS) -
     if vocab is None:
         raise _schema("a bitmask payload needs vocab_size", "vocab_size")
     return SamplingMask.from_bitmask(arrays["bitmask"], vocab, **kwargs)
+
+
+#: Dimensions of each array of a layout payload (SPEC 4): any other count is E_SHAPE, even when the
+#: array is empty (the in-memory model is lenient there; a payload on the wire is not).
+_NDIM = {"dense": 2, "bitmask": 2}
+#: Element kinds of each array (numpy kind letters): integers, floats, or uint8 bytes (SPEC 4, 4.5, 5.1).
+_KINDS = {"sampled_logprobs": "f", "temperature": "f", "support_logprobs": "f", "bitmask": "u8", "compact": "u8"}
+
+
+def _wire_array(spec: Any, key: str, limits: Limits) -> np.ndarray:
+    arr = array_from_json(spec, field=key, limits=limits)
+    ndim = _NDIM.get(key, 1)
+    if arr.ndim != ndim:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {ndim} dimension(s), got {arr.ndim}", field=key)
+    kind = _KINDS.get(key, "iu")
+    if (arr.dtype != np.uint8) if kind == "u8" else (arr.dtype.kind not in kind):
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"{arr.dtype} is not an allowed element type", field=key)
+    return arr
 
 
 def _decode_compact(payload: Mapping[str, Any], data: np.ndarray, kwargs: dict[str, Any]) -> SamplingMask:
