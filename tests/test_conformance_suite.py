@@ -16,7 +16,7 @@ from sampling_mask.conformance import generate, lint, runner
 from sampling_mask.conformance.protocol import CommandImplementation
 from sampling_mask.conformance.reference import ReferenceImplementation
 from sampling_mask.conformance.suite import FORMS, load_cases, vectors_dir
-from sampling_mask.errors import ErrorCode
+from sampling_mask.core.errors import ErrorCode
 
 REPO = Path(__file__).resolve().parents[1]
 

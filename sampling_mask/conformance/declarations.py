@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import SamplingMaskError
+from ..core.errors import SamplingMaskError
 
 __all__ = ["PROPERTY_NAMES", "check_properties", "declarations"]
 

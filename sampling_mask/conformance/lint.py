@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError
 from .payloads import array_from_json
 from .suite import FORMS, SUITE_VERSION, case_files, vectors_dir
 

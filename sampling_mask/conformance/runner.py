@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from ..errors import SamplingMaskError
+from ..core.errors import SamplingMaskError
 from .declarations import check_properties
 from .payloads import compare_arrays, compare_masks, mask_from_json, mask_to_json
 from .protocol import (
