@@ -2045,7 +2045,8 @@ def scorer_cases(book: Book) -> None:
         tolerance=1e-5,
     )
 
-    padded = logits_of(2, 7)
+    rng11 = np.random.default_rng(20261130)  # cases of spec 1.1 draw apart, so older cases keep their inputs
+    padded = np.round(rng11.normal(0.0, 3.0, size=(2, 7)), 3)
     add(
         "empty-row-over-padded-vocabulary",
         "An empty row under the full policy scores over all V' = 7 logit columns, not over V = 5: the padded "
@@ -2055,6 +2056,16 @@ def scorer_cases(book: Book) -> None:
         [3, 2],
         spec="scoring-policies",
         vocab_size=5,
+    )
+
+    add(
+        "nan-temperature-on-rows-without-value",
+        "A NaN (unknown) temperature is no fault on rows that get no value: an empty row with target -1.",
+        np.round(rng11.normal(0.0, 3.0, size=(2, 4)), 3),
+        [[0, 2], []],
+        [2, -1],
+        [0.5, "NaN"],
+        spec="scoring-policies",
     )
 
     bad = book.file("invalid/scorer.json", "scorer", "Scoring requests that must be refused.")
