@@ -81,3 +81,17 @@ def test_lint_flags_an_invalid_case_with_a_second_fault(tmp_path: Path) -> None:
     assert "msgpack.offsets-end-beyond-ids: more than one fault: besides E_OFFSETS the payload breaks" in text
     assert "at num_rows" in text
     assert f"{valid['cases'][0]['id']}: a valid payload breaks sampling-mask.schema.json" in text
+
+
+def test_lint_flags_a_layout_case_with_a_second_fault(tmp_path: Path) -> None:
+    root = tmp_path / "conformance"
+    shutil.copytree(REPO / "conformance", root)
+    path = root / "v1" / "invalid" / "ragged.json"
+    doc = json.loads(path.read_text())
+    case = next(c for c in doc["cases"] if c["id"] == "ragged.offsets-end-past-nnz")
+    case["input"]["ids"]["dtype"] = "float32"  # a wrong element type besides the offsets fault
+    path.write_text(json.dumps(doc))
+    problems, _ = lint.lint(root)
+    assert any(
+        "ragged.offsets-end-past-nnz: more than one fault: besides E_OFFSETS, ids is E_DTYPE" in p for p in problems
+    )

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..core.errors import ErrorCode, SamplingMaskError
-from .payloads import array_from_json
+from .payloads import array_from_json, limits_from_json, wire_array
 from .suite import FORMS, SUITE_VERSION, case_files, vectors_dir
 
 __all__ = ["MIN_INVALID", "MIN_VALID", "SPEC_SCHEMAS", "lint", "main", "schema_instance", "spec_schema_validators"]
@@ -137,6 +137,30 @@ def spec_schema_validators(root: Path) -> dict[str, Any]:
     return out
 
 
+_LAYOUT_FORMS = ("dense", "packed", "ragged", "counts", "bitmask", "compact")
+
+
+def _array_problem(case: dict[str, Any], form: str) -> str | None:
+    """For an invalid layout-form case expecting only content codes: a typed array of the payload
+    whose rank, element type, byte length or size is itself a fault of another code."""
+    expected = case["expected"]
+    if form not in _LAYOUT_FORMS or "error" not in expected or case.get("op", "decode") != "decode":
+        return None
+    codes = [expected["error"]] if isinstance(expected["error"], str) else expected["error"]
+    if not isinstance(case["input"], dict) or not all(code in _CONTENT_FAULTS for code in codes):
+        return None
+    limits = limits_from_json(case.get("limits"))
+    for key, spec in case["input"].items():
+        if not (isinstance(spec, dict) and "dtype" in spec and "shape" in spec):
+            continue
+        try:
+            wire_array(spec, key, limits)
+        except SamplingMaskError as exc:
+            if exc.code.value not in codes:
+                return f"more than one fault: besides {' / '.join(codes)}, {key} is {exc.code.value} ({exc})"
+    return None
+
+
 def _schema_problem(case: dict[str, Any], form: str, validators: dict[str, Any]) -> str | None:
     """Why a case's payload disagrees with its form's spec schema (valid cases: any break; invalid cases
     expecting only content codes: a break their fault cannot explain), or ``None``."""
@@ -232,7 +256,7 @@ def lint(root: Path | None = None) -> tuple[list[str], dict[str, Any]]:
                 except SamplingMaskError as exc:
                     if "error" not in expected or exc.code in (ErrorCode.E_SHAPE, ErrorCode.E_RANGE):
                         problems.append(f"{rel}: {cid}: malformed typed array at {where}: {exc}")
-            if why := _schema_problem(case, form, spec_validators):
+            if why := _schema_problem(case, form, spec_validators) or _array_problem(case, form):
                 problems.append(f"{rel}: {cid}: {why}")
             if sections is not None and case["spec"].split("#", 1)[1] not in sections:
                 problems.append(f"{rel}: {cid}: {case['spec']} names no section of spec/v1/SPEC.md")

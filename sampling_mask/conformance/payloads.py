@@ -39,6 +39,7 @@ __all__ = [
     "mask_from_json",
     "mask_to_json",
     "normalize_mask_json",
+    "wire_array",
 ]
 
 #: Element types a typed array may name (always little-endian).
@@ -365,8 +366,8 @@ def decode_layout(form: str, payload: Any, *, limits: Limits = DEFAULT_LIMITS) -
     kwargs: dict[str, Any] = {"vocab_size": _vocab_size(payload), "metadata": _metadata(payload), "limits": limits}
     for key in ("cu_seqlens", *COMPANIONS):
         if payload.get(key) is not None and key not in required:
-            kwargs[key] = _wire_array(payload[key], key, limits)
-    arrays = {key: _wire_array(payload[key], key, limits) for key in required}
+            kwargs[key] = wire_array(payload[key], key, limits)
+    arrays = {key: wire_array(payload[key], key, limits) for key in required}
     if form == "dense":
         return SamplingMask.from_dense(arrays["dense"], **kwargs)
     if form == "packed":
@@ -390,7 +391,8 @@ _NDIM = {"dense": 2, "bitmask": 2}
 _KINDS = {"sampled_logprobs": "f", "temperature": "f", "support_logprobs": "f", "bitmask": "u8", "compact": "u8"}
 
 
-def _wire_array(spec: Any, key: str, limits: Limits) -> np.ndarray:
+def wire_array(spec: Any, key: str, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
+    """The typed array ``spec`` of layout-payload field ``key``, checked for its rank and element kind."""
     arr = array_from_json(spec, field=key, limits=limits)
     ndim = _NDIM.get(key, 1)
     if arr.ndim != ndim:
