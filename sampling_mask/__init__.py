@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .errors import ErrorCode, SamplingMaskError
-from .limits import DEFAULT_LIMITS, Limits
+from .limits import DEFAULT_LIMITS, LOCAL_FILE_LIMITS, Limits
 from .model import COMPANIONS, METADATA_KEYS, SamplingMask, concat
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ __all__ = [
     "COMPANIONS",
     "DEFAULT_LIMITS",
     "ErrorCode",
+    "LOCAL_FILE_LIMITS",
     "Limits",
     "METADATA_KEYS",
     "SPEC_VERSION",
