@@ -128,13 +128,21 @@ def encode(mask: SamplingMask, format: str, **opts: Any) -> bytes:
 
 
 def decode(
-    data: Any, format: str | None = None, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True
+    data: Any,
+    format: str | None = None,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    validate: bool = True,
+    copy: bool = False,
 ) -> SamplingMask:
     """A mask from bytes (or JSON text) in ``format``, detected by content when None.
 
-    Binary formats return views of ``data`` where they can (keep it unchanged while the mask lives).
-    ``validate=False`` skips the O(nnz) content checks of msgpack and Arrow input from a trusted
-    producer; sizes and byte counts are checked regardless.
+    Binary formats return read-only views of ``data`` where they can when ``data`` is immutable
+    (``bytes``); a writable buffer (``bytearray``, a writable memoryview) is copied once first, so
+    changing it later cannot change a validated mask. ``copy=True`` copies any input (the mask then
+    never keeps ``data`` alive). ``validate=False`` skips the O(nnz) content checks of msgpack and
+    Arrow input from a trusted producer; sizes and byte counts are checked regardless. For network
+    payloads pass ``limits=Limits.for_untrusted_input(len(data))``.
     """
     fmt = _sniff(data) if format is None else format
     if fmt in _JSON_FORMATS:
@@ -145,8 +153,8 @@ def decode(
     if isinstance(data, str):
         raise SamplingMaskError(ErrorCode.E_ENCODING, f"{fmt} input must be bytes, not str", value=fmt)
     if fmt == "msgpack":
-        return module.decode(data, limits=limits, validate=validate)  # type: ignore[no-any-return]
-    return module.decode(data, fmt, limits=limits, validate=validate)  # type: ignore[no-any-return]
+        return module.decode(data, limits=limits, validate=validate, copy=copy)  # type: ignore[no-any-return]
+    return module.decode(data, fmt, limits=limits, validate=validate, copy=copy)  # type: ignore[no-any-return]
 
 
 def save(path: str | os.PathLike[str], mask: SamplingMask, *, format: str | None = None, **opts: Any) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count
+from ..limits import DEFAULT_LIMITS, Limits, check_count, check_output
 from ..model import COMPANIONS, SamplingMask, concat
 from . import _ipc_bounds
 from ._buffers import input_view
@@ -555,8 +555,9 @@ def _compact_column(batch: Any, cu_rows: Any, limits: Limits) -> tuple[np.ndarra
     if row_counts.size and min(int(row_counts.min()), int(nnz_counts.min())) < 0:
         raise SamplingMaskError(ErrorCode.E_RANGE, "counts must be >= 0", field=COMPACT_ROWS_COLUMN)
     # Python ints: the sums cannot overflow, and are checked before anything is allocated.
-    check_count(sum(row_counts.tolist()), limits.max_rows, "row count", field=COMPACT_ROWS_COLUMN)
-    check_count(sum(nnz_counts.tolist()), limits.max_nnz, "id count", field=COMPACT_NNZ_COLUMN)
+    total_rows = check_count(sum(row_counts.tolist()), limits.max_rows, "row count", field=COMPACT_ROWS_COLUMN)
+    total_nnz = check_count(sum(nnz_counts.tolist()), limits.max_nnz, "id count", field=COMPACT_NNZ_COLUMN)
+    check_output(limits, total_rows, total_nnz, segments=len(row_counts), field=COMPACT_COLUMN)
     ids_parts, offset_parts = [], [np.zeros(1, np.int64)]
     base = 0
     for b in range(len(blobs)):
@@ -829,11 +830,14 @@ def iter_masks(
         yield from _masks(_BatchSource(stream, fmt, limits, batch_size), limits, validate)
 
 
-def decode(data: Any, fmt: str = "arrow", *, limits: Limits = DEFAULT_LIMITS, validate: bool = True) -> SamplingMask:
-    """A mask from IPC file / stream / Parquet bytes (views of ``data`` where the format allows)."""
+def decode(
+    data: Any, fmt: str = "arrow", *, limits: Limits = DEFAULT_LIMITS, validate: bool = True, copy: bool = False
+) -> SamplingMask:
+    """A mask from IPC file / stream / Parquet bytes: read-only views of ``data`` where the format
+    allows and ``data`` is immutable, of a private copy when it is writable or ``copy=True``."""
     if fmt not in FORMATS:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{fmt!r} is not an Arrow format", value=fmt)
-    return _read_all(_source(data), fmt, limits, validate)
+    return _read_all(_source(data, copy=copy), fmt, limits, validate)
 
 
 def load(path: Any, fmt: str = "arrow", *, limits: Limits = DEFAULT_LIMITS, validate: bool = True) -> SamplingMask:
