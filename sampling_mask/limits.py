@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 #: :meth:`Limits.for_untrusted_input`: a decode may produce this many bytes per input byte ...
-UNTRUSTED_EXPANSION = 8
+UNTRUSTED_EXPANSION = 12
 #: ... and at least this many, whatever the input size (8 MiB) ...
 UNTRUSTED_FLOOR_BYTES = 8 << 20
 #: ... and never more than this (1 GiB).
@@ -58,7 +58,7 @@ class Limits:
     def for_untrusted_input(cls, input_size: int) -> Limits:
         """Limits for one payload of ``input_size`` bytes from the network.
 
-        The output budget (``max_bytes``) is ``UNTRUSTED_EXPANSION`` (8) bytes per input byte, at
+        The output budget (``max_bytes``) is ``UNTRUSTED_EXPANSION`` (12) bytes per input byte, at
         least ``UNTRUSTED_FLOOR_BYTES`` (8 MiB) and at most 1 GiB; counts are capped modestly
         (2^24 rows, 2^20 segments, 2^28 ids, rows of 2^18 ids, vocabularies of 2^22). Under these
         limits no input grows a decoder's peak memory by more than max(16 x input size, 64 MiB)
@@ -79,7 +79,7 @@ class Limits:
 
 DEFAULT_LIMITS = Limits()
 #: Trusted local files of a real run: 10M tokens x 512 ids (5.1e9 ids, 20.5 GB) fit with room.
-LOCAL_FILE_LIMITS = Limits(max_rows=1 << 31, max_segments=1 << 26, max_nnz=1 << 35, max_bytes=1 << 37)
+LOCAL_FILE_LIMITS = Limits(max_rows=1 << 31, max_segments=1 << 26, max_nnz=1 << 35, max_bytes=1 << 38)
 
 
 def check_count(value: int, limit: int, what: str, *, field: str | None = None) -> int:
@@ -117,7 +117,14 @@ def output_nbytes(rows: int, nnz: int, *, segments: int = 1, per_row: int = 0, p
 
 
 def check_output(
-    limits: Limits, rows: int, nnz: int, *, segments: int = 1, per_row: int = 0, per_id: int = 0, field: str | None = None
+    limits: Limits,
+    rows: int,
+    nnz: int,
+    *,
+    segments: int = 1,
+    per_row: int = 0,
+    per_id: int = 0,
+    field: str | None = None,
 ) -> int:
     """:func:`output_nbytes` from declared counts, or ``E_LIMIT`` above ``limits.max_bytes``."""
     total = output_nbytes(rows, nnz, segments=segments, per_row=per_row, per_id=per_id)

@@ -85,7 +85,10 @@ def _check_metadata(metadata: Mapping[str, Any] | None) -> Mapping[str, _Metadat
                     text.encode("utf-8")
                 except UnicodeEncodeError:  # a lone surrogate, e.g. from the JSON escape "\ud800"
                     raise SamplingMaskError(
-                        ErrorCode.E_ENCODING, "metadata text is not valid Unicode", field="metadata", value=ascii(text)[:80]
+                        ErrorCode.E_ENCODING,
+                        "metadata text is not valid Unicode",
+                        field="metadata",
+                        value=ascii(text)[:80],
                     ) from None
         if isinstance(value, np.generic):
             value = value.item()

@@ -7,8 +7,8 @@ message metadata (FlatBuffers: ``Message`` -> ``RecordBatch`` / ``DictionaryBatc
 ``buffers``, ``compression``; ``Message.custom_metadata`` for the legacy V4
 ``ARROW:experimental_compression`` key, which compresses a batch without the ``compression``
 field) of every complete message. The *cost* of a batch is what reading it may allocate: the
-uncompressed sizes its compressed buffers declare plus 8 bytes for every element of every field
-node (offsets widened to int64, ids, companions); :func:`check` compares a cost with
+uncompressed sizes its compressed buffers declare plus 16 bytes for every element of every field
+node (offsets widened to int64, ids, companions, and the validation's temporaries); :func:`check` compares a cost with
 ``Limits.max_bytes`` (``E_LIMIT``). An IPC file footer listing one block twice, or blocks that
 overlap, is ``E_ENCODING`` (a 200 KB file could otherwise name one batch a thousand times). A
 stream that ends after a complete message without the end-of-stream marker is reported as not
@@ -35,8 +35,9 @@ _HEADER_RECORD_BATCH = 3
 _CONTINUATION = 0xFFFFFFFF
 _FILE_MAGIC = b"ARROW1"
 _LEGACY_COMPRESSION_KEY = b"ARROW:experimental_compression"
-#: Bytes a reader may build per field-node element (an int64 offset, an id, a companion value).
-_NODE_ELEMENT_BYTES = 8
+#: Bytes a reader may build per field-node element: an offset widened to int64 (or an id, a
+#: companion value) and the validation's temporaries over it.
+_NODE_ELEMENT_BYTES = 16
 
 
 class IpcCosts(NamedTuple):
@@ -229,7 +230,7 @@ def _stream_costs(view: memoryview) -> IpcCosts:
 def _check_blocks(blocks: list[tuple[int, int]]) -> None:
     """Footer blocks (offset, end) must be distinct and disjoint, else ``E_ENCODING``."""
     ordered = sorted(blocks)
-    for (start, end), (next_start, _) in zip(ordered, ordered[1:]):
+    for (start, end), (next_start, _) in zip(ordered, ordered[1:], strict=False):
         if next_start < end:
             what = "twice" if next_start == start else "overlapping another"
             raise SamplingMaskError(

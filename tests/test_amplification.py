@@ -1,0 +1,328 @@
+"""Small inputs cannot cost large memory: every input of issue 18's amplification table, and valid
+masks of a few MB in every format, decoded in a fork with their peak RSS growth measured.
+
+Each case has the error code it must give and a memory bound: under
+``Limits.for_untrusted_input(len(payload))`` peak RSS may grow at most max(16 x payload, 64 MiB)
+(``memory_probe.untrusted_bound_mb``), and the table's own ``max_bytes = 1 MiB`` cases at most
+64 MiB. ``max_bytes`` bounds what a decode produces, checked from the counts the input declares
+before anything is decompressed or allocated. Runs as a child process (this file as a script);
+POSIX only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from memory_probe import child_main, run_child, untrusted_bound_mb
+
+ROOT = Path(__file__).resolve().parent.parent
+ROWS = 1 << 24  # the table's 16M empty rows
+MiB = 1 << 20
+
+
+# ---------------------------------------------------------------------------------------------- payloads
+def _empty_rows(num_rows: int = ROWS) -> Any:
+    import numpy as np
+
+    from sampling_mask import SamplingMask
+
+    return SamplingMask(np.zeros(0, np.int32), np.zeros(num_rows + 1, np.int64), validate=False)
+
+
+def legacy_compressed_stream(num_rows: int = ROWS) -> bytes:
+    """A zstd stream whose batch is compressed through the V4 ``ARROW:experimental_compression``
+    message metadata key: written by pyarrow with the key, then each message patched to metadata
+    version V4 and the batch's ``compression`` field dropped (pyarrow still decompresses it)."""
+    import pyarrow as pa
+
+    from sampling_mask.codecs import _ipc_bounds
+    from sampling_mask.codecs.arrow import table_from_mask
+
+    table = table_from_mask(_empty_rows(num_rows))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+        writer.write_batch(table.to_batches()[0], custom_metadata={"ARROW:experimental_compression": "ZSTD"})
+    data = bytearray(sink.getvalue().to_pybytes())
+    pos = 0
+    while struct.unpack_from("<i", data, pos + 4)[0] != 0:  # up to the end-of-stream marker
+        start, length = pos + 8, struct.unpack_from("<i", data, pos + 4)[0]
+        meta = memoryview(data)[start : start + length]
+        message = _ipc_bounds._Table(meta, struct.unpack_from("<I", meta, 0)[0])
+        struct.pack_into("<h", data, start + message.pos + message._field(0), 3)  # version V5 -> V4
+        batch = message.table(2)
+        if message.scalar(1, "<B", 0) == 3 and batch is not None:  # a RecordBatch: drop field 3
+            struct.pack_into("<H", data, start + batch.vtable + 4 + 2 * 3, 0)
+        pos = start + length + message.scalar(3, "<q", 0)
+    return bytes(data)
+
+
+def zstd_stream_of_empty_rows() -> bytes:
+    import sampling_mask
+
+    return sampling_mask.encode(_empty_rows(), "arrows", compression="zstd")
+
+
+def parquet_of_empty_rows() -> bytes:
+    import sampling_mask
+
+    return sampling_mask.encode(_empty_rows(), "parquet")
+
+
+def base64_zero_width(num_rows: int) -> bytes:
+    return json.dumps({"data": "", "shape": [num_rows, 0], "dtype": "int32"}).encode()
+
+
+def msgpack_zero_width(num_rows: int = ROWS) -> bytes:
+    import msgpack
+
+    dense = {"dtype": "int32", "shape": [num_rows, 0], "data": b""}
+    return msgpack.packb({"sampling_mask": 1, "layout": "dense", "dense": dense}, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def footer_repeating_one_batch(times: int = 1000) -> bytes:
+    """An IPC file whose footer lists its first batch (50,000 ids) ``times`` times: written with
+    ``times`` batches (the first large, the rest one id), then every footer block pointed at the first."""
+    import numpy as np
+    import pyarrow as pa
+
+    from sampling_mask import SamplingMask
+    from sampling_mask.codecs import arrow
+
+    big = SamplingMask.from_rows([list(range(50))] * 1000)
+    small = SamplingMask(np.array([1], np.int32), np.array([0, 1], np.int64))
+    sink = pa.BufferOutputStream()
+    with arrow.Writer(sink, "arrow") as writer:
+        writer.write(big)
+        for _ in range(times - 1):
+            writer.write(small)
+    data = bytearray(sink.getvalue().to_pybytes())
+    footer_length = struct.unpack_from("<i", data, len(data) - 10)[0]
+    footer_start = len(data) - 10 - footer_length
+    from sampling_mask.codecs import _ipc_bounds
+
+    footer = memoryview(data)[footer_start : len(data) - 10]
+    first, count = _ipc_bounds._Table(footer, struct.unpack_from("<I", footer, 0)[0]).structs(3, 24)
+    assert count == times
+    block = bytes(footer[first : first + 24])
+    for i in range(1, count):
+        data[footer_start + first + 24 * i : footer_start + first + 24 * (i + 1)] = block
+    return bytes(data)
+
+
+def realistic(fmt: str, num_rows: int = 150_000) -> bytes:
+    """A valid rollout of realistic supports (46% singletons, mean ~8 ids), a few MB in ``fmt``."""
+    import sampling_mask
+    from sampling_mask.synthetic import rollout
+
+    mask = rollout(num_rows, seed=1)
+    if fmt in ("json-rows", "base64"):
+        mask = sampling_mask.SamplingMask(mask.ids, mask.offsets)
+        if fmt == "base64":
+            mask = mask[:3_000]
+    opts: dict[str, Any] = {"compression": "zstd"} if fmt == "arrows" else {}
+    return sampling_mask.encode(mask, fmt, **opts)
+
+
+# ---------------------------------------------------------------------------------------------- calls
+def _untrusted(data: bytes) -> Any:
+    from sampling_mask import Limits
+
+    return Limits.for_untrusted_input(len(data))
+
+
+def _one_mib(_: bytes) -> Any:
+    from sampling_mask import Limits
+
+    return Limits(max_bytes=MiB)
+
+
+def _default(_: bytes) -> Any:
+    from sampling_mask import DEFAULT_LIMITS
+
+    return DEFAULT_LIMITS
+
+
+def _decode(fmt: str, limits: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def run(data: bytes) -> Any:
+        import sampling_mask
+
+        return sampling_mask.decode(data, fmt, limits=limits(data))
+
+    return run
+
+
+def _iter(fmt: str, limits: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def run(data: bytes) -> Any:
+        import sampling_mask
+
+        return list(sampling_mask.codecs.iter_masks(data, format=fmt, limits=limits(data)))
+
+    return run
+
+
+def _load(suffix: str, limits: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def run(data: bytes) -> Any:
+        import sampling_mask
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / f"mask{suffix}"
+            path.write_bytes(data)
+            return sampling_mask.load(path, limits=limits(data))
+
+    return run
+
+
+#: label -> (payload builder, decoder, expected code, whether the untrusted preset applies)
+CASES: dict[str, tuple[Callable[[], bytes], Callable[[bytes], Any], str, bool]] = {
+    "arrows legacy V4 compression key, max_bytes 1 MiB": (
+        legacy_compressed_stream,
+        _decode("arrows", _one_mib),
+        "E_LIMIT",
+        False,
+    ),
+    "arrows legacy V4 compression key, untrusted": (
+        legacy_compressed_stream,
+        _decode("arrows", _untrusted),
+        "E_LIMIT",
+        True,
+    ),
+    "arrows zstd 16M empty rows, untrusted": (
+        zstd_stream_of_empty_rows,
+        _decode("arrows", _untrusted),
+        "E_LIMIT",
+        True,
+    ),
+    "arrows zstd 16M empty rows, streamed, untrusted": (
+        zstd_stream_of_empty_rows,
+        _iter("arrows", _untrusted),
+        "E_LIMIT",
+        True,
+    ),
+    "parquet 16M empty rows, untrusted": (parquet_of_empty_rows, _decode("parquet", _untrusted), "E_LIMIT", True),
+    "parquet 16M empty rows, max_bytes 1 MiB": (parquet_of_empty_rows, _decode("parquet", _one_mib), "E_LIMIT", False),
+    "parquet 16M empty rows, streamed, untrusted": (
+        parquet_of_empty_rows,
+        _iter("parquet", _untrusted),
+        "E_LIMIT",
+        True,
+    ),
+    "base64 shape [2**24, 0], untrusted": (
+        lambda: base64_zero_width(ROWS),
+        _decode("base64", _untrusted),
+        "E_LIMIT",
+        True,
+    ),
+    "base64 shape [2**28, 0], untrusted": (
+        lambda: base64_zero_width(1 << 28),
+        _decode("base64", _untrusted),
+        "E_LIMIT",
+        True,
+    ),
+    "msgpack dense [2**24, 0], untrusted": (msgpack_zero_width, _decode("msgpack", _untrusted), "E_LIMIT", True),
+    "arrow footer lists one batch 1000 times, decode": (
+        footer_repeating_one_batch,
+        _decode("arrow", _default),
+        "E_ENCODING",
+        False,
+    ),
+    "arrow footer lists one batch 1000 times, load": (
+        footer_repeating_one_batch,
+        _load(".arrow", _default),
+        "E_ENCODING",
+        False,
+    ),
+    "arrow footer lists one batch 1000 times, untrusted": (
+        footer_repeating_one_batch,
+        _decode("arrow", _untrusted),
+        "E_ENCODING",
+        True,
+    ),
+}
+for _fmt in ("arrow", "arrows", "parquet", "msgpack", "json", "json-rows", "base64"):
+    CASES[f"valid realistic {_fmt}, untrusted"] = (
+        lambda fmt=_fmt: realistic(fmt),  # type: ignore[misc]
+        _decode(_fmt, _untrusted),
+        "E_LIMIT" if _fmt == "parquet" else "OK",  # Arrow C++ reads Parquet at ~35 bytes a value
+        True,
+    )
+CASES["valid realistic parquet of 10,000 rows, untrusted"] = (
+    lambda: realistic("parquet", 10_000),
+    _decode("parquet", _untrusted),
+    "OK",
+    True,
+)
+
+
+def _warm_up() -> None:
+    """Every decoder once on valid input, so lazy imports and pools are in the baseline."""
+    import sampling_mask
+
+    mask = sampling_mask.SamplingMask.from_rows([[1, 2], [], [3]], vocab_size=8)
+    limits = sampling_mask.Limits.for_untrusted_input(100)
+    for fmt in ("arrow", "arrows", "parquet", "msgpack", "json"):
+        sampling_mask.decode(sampling_mask.encode(mask, fmt), fmt, limits=limits)
+    sampling_mask.decode(sampling_mask.encode(mask, "arrows", compression="zstd"), "arrows", limits=limits)
+    plain = sampling_mask.SamplingMask.from_rows([[1, 2], [], [3]])
+    for fmt in ("base64", "json-rows"):
+        sampling_mask.decode(sampling_mask.encode(plain, fmt), fmt, limits=limits)
+
+
+# ---------------------------------------------------------------------------------------------- parent
+@pytest.fixture(scope="module")
+def results() -> dict[str, dict[str, Any]]:
+    if not hasattr(os, "fork"):
+        pytest.skip("needs fork")
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("msgpack")
+    return run_child(__file__)
+
+
+@pytest.mark.parametrize("label", list(CASES))
+def test_input_gets_its_code_within_the_memory_bound(results: dict[str, dict[str, Any]], label: str) -> None:
+    event = results[label]
+    expected, untrusted = CASES[label][2], CASES[label][3]
+    assert event["code"] == expected, f"{label}: got {event['code']}"
+    bound = untrusted_bound_mb(event["size"]) if untrusted else 64
+    assert event["rss"] <= bound, f"{label}: peak RSS grew {event['rss']} MiB, bound {bound:.0f} MiB"
+
+
+def test_table_inputs_are_small(results: dict[str, dict[str, Any]]) -> None:
+    """The table's payloads are a few KB; the valid ones a few MB (so the 16 x input part is tested)."""
+    for label, event in results.items():
+        if label.startswith("valid"):
+            assert event["size"] > 4 * MiB or "base64" in label or "10,000" in label, (label, event["size"])
+        else:
+            assert event["size"] < 1 * MiB, (label, event["size"])
+
+
+def test_untrusted_preset_scales_with_the_input() -> None:
+    from sampling_mask import Limits
+    from sampling_mask.limits import UNTRUSTED_EXPANSION, UNTRUSTED_FLOOR_BYTES
+
+    assert Limits.for_untrusted_input(0).max_bytes == UNTRUSTED_FLOOR_BYTES
+    assert Limits.for_untrusted_input(50 * MiB).max_bytes == UNTRUSTED_EXPANSION * 50 * MiB
+    assert Limits.for_untrusted_input(1 << 40).max_bytes == 1 << 30  # the absolute cap
+
+
+def test_local_file_preset_fits_a_real_run() -> None:
+    """10M tokens x 512 ids: 5.1e9 ids, 20.5 GB of int32 plus offsets, within LOCAL_FILE_LIMITS."""
+    from sampling_mask import DEFAULT_LIMITS, LOCAL_FILE_LIMITS
+    from sampling_mask.limits import check_output
+
+    rows, nnz = 10_000_000, 10_000_000 * 512
+    assert rows <= LOCAL_FILE_LIMITS.max_rows and nnz <= LOCAL_FILE_LIMITS.max_nnz
+    assert check_output(LOCAL_FILE_LIMITS, rows, nnz, segments=20_000, per_row=12) > 20 * 10**9
+    assert nnz > DEFAULT_LIMITS.max_nnz, "the network defaults stay tighter"
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    child_main(((label, build, call) for label, (build, call, _, _) in CASES.items()), _warm_up)
