@@ -42,8 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from . import layouts, synthetic
-from .model import SamplingMask
+from . import synthetic
+from .core import layouts
+from .core.model import SamplingMask
 
 __all__ = ["main", "machine", "run"]
 
@@ -279,7 +280,7 @@ _PAYLOADS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("arrow IPC file", "arrow", {}, "pyarrow"),
     ("arrow IPC stream", "arrows", {}, "pyarrow"),
     ("arrow IPC stream, large lists", "arrows", {"large_lists": True}, "pyarrow"),
-    ("arrow IPC file, compact", "arrow", {"compact": True}, "pyarrow"),
+    ("arrow IPC file, compact", "arrow", {"layout": "compact"}, "pyarrow"),
     ("parquet", "parquet", {}, "pyarrow"),
 )
 
@@ -402,7 +403,7 @@ def bench_transport(report: Report, mask: SamplingMask, repeats: int, small: Sam
         for label, (fmt, _, data) in payloads.items():
             ratio = g[label + " large"] / g[label + " small"]
             figures["growth"][label] = ratio
-            kind = decode_kind(codecs.decode(data, fmt, validate=False), data)
+            kind = decode_kind(codecs.decode(data, format=fmt, validate=False), data)
             note = (
                 _verdict(ratio < _TARGETS["zero_copy_growth"]) + " < 2x" if kind == "zero-copy" else "O(n): no target"
             )
@@ -487,7 +488,7 @@ def bench_bitmask(report: Report, repeats: int, quick: bool, seed: int) -> None:
                 ]
             )
     report.table(["support", "ids/row", "vLLM loop", "core", "naive back", "core back"], rows_out)
-    report.line("  bitmask -> ragged (core = sampling_mask.layouts) against vLLM's per-row unpackbits +")
+    report.line("  bitmask -> ragged (core = sampling_mask.core.layouts) against vLLM's per-row unpackbits +")
     report.line("  flatnonzero loop; ragged -> bitmask ('back') against a per-row bool + packbits loop")
     worst = min(v["core"] for v in figures.values())
     report.line(
@@ -753,7 +754,7 @@ def write_plot(table: dict[str, dict[int, float]], path: str) -> str:
     try:
         import matplotlib
     except ImportError:
-        return f"skipped plot {path}: matplotlib is not installed"
+        return f"skipped plot {path}: matplotlib is not installed (pip install 'sampling-mask[plot]')"
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

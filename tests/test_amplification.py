@@ -154,7 +154,7 @@ def _decode(fmt: str, limits: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     def run(data: bytes) -> Any:
         import sampling_mask
 
-        return sampling_mask.decode(data, fmt, limits=limits(data))
+        return sampling_mask.decode(data, format=fmt, limits=limits(data))
 
     return run
 
@@ -268,11 +268,11 @@ def _warm_up() -> None:
     mask = sampling_mask.SamplingMask.from_rows([[1, 2], [], [3]], vocab_size=8)
     limits = sampling_mask.Limits.for_untrusted_input(100)
     for fmt in ("arrow", "arrows", "parquet", "msgpack", "json"):
-        sampling_mask.decode(sampling_mask.encode(mask, fmt), fmt, limits=limits)
-    sampling_mask.decode(sampling_mask.encode(mask, "arrows", compression="zstd"), "arrows", limits=limits)
+        sampling_mask.decode(sampling_mask.encode(mask, fmt), format=fmt, limits=limits)
+    sampling_mask.decode(sampling_mask.encode(mask, "arrows", compression="zstd"), format="arrows", limits=limits)
     plain = sampling_mask.SamplingMask.from_rows([[1, 2], [], [3]])
     for fmt in ("base64", "json-rows"):
-        sampling_mask.decode(sampling_mask.encode(plain, fmt), fmt, limits=limits)
+        sampling_mask.decode(sampling_mask.encode(plain, fmt), format=fmt, limits=limits)
 
 
 # ---------------------------------------------------------------------------------------------- parent
@@ -305,7 +305,7 @@ def test_table_inputs_are_small(results: dict[str, dict[str, Any]]) -> None:
 
 def test_untrusted_preset_scales_with_the_input() -> None:
     from sampling_mask import Limits
-    from sampling_mask.limits import UNTRUSTED_EXPANSION, UNTRUSTED_FLOOR_BYTES
+    from sampling_mask.core.limits import UNTRUSTED_EXPANSION, UNTRUSTED_FLOOR_BYTES
 
     assert Limits.for_untrusted_input(0).max_bytes == UNTRUSTED_FLOOR_BYTES
     assert Limits.for_untrusted_input(50 * MiB).max_bytes == UNTRUSTED_EXPANSION * 50 * MiB
@@ -315,7 +315,7 @@ def test_untrusted_preset_scales_with_the_input() -> None:
 def test_local_file_preset_fits_a_real_run() -> None:
     """10M tokens x 512 ids: 5.1e9 ids, 20.5 GB of int32 plus offsets, within LOCAL_FILE_LIMITS."""
     from sampling_mask import DEFAULT_LIMITS, LOCAL_FILE_LIMITS
-    from sampling_mask.limits import check_output
+    from sampling_mask.core.limits import check_output
 
     rows, nnz = 10_000_000, 10_000_000 * 512
     assert rows <= LOCAL_FILE_LIMITS.max_rows and nnz <= LOCAL_FILE_LIMITS.max_nnz

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits
-from ..model import SamplingMask
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits
+from ..core.model import SamplingMask
 from . import _files
 
 __all__ = [
@@ -129,8 +130,10 @@ def encode(mask: SamplingMask, format: str, **opts: Any) -> bytes:
 
 def decode(
     data: Any,
-    format: str | None = None,
+    _format: str | None = None,
+    /,
     *,
+    format: str | None = None,
     limits: Limits = DEFAULT_LIMITS,
     validate: bool = True,
     copy: bool = False,
@@ -142,8 +145,18 @@ def decode(
     changing it later cannot change a validated mask. ``copy=True`` copies any input (the mask then
     never keeps ``data`` alive). ``validate=False`` skips the O(nnz) content checks of msgpack and
     Arrow input from a trusted producer; sizes and byte counts are checked regardless. For network
-    payloads pass ``limits=Limits.for_untrusted_input(len(data))``.
+    payloads pass ``limits=Limits.for_untrusted_input(len(data))``. ``decode(data, "msgpack")``
+    (the format positional) is deprecated: pass ``format=``.
     """
+    if _format is not None:
+        if format is not None:
+            raise TypeError("decode() got the format both positionally and as format=")
+        warnings.warn(
+            "decode(data, format) is deprecated; pass the format as a keyword: decode(data, format=...)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        format = _format
     fmt = _sniff(data) if format is None else format
     if fmt in _JSON_FORMATS:
         from . import json as json_codec
@@ -157,11 +170,13 @@ def decode(
     return module.decode(data, fmt, limits=limits, validate=validate, copy=copy)  # type: ignore[no-any-return]
 
 
-def save(path: str | os.PathLike[str], mask: SamplingMask, *, format: str | None = None, **opts: Any) -> None:
+def save(mask: SamplingMask, path: str | os.PathLike[str], *, format: str | None = None, **opts: Any) -> None:
     """Write ``mask`` to ``path`` (format from the extension unless given). Atomic: the file is written
     next to ``path``, flushed to disk and renamed over it, so a failed save (an error, a kill, a power
     loss) never leaves a truncated file there. A symlink is written through (its target is replaced);
-    a path that exists and is not a regular file is refused (``E_ENCODING``)."""
+    a path that exists and is not a regular file is refused (``E_ENCODING``). ``save(path, mask)``
+    (the old order) is deprecated."""
+    mask, path = _mask_first(mask, path)
     fmt = format_for_path(path) if format is None else format
     _module(fmt)
     if fmt in _ARROW_FORMATS:
@@ -172,6 +187,18 @@ def save(path: str | os.PathLike[str], mask: SamplingMask, *, format: str | None
     data = encode(mask, fmt, **opts)
     with _files.atomic_path(path) as tmp, open(tmp, "wb") as fh:
         fh.write(data)
+
+
+def _mask_first(mask: Any, path: Any) -> tuple[SamplingMask, str | os.PathLike[str]]:
+    """``(mask, path)`` from either order; the old ``save(path, mask)`` warns (one release)."""
+    if isinstance(mask, (str, os.PathLike)) and not isinstance(path, (str, os.PathLike)):
+        warnings.warn(
+            "save(path, mask) is deprecated; the mask comes first, as in encode: save(mask, path)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return path, mask
+    return mask, path
 
 
 def _file_format(path: str | os.PathLike[str], format: str | None) -> str:
@@ -204,8 +231,8 @@ def load(
         return arrow.load(path, fmt, limits=limits, validate=validate)
     data = _files.read_bounded(path, limits.max_bytes)
     if fmt in _JSON_FORMATS:
-        return decode(data, format, limits=limits)
-    return decode(data, fmt, limits=limits, validate=validate)
+        return decode(data, format=format, limits=limits)
+    return decode(data, format=fmt, limits=limits, validate=validate)
 
 
 def iter_masks(
@@ -228,7 +255,7 @@ def iter_masks(
 
         yield from arrow.iter_masks(path, fmt, limits=limits, validate=validate, batch_size=batch_size)
     elif isinstance(path, (bytes, bytearray, memoryview)):
-        yield decode(path, format, limits=limits, validate=validate)
+        yield decode(path, format=format, limits=limits, validate=validate)
     else:
         yield load(path, format=format, limits=limits, validate=validate)
 
@@ -238,9 +265,10 @@ def open_writer(path: str | os.PathLike[str], *, format: str | None = None, **op
     record batch (row group); ``.close()`` (or leaving the ``with`` block) finishes the file.
 
     Options: ``compression`` (``"zstd"``, ``"lz4"``; Parquet also its own codecs), ``large_lists``,
-    ``compact``, ``id_order``. Atomic: batches go to a temporary file next to ``path`` that a clean
-    close renames over ``path``; an exception inside the ``with`` block removes it and leaves the old
-    file. A writer that wrote nothing writes a valid file holding the empty mask.
+    ``layout`` (``"ragged"`` or ``"compact"``), ``id_order``. Atomic: batches go to a temporary file
+    next to ``path`` that a clean close renames over ``path``; an exception inside the ``with`` block
+    removes it and leaves the old file. A writer that wrote nothing writes a valid file holding the
+    empty mask.
     """
     fmt = format_for_path(path) if format is None else format
     if fmt not in _ARROW_FORMATS:

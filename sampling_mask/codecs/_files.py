@@ -19,8 +19,8 @@ import secrets
 import stat
 from collections.abc import Iterator
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import check_count
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import check_count
 
 try:  # POSIX
     import fcntl

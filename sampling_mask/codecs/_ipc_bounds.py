@@ -25,8 +25,8 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import Limits
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import Limits
 
 __all__ = ["IpcCosts", "batch_costs", "check"]
 
