@@ -87,7 +87,13 @@ def _bin_header(nbytes: int, key: str) -> bytes:
         return struct.pack(">BH", 0xC5, nbytes)
     if nbytes < 1 << 32:
         return struct.pack(">BI", 0xC6, nbytes)
-    raise SamplingMaskError(ErrorCode.E_LIMIT, f"{nbytes} bytes exceed a msgpack bin (4 GiB)", field=key)
+    raise SamplingMaskError(
+        ErrorCode.E_LIMIT,
+        f"{nbytes} bytes exceed a msgpack bin (4 GiB); write large masks as a streaming Arrow file: "
+        "codecs.open_writer(path, format='arrows') or save(mask, 'mask.arrows')",
+        field=key,
+        value=nbytes,
+    )
 
 
 def _pack(env: Mapping[str, Any]) -> bytes:
