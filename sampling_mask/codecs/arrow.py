@@ -39,7 +39,7 @@ import numpy as np
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output
 from ..core.model import COMPANIONS, SamplingMask, concat
-from . import _ipc_bounds
+from . import _ipc_bounds, _parquet_bounds
 from ._buffers import input_view
 from ._common import (
     SPEC_MAJOR,
@@ -733,27 +733,11 @@ def _empty_batch(schema: Any) -> Any:
     return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
 
 
-#: Parquet: bytes a reader may build per value a column chunk declares (levels, offsets, values and
-#: the Arrow C++ reader's buffers: measured at about 35 per value, in a fresh process).
-_PARQUET_VALUE_BYTES = 40
-
-
-def _row_group_cost(meta: Any) -> int:
-    """What reading one Parquet row group may allocate, from its footer entry: the pages'
-    uncompressed sizes plus :data:`_PARQUET_VALUE_BYTES` per declared value (the encoded sizes
-    alone bound nothing: a run of 16M empty rows encodes in a few bytes)."""
-    total = 8 * max(meta.num_rows, 0)
-    for j in range(meta.num_columns):
-        column = meta.column(j)
-        total += max(column.total_uncompressed_size, 0) + _PARQUET_VALUE_BYTES * max(column.num_values, 0)
-    return total
-
-
 class _BatchSource:
     """Opens an IPC file / IPC stream / Parquet source and hands out its record batches in order.
 
     ``costs``: what reading each batch may allocate, known before it is read (:mod:`._ipc_bounds`,
-    :func:`_row_group_cost`); ``complete``: False for an IPC stream without its end-of-stream marker.
+    :mod:`._parquet_bounds`); ``complete``: False for an IPC stream without its end-of-stream marker.
     """
 
     def __init__(self, source: Any, fmt: str, limits: Limits, batch_size: int | None) -> None:
@@ -777,10 +761,12 @@ class _BatchSource:
             else:
                 import pyarrow.parquet as pq
 
+                # Costs first, from our own reading of the footer (see _parquet_bounds).
+                self.costs = _parquet_bounds.row_group_costs(_whole(source))
                 self._reader = pq.ParquetFile(source)
                 self.schema = self._reader.schema_arrow
-                meta = self._reader.metadata
-                self.costs = [_row_group_cost(meta.row_group(i)) for i in range(meta.num_row_groups)]
+                if len(self.costs) != self._reader.num_row_groups:  # pragma: no cover - one footer, two readers
+                    raise SamplingMaskError(ErrorCode.E_ENCODING, "the Parquet footer's row groups disagree")
                 if batch_size is not None:
                     for index, cost in enumerate(self.costs):
                         _ipc_bounds.check(cost, limits, f"row group {index}")
