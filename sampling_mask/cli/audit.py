@@ -15,46 +15,42 @@ import argparse
 import json
 import mmap
 import struct
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_audit_parser", "cmd_audit", "read_logits"]
+from ._common import FORMAT_HELP, CliError, add_command, out, print_json
+from ._source import check_input, open_input, read_all
+from .stats import _require_matplotlib
+from .validate import _read_sampled
+
+__all__ = ["add_parser", "read_logits", "run"]
 
 #: safetensors dtype names this reader accepts and their numpy storage (bf16 as raw 16-bit words).
 _SAFETENSORS_DTYPES = {"F64": ("<f8", None), "F32": ("<f4", None), "F16": ("<f2", None), "BF16": ("<i2", "bfloat16")}
 _MAX_HEADER = 100 * 1024 * 1024
 
 
-def _cli() -> Any:
-    from . import cli
-
-    return cli
-
-
 def _safetensors_header(data: Any, path: Path) -> tuple[dict[str, Any], int]:
     """(the JSON header, where the data buffer starts); CliError ``E_ENCODING`` on anything malformed."""
-    cli = _cli()
     if len(data) < 8:
-        raise cli.CliError("E_ENCODING", f"{str(path)!r} is too short for a safetensors file")
+        raise CliError("E_ENCODING", f"{str(path)!r} is too short for a safetensors file")
     (size,) = struct.unpack("<Q", data[:8])
     if size > _MAX_HEADER or 8 + size > len(data):
-        raise cli.CliError("E_ENCODING", f"{str(path)!r}: safetensors header size {size} exceeds the file")
+        raise CliError("E_ENCODING", f"{str(path)!r}: safetensors header size {size} exceeds the file")
     try:
         header = json.loads(bytes(data[8 : 8 + size]))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise cli.CliError("E_ENCODING", f"{str(path)!r}: safetensors header is not JSON: {exc}") from None
+        raise CliError("E_ENCODING", f"{str(path)!r}: safetensors header is not JSON: {exc}") from None
     if not isinstance(header, dict):
-        raise cli.CliError("E_ENCODING", f"{str(path)!r}: safetensors header is not a JSON object")
+        raise CliError("E_ENCODING", f"{str(path)!r}: safetensors header is not a JSON object")
     return header, 8 + size
 
 
 def _safetensors_tensor(path: Path, key: str | None) -> Any:
     """One tensor of a safetensors file, copied out of a read-only mapping after every check."""
-    cli = _cli()
     with open(path, "rb") as fh:
         if not path.stat().st_size:
-            raise cli.CliError("E_ENCODING", f"{str(path)!r} is empty")
+            raise CliError("E_ENCODING", f"{str(path)!r} is empty")
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
             return _safetensors_tensor_from(data, path, key)
 
@@ -63,28 +59,27 @@ def _safetensors_tensor_from(data: Any, path: Path, key: str | None) -> Any:
     import numpy as np
     import torch
 
-    cli = _cli()
     header, start = _safetensors_header(data, path)
     names = [name for name in header if name != "__metadata__"]
     if key is None:
         key = "logits" if "logits" in names else (names[0] if len(names) == 1 else None)
         if key is None:
-            raise cli.CliError("E_USAGE", f"{str(path)!r} holds {len(names)} tensors; name one with --logits-key")
+            raise CliError("E_USAGE", f"{str(path)!r} holds {len(names)} tensors; name one with --logits-key")
     entry = header.get(key)
     if not isinstance(entry, dict):
-        raise cli.CliError("E_SCHEMA", f"{str(path)!r} has no tensor {key!r} (it has {names[:8]})")
+        raise CliError("E_SCHEMA", f"{str(path)!r} has no tensor {key!r} (it has {names[:8]})")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if dtype not in _SAFETENSORS_DTYPES:
-        raise cli.CliError("E_DTYPE", f"tensor {key!r} has dtype {dtype!r}; logits must be F64, F32, F16 or BF16")
+        raise CliError("E_DTYPE", f"tensor {key!r} has dtype {dtype!r}; logits must be F64, F32, F16 or BF16")
     ok_shape = isinstance(shape, list) and len(shape) == 2 and all(type(v) is int and v >= 0 for v in shape)
     ok_offsets = isinstance(offsets, list) and len(offsets) == 2 and all(type(v) is int for v in offsets)
     if not ok_shape or not ok_offsets:
-        raise cli.CliError("E_SCHEMA", f"tensor {key!r}: shape must be [T, V] and data_offsets [begin, end]")
+        raise CliError("E_SCHEMA", f"tensor {key!r}: shape must be [T, V] and data_offsets [begin, end]")
     storage, view = _SAFETENSORS_DTYPES[dtype]
     rows, vocab = int(shape[0]), int(shape[1])  # type: ignore[index]
     begin, end = int(offsets[0]), int(offsets[1])  # type: ignore[index]
     if not 0 <= begin <= end <= len(data) - start or end - begin != rows * vocab * np.dtype(storage).itemsize:
-        raise cli.CliError("E_BYTES", f"tensor {key!r}: data_offsets {offsets} disagree with shape {shape} / file")
+        raise CliError("E_BYTES", f"tensor {key!r}: data_offsets {offsets} disagree with shape {shape} / file")
     arr = np.frombuffer(data, dtype=storage, count=rows * vocab, offset=start + begin).reshape(rows, vocab)
     tensor = torch.from_numpy(arr.copy())
     return tensor.view(torch.bfloat16) if view == "bfloat16" else tensor
@@ -95,14 +90,13 @@ def read_logits(path: Path, key: str | None = None) -> Any:
     import numpy as np
     import torch
 
-    cli = _cli()
-    cli._check_input(path)
+    check_input(path)
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
             arr = np.load(path, allow_pickle=False, mmap_mode="r")
             if arr.ndim != 2 or arr.dtype.kind != "f":
-                raise cli.CliError("E_DTYPE", f"{str(path)!r} must hold a 2-D float array, got {arr.dtype} {arr.shape}")
+                raise CliError("E_DTYPE", f"{str(path)!r} must hold a 2-D float array, got {arr.dtype} {arr.shape}")
             return torch.from_numpy(np.array(arr))  # a writable copy of the mapped file
         if suffix == ".safetensors":
             try:
@@ -114,15 +108,15 @@ def read_logits(path: Path, key: str | None = None) -> Any:
                     names = list(handle.keys())
                     name = key or ("logits" if "logits" in names else (names[0] if len(names) == 1 else None))
                     if name is None or name not in names:
-                        raise cli.CliError("E_USAGE", f"name the logits tensor with --logits-key (one of {names[:8]})")
+                        raise CliError("E_USAGE", f"name the logits tensor with --logits-key (one of {names[:8]})")
                     return handle.get_tensor(name)
-            except cli.CliError:
+            except CliError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the package's own error types
-                raise cli.CliError("E_ENCODING", f"cannot read {str(path)!r}: {exc}") from None
+                raise CliError("E_ENCODING", f"cannot read {str(path)!r}: {exc}") from None
     except (ValueError, OSError) as exc:
-        raise cli.CliError("E_ENCODING", f"cannot read logits from {str(path)!r}: {exc}") from None
-    raise cli.CliError("E_USAGE", f"--logits takes a .npy or a .safetensors file, not {str(path)!r}")
+        raise CliError("E_ENCODING", f"cannot read logits from {str(path)!r}: {exc}") from None
+    raise CliError("E_USAGE", f"--logits takes a .npy or a .safetensors file, not {str(path)!r}")
 
 
 def _param(args: argparse.Namespace, mask: Any, name: str) -> Any:
@@ -178,7 +172,6 @@ def _plot(out: Path, report: Any, source: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    cli = _cli()
     c = report.compared
     panels = [("Jaccard(recorded, recomputed)", report.jaccard[c]), ("recorded mass", report.recorded_mass[c])]
     if report.drift_part is not None:
@@ -198,49 +191,50 @@ def _plot(out: Path, report: Any, source: Path) -> None:
     try:
         fig.savefig(out, format="png", dpi=100)
     except OSError as exc:
-        raise cli.CliError("E_IO", f"cannot write {str(out)!r}: {exc.strerror or exc}") from None
+        raise CliError("E_IO", f"cannot write {str(out)!r}: {exc.strerror or exc}") from None
     finally:
         plt.close(fig)
 
 
-def cmd_audit(args: argparse.Namespace) -> int:
-    cli = _cli()
+def run(args: argparse.Namespace) -> int:
+    """Audit the masks of ``args.file`` against ``args.rule`` on ``args.logits``; exit 1 on a difference."""
     if args.plot is not None:
-        cli._require_matplotlib()
+        _require_matplotlib()
     import numpy as np
 
-    from .reference_scorer import audit
+    from ..reference_scorer import audit
 
-    mask = cli._read_all(cli._input(args))
+    mask = read_all(open_input(args))
     logits = read_logits(Path(args.logits), args.logits_key)
     params = {name: _param(args, mask, name) for name in ("temperature", "top_k", "top_p", "min_p")}
-    sampled = None if args.sampled is None else cli._read_sampled(Path(args.sampled))
+    sampled = None if args.sampled is None else _read_sampled(Path(args.sampled))
     report = audit(mask, logits, rule=args.rule, sampled=sampled, chunk_rows=args.chunk_rows, **params)
     summary = report.summary()
     if args.plot is not None:
         _plot(Path(args.plot), report, Path(args.file))
     if args.json:
-        cli._print_json({"file": args.file, "logits": args.logits, "parameters": params, **summary})
+        print_json({"file": args.file, "logits": args.logits, "parameters": params, **summary})
     else:
         for line in _report_lines(Path(args.file), summary, params, report):
-            cli._out(line)
+            out(line)
         if args.plot is not None:
-            cli._out(f"wrote {args.plot}")
+            out(f"wrote {args.plot}")
     sampled_ok = report.sampled_in_recorded is None or bool(np.all(report.sampled_in_recorded | ~report.compared))
     return 0 if summary["rows_equal"] == summary["rows_compared"] and sampled_ok else 1
 
 
-def add_audit_parser(add: Callable[[str, str, Callable[[argparse.Namespace], int]], argparse.ArgumentParser]) -> None:
-    """Register ``audit`` through the command line's ``add(name, help, func)``."""
-    p = add(
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = add_command(
+        sub,
+        common,
         "audit",
         "check masks against the support an engine's sampler keeps for given logits; exit 1 on a difference",
-        cmd_audit,
+        run,
     )
     p.add_argument("file", metavar="MASKFILE")
     p.add_argument("--logits", required=True, metavar="FILE", help="raw logits [T, V]: .npy or .safetensors")
     p.add_argument("--logits-key", metavar="NAME", help="the tensor's name in a .safetensors file (default: logits)")
-    p.add_argument("--format", help="MASKFILE's format when the extension does not say it")
+    p.add_argument("--format", help=FORMAT_HELP)
     p.add_argument("--rule", choices=("vllm", "sglang", "hf"), default="vllm", help="whose sampler (default vllm)")
     p.add_argument("--temperature", type=float, help="default: the mask's temperature companion / metadata, else 1")
     p.add_argument("--top-k", dest="top_k", type=int, help="default: the mask's metadata (off: -1 or 0)")
