@@ -269,8 +269,8 @@ def kept_block(logits: torch.Tensor, params: SupportParams, start: int = 0) -> t
 
 
 def default_chunk_rows(vocab_size: int) -> int:
-    """Rows per block: 2**22 logits (16 MiB in fp32; about 8x that in a block's temporaries)."""
-    return max(1, (1 << 22) // max(vocab_size, 1))
+    """Rows per block: 2**23 logits (32 MiB in fp32; a block's temporaries take about 8x that)."""
+    return max(1, (1 << 23) // max(vocab_size, 1))
 
 
 def support_from_logits(
