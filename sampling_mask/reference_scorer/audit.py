@@ -39,6 +39,7 @@ from .support import _check_logits, default_chunk_rows, kept_block, support_para
 __all__ = ["SupportAudit", "audit", "audit_from_hidden"]
 
 _VOCAB_TILE = 16384  # lm-head rows per matmul when forming logits from hidden states
+_AUDIT_BLOCK = 1 << 22  # logits per block: the audit keeps about 10 block-sized temporaries
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +196,7 @@ def _audit(
     y = None if sampled is None else _sampled_rows(sampled, num_rows, vocab)
     rollout = mask.sampled_logprobs if rollout_logprobs is None else rollout_logprobs
     q = None if rollout is None else _float_rows(rollout, num_rows, field="rollout_logprobs")
-    step = default_chunk_rows(vocab) if chunk_rows is None else chunk_rows
+    step = default_chunk_rows(vocab, _AUDIT_BLOCK) if chunk_rows is None else chunk_rows
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise SamplingMaskError(ErrorCode.E_RANGE, "chunk_rows must be an integer >= 1", field="chunk_rows")
 

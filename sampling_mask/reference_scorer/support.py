@@ -268,9 +268,9 @@ def kept_block(logits: torch.Tensor, params: SupportParams, start: int = 0) -> t
     return _RULE_FUNCTIONS[params.rule](logits, params.rows(start, start + logits.shape[0]))
 
 
-def default_chunk_rows(vocab_size: int) -> int:
-    """Rows per block: 2**23 logits (32 MiB in fp32; a block's temporaries take about 8x that)."""
-    return max(1, (1 << 23) // max(vocab_size, 1))
+def default_chunk_rows(vocab_size: int, logits_per_block: int = 1 << 23) -> int:
+    """Rows per block: 2**23 logits by default (32 MiB in fp32; a block's temporaries take about 9x that)."""
+    return max(1, logits_per_block // max(vocab_size, 1))
 
 
 def support_from_logits(
