@@ -34,7 +34,7 @@ from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask
 from .inputs import accumulation_dtype
 from .row_stats import _HiddenSource
-from .support import _check_logits, default_chunk_rows, kept_block, support_params
+from .support import as_logits, default_chunk_rows, kept_block, support_params
 
 __all__ = ["SupportAudit", "audit", "audit_from_hidden"]
 
@@ -302,7 +302,7 @@ def audit(
     ``min_p``: the sampler's parameters (see :func:`support_from_logits`). ``sampled``: default the
     mask's ``sampled_token_ids``; ``rollout_logprobs``: default its ``sampled_logprobs``.
     """
-    logits = _check_logits(logits)
+    logits = as_logits(logits)
     num_rows, vocab = logits.shape
     return _audit(
         mask,

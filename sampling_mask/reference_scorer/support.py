@@ -24,8 +24,8 @@ with per-row parameters, so supports agree id for id with the engine's code run 
 Parameters are scalars or [T] and are held in float32 (as the engines hold them). Off values:
 ``top_k`` None / 0 / -1 (and, except for ``"sglang"``, any k >= V), ``top_p`` None / 1, ``min_p``
 None / 0. Batch effects are kept: vLLM and SGLang run a filter on every row of a call when any row
-uses it (which only matters for ids whose probability underflows to 0), so pass the rows of one
-engine batch together when that matters. The support is computed ``chunk_rows`` rows at a time
+uses it (which matters only at rounding edges: ids of probability 0, prefix sums that round above 1),
+so pass the rows of one engine batch together when that matters. The support is computed ``chunk_rows`` rows at a time
 (memory O(chunk_rows x V)); the engines' sort order among exactly tied values is the CPU sort's.
 """
 
@@ -40,7 +40,15 @@ import torch
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask
 
-__all__ = ["RULES", "SupportParams", "kept_block", "support_from_logits", "support_params"]
+__all__ = [
+    "RULES",
+    "SupportParams",
+    "as_logits",
+    "default_chunk_rows",
+    "kept_block",
+    "support_from_logits",
+    "support_params",
+]
 
 RULES = ("vllm", "sglang", "hf")
 _SGLANG_TOP_K_ALL = 1 << 30  # sglang/srt/sampling/sampling_params.py TOP_K_ALL
@@ -239,7 +247,8 @@ def _hf(logits: torch.Tensor, params: SupportParams) -> torch.Tensor:
 _RULE_FUNCTIONS = {"vllm": _vllm, "sglang": _sglang, "hf": _hf}
 
 
-def _check_logits(logits: Any) -> torch.Tensor:
+def as_logits(logits: Any) -> torch.Tensor:
+    """``logits`` as a floating tensor [T, V] (numpy arrays are wrapped); ``E_SCHEMA`` / ``E_SHAPE`` / ``E_DTYPE``."""
     if not isinstance(logits, torch.Tensor):
         if isinstance(logits, np.ndarray):
             logits = torch.from_numpy(logits)
@@ -289,7 +298,7 @@ def support_from_logits(
     ``temperature``, ``top_k``, ``top_p``, ``min_p``: scalars or [T]. Raises ``E_RANGE`` naming the row
     for NaN / +inf logits or out-of-range parameters. A row whose logits are all ``-inf`` is empty.
     """
-    logits = _check_logits(logits)
+    logits = as_logits(logits)
     num_rows, vocab = logits.shape
     params = support_params(
         num_rows,
