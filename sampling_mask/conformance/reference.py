@@ -27,6 +27,7 @@ from .payloads import (
     mask_from_json,
     mask_to_json,
 )
+from .suite import OPERATIONS
 
 __all__ = ["BYTE_FORMS", "ReferenceImplementation", "Unsupported", "payload_bytes"]
 
@@ -115,6 +116,8 @@ class ReferenceImplementation:
                 return {"ok": self.encode(form, mask, dict(request.get("options") or {}))}
             if op == "score":
                 return {"ok": self.score(form, payload, dict(request.get("options") or {}), limits)}
+            if op in OPERATIONS and form == "model":
+                return {"ok": mask_to_json(self.operate(op, payload, limits))}
             raise Unsupported(f"op {op!r}")
         except SamplingMaskError as exc:
             return {"rejected": exc.to_dict()}
@@ -162,6 +165,30 @@ class ReferenceImplementation:
                 return {"text": data.decode("utf-8")}
             return {"hex": data.hex()}
         raise Unsupported(f"form {form!r}")
+
+    def operate(self, op: str, payload: Any, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
+        """SPEC 3.6 on model masks: ``concatenate`` ``{"masks": [MODEL, ...]}``, ``slice``
+        ``{"mask": MODEL, "start": a, "stop": b}``, ``take`` ``{"mask": MODEL, "segments": [b, ...]}``."""
+        from ..core.model import concat
+
+        if not isinstance(payload, Mapping):
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, f"a {op} payload is an object")
+        if op == "concatenate":
+            masks = payload.get("masks")
+            if not isinstance(masks, list):
+                raise SamplingMaskError(ErrorCode.E_SCHEMA, "masks is a list of model masks", field="masks")
+            return concat([mask_from_json(m, limits=limits) for m in masks])
+        mask = mask_from_json(payload.get("mask"), limits=limits)
+        if op == "take":
+            segments = payload.get("segments")
+            if not isinstance(segments, list) or not all(type(b) is int for b in segments):
+                raise SamplingMaskError(ErrorCode.E_SCHEMA, "segments is a list of integers", field="segments")
+            return mask.take(np.asarray(segments, dtype=np.int64))
+        start, stop = payload.get("start"), payload.get("stop")
+        if type(start) is not int or type(stop) is not int or not 0 <= start <= stop <= mask.num_rows:
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "0 <= start <= stop <= T", field="start")
+        sliced: SamplingMask = mask[start:stop]
+        return sliced
 
     def score(self, form: str, payload: Any, options: dict[str, Any], limits: Limits | None = None) -> dict[str, Any]:
         """Masked log-probs and entropy of a ``scorer`` payload (see :func:`score_payload`)."""
