@@ -399,3 +399,16 @@ def test_generated_cases_find_a_bug_and_print_a_pasteable_minimal_vector(monkeyp
     out = io.StringIO()
     assert runner.main(["--class", "ragged reader", "--generated", "60", "--seed", "3"], out=out) == 0
     assert "OK: 1 class(es), 60 generated cases per kind" in out.getvalue()
+
+
+def test_the_cli_subcommand_gives_one_line_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    from sampling_mask.cli import main as cli_main
+
+    assert cli_main(["conformance", "--form", "jsonrows"]) == 2
+    err = capsys.readouterr().err
+    assert err == "sampling-mask: error: E_USAGE: unknown form 'jsonrows'; did you mean 'json-rows'?\n"
+    assert cli_main(["conformance", "--bogus-flag"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("sampling-mask: error: E_USAGE: unrecognized arguments: --bogus-flag") and err.count("\n") == 1
+    )
