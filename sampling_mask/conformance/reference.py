@@ -72,22 +72,11 @@ def _codec(name: str) -> Any:
 
 
 def _library_options(form: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The protocol's encode options in this library's spelling: ``layout`` names the Arrow compact
-    layout too (``{"layout": "compact"}``), where the library's Arrow encoder may spell it ``compact=True``."""
-    if form not in ("arrow", "arrows", "parquet") or "layout" not in options:
-        return options
-    import inspect
-
-    from ..codecs import arrow
-
-    if "layout" in inspect.signature(arrow.encode).parameters:
-        return options
-    out = dict(options)
-    layout = out.pop("layout")
-    if layout not in ("list", "compact"):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown Arrow layout {layout!r}", field="layout")
-    out["compact"] = layout == "compact"
-    return out
+    """The protocol's encode options in this library's spelling: the Arrow layout the protocol calls
+    ``list`` (its schema-metadata name, SPEC 9.2) is the library's ``ragged``."""
+    if form in ("arrow", "arrows", "parquet") and options.get("layout") == "list":
+        return {**options, "layout": "ragged"}
+    return options
 
 
 class ReferenceImplementation:
