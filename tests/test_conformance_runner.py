@@ -412,3 +412,15 @@ def test_the_cli_subcommand_gives_one_line_usage_errors(capsys: pytest.CaptureFi
     assert (
         err.startswith("sampling-mask: error: E_USAGE: unrecognized arguments: --bogus-flag") and err.count("\n") == 1
     )
+
+
+def _supports_nothing(request: dict[str, Any]) -> dict[str, Any]:
+    return {"unsupported": "nothing"}
+
+
+def test_generated_cases_that_check_nothing_are_not_green(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "supports_nothing", _supports_nothing, raising=False)
+    out = io.StringIO()
+    assert runner.main(["--impl", f"{__name__}:supports_nothing", "--generated", "5", "--form", "dense"], out=out) == 2
+    assert "SKIP        dense reader: unsupported" in out.getvalue()
+    assert "nothing checked" in out.getvalue()
