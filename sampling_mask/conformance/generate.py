@@ -414,8 +414,9 @@ def dense_cases(book: Book) -> None:
     src = _source()
     picks = ["17", "18", "19"]
     f.add(
-        "vllm-0.32-compact-buffer",
-        "vLLM 0.32's compact buffer for three real rows: ascending ids, -1 past each row's count, width 64.",
+        "vllm-0.32-rows-as-dense",
+        "Three real vLLM 0.32 rows (ascending) as our dense layout, width 64. The -1 padding is ours:"
+        " vLLM's compact buffer leaves undefined bytes past each row's count.",
         "layouts",
         {"dense": arr([src["compact_token_ids"][i] for i in picks]), "vocab_size": src["vocab_size"]},
         ok(mask([src["rows"][i] for i in picks], vocab=src["vocab_size"])),

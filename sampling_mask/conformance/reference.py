@@ -223,6 +223,7 @@ def score_payload(payload: Any, limits: Limits = DEFAULT_LIMITS) -> dict[str, An
     policies = {
         "empty_rows": payload.get("empty_rows", "full"),
         "missing_target": payload.get("missing_target", "error"),
+        "ignore_index": None,  # the spec's targets: -1 on empty rows only, any other negative is E_RANGE
     }
     if "logits" in payload:
         result = scorer.masked_logprobs(
