@@ -2,8 +2,8 @@
 
 Request (conformance/README.md, "Runner protocol")::
 
-    {"id": CASE_ID, "op": "decode" | "encode" | "validate" | "score", "form": FORM,
-     "input": PAYLOAD, "options": {...}?, "limits": {...}?}
+    {"id": CASE_ID, "op": "decode" | "encode" | "validate" | "score" | "concatenate" | "slice" | "take",
+     "form": FORM, "input": PAYLOAD, "options": {...}?, "limits": {...}?}
 
 Response: an object with exactly one of these keys (``id`` may be echoed)::
 
