@@ -42,8 +42,10 @@ __all__ = [
     "format_for_path",
     "iter_masks",
     "load",
+    "open_dataset",
     "open_writer",
     "save",
+    "write_dataset",
 ]
 
 FORMATS = ("arrow", "arrows", "parquet", "msgpack", "json", "json-rows", "base64")
@@ -296,3 +298,6 @@ def open_writer(path: str | os.PathLike[str], *, format: str | None = None, **op
     from . import arrow
 
     return arrow.Writer.to_path(path, fmt, **opts)
+
+
+from .dataset import open_dataset, write_dataset  # noqa: E402 - needs open_writer above
