@@ -27,6 +27,11 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """The module's names plus the lazily imported codec functions (so ``dir()`` and completion list them)."""
+    return sorted(set(globals()) | set(_CODEC_EXPORTS))
+
+
 __all__ = [
     "COMPANIONS",
     "DEFAULT_LIMITS",

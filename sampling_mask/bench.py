@@ -280,7 +280,7 @@ _PAYLOADS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("arrow IPC file", "arrow", {}, "pyarrow"),
     ("arrow IPC stream", "arrows", {}, "pyarrow"),
     ("arrow IPC stream, large lists", "arrows", {"large_lists": True}, "pyarrow"),
-    ("arrow IPC file, compact", "arrow", {"compact": True}, "pyarrow"),
+    ("arrow IPC file, compact", "arrow", {"layout": "compact"}, "pyarrow"),
     ("parquet", "parquet", {}, "pyarrow"),
 )
 
@@ -403,7 +403,7 @@ def bench_transport(report: Report, mask: SamplingMask, repeats: int, small: Sam
         for label, (fmt, _, data) in payloads.items():
             ratio = g[label + " large"] / g[label + " small"]
             figures["growth"][label] = ratio
-            kind = decode_kind(codecs.decode(data, fmt, validate=False), data)
+            kind = decode_kind(codecs.decode(data, format=fmt, validate=False), data)
             note = (
                 _verdict(ratio < _TARGETS["zero_copy_growth"]) + " < 2x" if kind == "zero-copy" else "O(n): no target"
             )
@@ -754,7 +754,7 @@ def write_plot(table: dict[str, dict[int, float]], path: str) -> str:
     try:
         import matplotlib
     except ImportError:
-        return f"skipped plot {path}: matplotlib is not installed"
+        return f"skipped plot {path}: matplotlib is not installed (pip install 'sampling-mask[plot]')"
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

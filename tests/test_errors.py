@@ -157,7 +157,6 @@ CASES: list[tuple[str, ErrorCode, Any, dict[str, Any]]] = [
     ("concat metadata", ErrorCode.E_SCHEMA, lambda: concat([base(), base(metadata={"top_k": 2})]), {}),
     ("take floats", ErrorCode.E_SCHEMA, lambda: base().take([0.5]), {"field": "segment_indices"}),
     ("slice step", ErrorCode.E_SCHEMA, lambda: base()[::2], {"value": 2}),
-    ("unknown companion", ErrorCode.E_SCHEMA, lambda: base().with_companions(logits=[1]), {}),
 ]
 
 

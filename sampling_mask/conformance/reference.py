@@ -82,6 +82,8 @@ class ReferenceImplementation:
         """One response for one request; see :mod:`sampling_mask.conformance.protocol`."""
         try:
             op, form = request.get("op"), request.get("form")
+            if op == "describe":
+                return {"ok": self.describe()}
             if not isinstance(form, str):
                 raise Unsupported(f"form {form!r}")
             limits = limits_from_json(request.get("limits"))
@@ -105,6 +107,13 @@ class ReferenceImplementation:
             return {"error": f"{type(exc).__name__}: {exc}"}
 
     # ------------------------------------------------------------------ steps
+    #: The conformance classes this implementation claims (names or globs); the reference claims all.
+    classes: tuple[str, ...] = ("*",)
+
+    def describe(self) -> dict[str, Any]:
+        """The answer to the ``describe`` request: ``{"classes": [...]}``."""
+        return {"classes": list(self.classes)}
+
     def decode(self, form: str, payload: Any, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
         """A validated mask from a payload of ``form``."""
         if form in LAYOUT_FORMS:
