@@ -38,6 +38,9 @@ from .core.model import SamplingMask, concat
 __all__ = ["PackedBatch", "SequenceDataset", "SequenceShardSampler", "collate_sequences"]
 
 
+_OPEN_FILES = 4  # files (each with its current batch) a process keeps open
+
+
 class _OpenFile:
     """One file opened in this process: its batches on demand, the last one decoded and kept."""
 
@@ -65,11 +68,15 @@ class _OpenFile:
         self._limits = limits
         self._cached: tuple[int, SamplingMask, Any] | None = None
 
+    def release(self) -> None:
+        """Drop the file's resident pages (a read-only mapping: views stay valid and re-read on use)."""
+        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
+
     def batch(self, index: int) -> tuple[SamplingMask, Any]:
         if self._cached is not None and self._cached[0] == index:
             return self._cached[1], self._cached[2]
-        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
-            self._map.madvise(mmap.MADV_DONTNEED)  # drop the pages of earlier batches (they re-read on use)
+        self.release()
         with arrow._arrow_errors("dataset file"):
             if self._fmt == "arrow":
                 batch = self._reader.get_batch(index)
@@ -126,10 +133,14 @@ class SequenceDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     def _file(self, number: int) -> _OpenFile:
         if os.getpid() != self._pid:  # a forked worker: never share the parent's readers
             self._open, self._pid = {}, os.getpid()
-        opened = self._open.get(number)
+        opened = self._open.pop(number, None)
+        if self._open and next(reversed(self._open)) != number:
+            self._open[next(reversed(self._open))].release()  # moving on to another file
         if opened is None:
             opened = _OpenFile(self.files[number], self.format, self.limits)
-            self._open[number] = opened
+        self._open[number] = opened  # most recent last; the oldest is let go beyond _OPEN_FILES
+        while len(self._open) > _OPEN_FILES:
+            del self._open[next(iter(self._open))]
         return opened
 
     def __len__(self) -> int:

@@ -337,3 +337,111 @@ def test_worker_memory_stays_flat(tmp_path):
     data_mib = mask.ids.nbytes / 2**20
     assert int(total) > 0.85 * mask.nnz
     assert float(late) - float(early) < 0.25 * data_mib, out.stdout
+
+
+# ------------------------------------------------------------------------------------------ other tools
+def _support_stats(masks) -> dict:
+    from sampling_mask.stats import summarize
+
+    support = summarize(list(masks)).support()
+    return {k: support[k] for k in ("rows", "singleton_fraction", "mean", "median", "p99", "max")}
+
+
+@pytest.fixture(scope="module")
+def parquet_dir(tmp_path_factory, rollout):
+    mask, columns = rollout
+    base = tmp_path_factory.mktemp("tools")
+    ds_codec.write_dataset(base, (mask, columns), partition_by=("step",), max_file_bytes=20000)
+    return base
+
+
+def _expected_per_step(parquet_dir):
+    dataset = sm.codecs.open_dataset(parquet_dir)
+    return {step: _support_stats([dataset.read(filter={"step": step}).mask]) for step in range(4)}
+
+
+def _assert_stats_equal(got: dict, want: dict) -> None:
+    assert set(got) == set(want)
+    for step in want:
+        for key, value in want[step].items():
+            assert got[step][key] == pytest.approx(value, rel=1e-9), (step, key)
+
+
+def test_duckdb_sql_support_stats_match_the_library(parquet_dir):
+    duckdb = pytest.importorskip("duckdb")
+    sql = f"""
+        SELECT step, count(*) AS rows, avg(CAST(n = 1 AS DOUBLE)) AS singleton_fraction, avg(n) AS mean,
+               quantile_cont(n, 0.5) AS median, quantile_cont(n, 0.99) AS p99, max(n) AS max
+        FROM (SELECT step, len(unnest(sampling_mask)) AS n
+              FROM read_parquet('{parquet_dir}/**/*.parquet', hive_partitioning = true))
+        WHERE n > 0 GROUP BY step ORDER BY step
+    """
+    rows = duckdb.sql(sql).fetchall()
+    got = {r[0]: dict(zip(("rows", "singleton_fraction", "mean", "median", "p99", "max"), r[1:])) for r in rows}
+    _assert_stats_equal(got, _expected_per_step(parquet_dir))
+
+
+def test_polars_support_stats_match_the_library(parquet_dir):
+    pl = pytest.importorskip("polars")
+    frame = (
+        pl.scan_parquet(f"{parquet_dir}/**/*.parquet", hive_partitioning=True)
+        .select("step", pl.col("sampling_mask").explode().list.len().alias("n"))
+        .filter(pl.col("n") > 0)
+        .group_by("step")
+        .agg(
+            pl.len().alias("rows"),
+            (pl.col("n") == 1).mean().alias("singleton_fraction"),
+            pl.col("n").mean().alias("mean"),
+            pl.col("n").quantile(0.5, "linear").alias("median"),
+            pl.col("n").quantile(0.99, "linear").alias("p99"),
+            pl.col("n").max().alias("max"),
+        )
+        .collect()
+    )
+    got = {r.pop("step"): r for r in frame.to_dicts()}
+    _assert_stats_equal(got, _expected_per_step(parquet_dir))
+    # Polars hands the table back through Arrow: the mask survives with the header taken from a file.
+    table = pl.read_parquet(f"{parquet_dir}/**/*.parquet", hive_partitioning=True).to_arrow()
+    one_file = next(iter(sorted(parquet_dir.rglob("*.parquet"))))
+    back = ds_codec.mask_from_table(table, like=one_file)
+    assert back.mask.num_segments == len(table) and back.mask.vocab_size == 151936
+
+
+def test_hugging_face_datasets_reads_our_files(parquet_dir, monkeypatch, tmp_path, rollout):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    datasets = pytest.importorskip("datasets")
+    mask, columns = rollout
+    files = sorted(str(p) for p in parquet_dir.rglob("step=2/*.parquet"))
+    hf = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "cache"))
+    assert hf.features["sampling_mask"] == datasets.List(datasets.List(datasets.Value("int32")))
+    hf = hf.map(lambda x: x)  # a datasets round trip keeps the column types
+    with pytest.raises(sm.SamplingMaskError) as err:  # datasets drops our header: say so, don't guess
+        ds_codec.mask_from_table(hf)
+    assert err.value.code is sm.ErrorCode.E_SCHEMA
+    back = ds_codec.mask_from_table(hf, like=files[0])
+    keep = np.flatnonzero(columns["step"] == 2)
+    order = np.argsort(back.columns["request_id"], kind="stable")
+    want = mask.take(keep[np.argsort(columns["request_id"][keep], kind="stable")])
+    assert back.mask.take(order) == want
+
+
+def test_ray_data_map_batches_rebuilds_masks(parquet_dir, rollout):
+    ray = pytest.importorskip("ray")
+    import ray.data
+
+    mask, _columns = rollout
+    one_file = str(next(iter(sorted(parquet_dir.rglob("*.parquet")))))
+    ray.init(num_cpus=1, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    try:
+
+        def nnz_per_batch(table):
+            batch = ds_codec.mask_from_table(table, like=one_file)  # validated on the worker
+            return {"nnz": [batch.mask.nnz], "segments": [batch.mask.num_segments]}
+
+        data = ray.data.read_parquet(str(parquet_dir), partitioning="hive")
+        out = data.map_batches(nnz_per_batch, batch_format="pyarrow", batch_size=None).take_all()
+    finally:
+        ray.shutdown()
+    assert sum(r["nnz"] for r in out) == mask.nnz
+    assert sum(r["segments"] for r in out) == mask.num_segments

@@ -36,7 +36,15 @@ from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask
 from . import arrow
 
-__all__ = ["FileError", "MaskBatch", "MaskDataset", "MaskSequence", "open_dataset", "write_dataset"]
+__all__ = [
+    "FileError",
+    "MaskBatch",
+    "MaskDataset",
+    "MaskSequence",
+    "mask_from_table",
+    "open_dataset",
+    "write_dataset",
+]
 
 _EXTENSIONS = {"parquet": (".parquet",), "arrow": (".arrow",)}
 _MASK_COLUMNS = (arrow.MASK_COLUMN, arrow.COMPACT_COLUMN, arrow.COMPACT_ROWS_COLUMN, arrow.COMPACT_NNZ_COLUMN)
@@ -288,6 +296,51 @@ def _expression(filter: Any) -> Any:
             term = ds.field(name) == value
         expr = term if expr is None else expr & term
     return expr
+
+
+def mask_from_table(
+    table: Any, *, like: Any = None, limits: Limits = DEFAULT_LIMITS, validate: bool = True
+) -> MaskBatch:
+    """The mask and user columns of an Arrow table that another tool produced from our files.
+
+    ``table``: a ``pyarrow.Table`` or ``RecordBatch`` (Ray Data ``batch_format="pyarrow"``, DuckDB
+    ``.arrow()``, Polars ``.to_arrow()``) or a Hugging Face ``datasets.Dataset``. Tools that drop the
+    schema metadata (Hugging Face ``datasets`` does) lose the header: pass ``like``, one of the
+    dataset's files (path) or its ``pyarrow.Schema``, whose header (version, vocab size, id order,
+    metadata) is then used. The columns are checked and validated like any batch of ours.
+    """
+    import pyarrow as pa
+
+    inner = getattr(getattr(table, "data", None), "table", None)  # datasets.Dataset -> pyarrow.Table
+    if inner is not None:
+        table = inner
+    if not isinstance(table, (pa.Table, pa.RecordBatch)):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected a pyarrow Table or RecordBatch", value=type(table).__name__)
+    schema = table.schema
+    if like is not None and arrow.PREFIX + "version" not in {k.decode(errors="replace") for k in schema.metadata or {}}:
+        if isinstance(like, (str, os.PathLike)):
+            like = _file_schema(os.fspath(like))
+        schema = schema.with_metadata(like.metadata)
+    header = arrow._read_header(schema, limits)
+    with arrow._arrow_errors("Arrow table"):
+        batches = table.to_batches() if isinstance(table, pa.Table) else [table]
+        masks = [arrow._mask_from_batch(b.replace_schema_metadata(schema.metadata), header, limits, validate) for b in batches]
+    extra = [name for name in table.schema.names if name not in arrow.RESERVED_COLUMNS]
+    columns = {name: table.column(name).to_numpy(zero_copy_only=False) for name in extra}
+    mask = arrow._join(masks, header, schema, limits)
+    return MaskBatch(mask, columns, "")
+
+
+def _file_schema(path: str) -> Any:
+    """The schema (with its metadata) of one of our Parquet or Arrow IPC files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with arrow._arrow_errors("schema of " + path):
+        if path.endswith(".parquet"):
+            return pq.read_schema(path)
+        with pa.memory_map(path) as source:
+            return pa.ipc.open_file(source).schema
 
 
 def open_dataset(
