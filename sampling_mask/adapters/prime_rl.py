@@ -45,6 +45,7 @@ __all__ = [
     "to_payload",
     "to_trainer_tensor",
     "to_wire",
+    "unshift",
 ]
 
 #: prime-rl's capture width (``kept_tokens.py`` ``SAMPLING_MASK_MAX``): wider kept sets ship count 0.
