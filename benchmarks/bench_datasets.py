@@ -101,8 +101,8 @@ def main() -> None:
                 f"quantile_cont(n, 0.99), max(n) FROM (SELECT len(unnest(sampling_mask)) AS n FROM "
                 f"read_parquet('{root}/**/*.parquet', hive_partitioning = true) WHERE step IN ({selected})) "
                 f"WHERE n > 0"
-            ).fetchone()
-            figures["duckdb"] = dict(zip(KEYS, row))
+            ).fetchall()[0]
+            figures["duckdb"] = dict(zip(KEYS, row, strict=True))
         except ImportError:
             print("duckdb: skipped (pip install duckdb)")
         try:
@@ -111,7 +111,8 @@ def main() -> None:
             frame = (
                 pl.scan_parquet(f"{root}/**/*.parquet", hive_partitioning=True)
                 .filter(pl.col("step").is_in(args.select))
-                .select(pl.col("sampling_mask").explode().list.len().alias("n"))
+                .explode("sampling_mask")
+                .select(pl.col("sampling_mask").list.len().alias("n"))
                 .filter(pl.col("n") > 0)
                 .select(
                     pl.len(),
@@ -123,7 +124,7 @@ def main() -> None:
                 )
                 .collect()
             )
-            figures["polars"] = dict(zip(KEYS, frame.row(0)))
+            figures["polars"] = dict(zip(KEYS, frame.row(0), strict=True))
         except ImportError:
             print("polars: skipped (pip install polars)")
         print(f"{'tool':<16}" + "".join(f"{k:>20}" for k in KEYS))

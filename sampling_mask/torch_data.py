@@ -254,7 +254,7 @@ class SequenceShardSampler(torch.utils.data.Sampler[int]):
         heap = [(0, r) for r in range(self.num_replicas)]  # (tokens so far, rank): the lightest on top
         counts = [0] * self.num_replicas
         owner = np.empty(total, np.int64)
-        for slot, tokens in zip(position.tolist(), self.lengths[order[position]].tolist()):
+        for slot, tokens in zip(position.tolist(), self.lengths[order[position]].tolist(), strict=True):
             load, chosen = heapq.heappop(heap)  # once per sequence per epoch, O(log P)
             owner[slot] = chosen
             counts[chosen] += 1

@@ -264,7 +264,7 @@ def test_dataloader_with_two_workers_equals_a_single_process_read(arrow_dir):
     single = list(torch.utils.data.DataLoader(dataset, batch_size=7, collate_fn=collate))
     parallel = list(torch.utils.data.DataLoader(dataset, batch_size=7, collate_fn=collate, num_workers=2))
     assert len(single) == len(parallel) == -(-len(dataset) // 7)
-    for a, b in zip(single, parallel):
+    for a, b in zip(single, parallel, strict=True):
         assert a.mask == b.mask
         assert torch.equal(a.cu_seqlens, b.cu_seqlens) and a.cu_seqlens.dtype == torch.int32
         assert torch.equal(a.columns["reward"], b.columns["reward"])
@@ -311,7 +311,10 @@ def test_worker_memory_stays_flat(tmp_path):
         mask.ids, mask.offsets, cu_seqlens=np.arange(0, 1_000_001, 2000), vocab_size=mask.vocab_size
     )
     ds_codec.write_dataset(
-        tmp_path, (mask, {"step": np.zeros(mask.num_segments, int)}), partition_by=("step",), format="arrow",
+        tmp_path,
+        (mask, {"step": np.zeros(mask.num_segments, int)}),
+        partition_by=("step",),
+        format="arrow",
         max_file_bytes=4 << 20,
     )
     script = textwrap.dedent(
@@ -377,7 +380,10 @@ def test_duckdb_sql_support_stats_match_the_library(parquet_dir):
         WHERE n > 0 GROUP BY step ORDER BY step
     """
     rows = duckdb.sql(sql).fetchall()
-    got = {r[0]: dict(zip(("rows", "singleton_fraction", "mean", "median", "p99", "max"), r[1:])) for r in rows}
+    got = {
+        r[0]: dict(zip(("rows", "singleton_fraction", "mean", "median", "p99", "max"), r[1:], strict=True))
+        for r in rows
+    }
     _assert_stats_equal(got, _expected_per_step(parquet_dir))
 
 
@@ -385,7 +391,8 @@ def test_polars_support_stats_match_the_library(parquet_dir):
     pl = pytest.importorskip("polars")
     frame = (
         pl.scan_parquet(f"{parquet_dir}/**/*.parquet", hive_partitioning=True)
-        .select("step", pl.col("sampling_mask").explode().list.len().alias("n"))
+        .explode("sampling_mask")
+        .select("step", pl.col("sampling_mask").list.len().alias("n"))
         .filter(pl.col("n") > 0)
         .group_by("step")
         .agg(
@@ -403,7 +410,7 @@ def test_polars_support_stats_match_the_library(parquet_dir):
     # Polars hands the table back through Arrow: the mask survives with the header taken from a file.
     table = pl.read_parquet(f"{parquet_dir}/**/*.parquet", hive_partitioning=True).to_arrow()
     one_file = next(iter(sorted(parquet_dir.rglob("*.parquet"))))
-    back = ds_codec.mask_from_table(table, like=one_file)
+    back = ds_codec.batch_from_table(table, like=one_file)
     assert back.mask.num_segments == len(table) and back.mask.vocab_size == 151936
 
 
@@ -417,9 +424,9 @@ def test_hugging_face_datasets_reads_our_files(parquet_dir, monkeypatch, tmp_pat
     assert hf.features["sampling_mask"] == datasets.List(datasets.List(datasets.Value("int32")))
     hf = hf.map(lambda x: x)  # a datasets round trip keeps the column types
     with pytest.raises(sm.SamplingMaskError) as err:  # datasets drops our header: say so, don't guess
-        ds_codec.mask_from_table(hf)
+        ds_codec.batch_from_table(hf)
     assert err.value.code is sm.ErrorCode.E_SCHEMA
-    back = ds_codec.mask_from_table(hf, like=files[0])
+    back = ds_codec.batch_from_table(hf, like=files[0])
     keep = np.flatnonzero(columns["step"] == 2)
     order = np.argsort(back.columns["request_id"], kind="stable")
     want = mask.take(keep[np.argsort(columns["request_id"][keep], kind="stable")])
@@ -428,7 +435,7 @@ def test_hugging_face_datasets_reads_our_files(parquet_dir, monkeypatch, tmp_pat
 
 def test_ray_data_map_batches_rebuilds_masks(parquet_dir, rollout):
     ray = pytest.importorskip("ray")
-    import ray.data
+    ray_data = pytest.importorskip("ray.data")
 
     mask, _columns = rollout
     one_file = str(next(iter(sorted(parquet_dir.rglob("*.parquet")))))
@@ -436,10 +443,10 @@ def test_ray_data_map_batches_rebuilds_masks(parquet_dir, rollout):
     try:
 
         def nnz_per_batch(table):
-            batch = ds_codec.mask_from_table(table, like=one_file)  # validated on the worker
+            batch = ds_codec.batch_from_table(table, like=one_file)  # validated on the worker
             return {"nnz": [batch.mask.nnz], "segments": [batch.mask.num_segments]}
 
-        data = ray.data.read_parquet(str(parquet_dir), partitioning="hive")
+        data = ray_data.read_parquet(str(parquet_dir))
         out = data.map_batches(nnz_per_batch, batch_format="pyarrow", batch_size=None).take_all()
     finally:
         ray.shutdown()

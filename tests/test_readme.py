@@ -4,7 +4,9 @@ Each block runs on its own, in a fresh interpreter whose working folder is an em
 so a block cannot lean on a name another block defined. A block with relative imports
 (``from .model import ...``) is a package's ``__init__.py``: it runs as one, beside copies of the
 modules it imports. A block preceded by ``<!-- readme-test: skip REASON -->`` is skipped; that is
-only for what CI cannot have (a GPU), and the reason must say so.
+only for what CI cannot have (a GPU), and the reason must say so. A block preceded by
+``<!-- readme-test: needs MODULE -->`` runs where MODULE imports (an optional tool CI does not
+install, such as Ray) and is skipped elsewhere.
 """
 
 from __future__ import annotations
@@ -20,10 +22,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-_BLOCK = re.compile(r"(?:<!-- readme-test: skip (?P<skip>[^>]*?) -->\s*\n)?```python\n(?P<code>.*?)```", re.S)
+_BLOCK = re.compile(
+    r"(?:<!-- readme-test: (?:skip (?P<skip>[^>]*?)|needs (?P<needs>[\w.]+)) -->\s*\n)?```python\n(?P<code>.*?)```",
+    re.S,
+)
 _RELATIVE_IMPORT = re.compile(r"^from \.(\w*) import ([\w, ]+)", re.M)
 BLOCKS = [
-    (README.count("\n", 0, m.start("code")) + 1, m.group("code"), m.group("skip")) for m in _BLOCK.finditer(README)
+    (README.count("\n", 0, m.start("code")) + 1, m.group("code"), m.group("skip"), m.group("needs"))
+    for m in _BLOCK.finditer(README)
 ]
 
 
@@ -62,14 +68,16 @@ def _as_package(code: str, folder: Path) -> list[str]:
 
 def test_the_readme_has_python_blocks() -> None:
     assert len(BLOCKS) >= 8  # quickstart, encodings, streaming, adapters, sampler, trace, alignment, scorer
-    for line, _, skip in BLOCKS:
+    for line, _, skip, _needs in BLOCKS:
         assert skip is None or "GPU" in skip, f"README line {line}: a block is skipped only when it needs a GPU"
 
 
-@pytest.mark.parametrize(("line", "code", "skip"), BLOCKS, ids=[f"line{line}" for line, _, _ in BLOCKS])
-def test_readme_block_runs(line: int, code: str, skip: str | None, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("line", "code", "skip", "needs"), BLOCKS, ids=[f"line{b[0]}" for b in BLOCKS])
+def test_readme_block_runs(line: int, code: str, skip: str | None, needs: str | None, tmp_path: Path) -> None:
     if skip is not None:
         pytest.skip(f"README line {line}: {skip}")
+    if needs is not None:
+        pytest.importorskip(needs)
     args = _as_package(code, tmp_path) if _RELATIVE_IMPORT.search(code) else ["-c", code]
     result = subprocess.run(
         [sys.executable, *args], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120

@@ -41,7 +41,7 @@ __all__ = [
     "MaskBatch",
     "MaskDataset",
     "MaskSequence",
-    "mask_from_table",
+    "batch_from_table",
     "open_dataset",
     "write_dataset",
 ]
@@ -262,9 +262,7 @@ def _partitions(files: Sequence[str], root: str | None) -> tuple[Any, list[Any]]
         pairs = (part.partition("=") for part in relative.split(os.sep) if "=" in part)
         found.append({key: urllib.parse.unquote(value) for key, _, value in pairs})
     names = list(dict.fromkeys(key for keys in found for key in keys))
-    integer = {
-        name: all(re.fullmatch(r"-?[0-9]{1,9}", keys[name]) for keys in found if name in keys) for name in names
-    }
+    integer = {name: all(re.fullmatch(r"-?[0-9]{1,9}", keys[name]) for keys in found if name in keys) for name in names}
     schema = pa.schema([(name, pa.int32() if integer[name] else pa.string()) for name in names])
     expressions = []
     for keys in found:
@@ -298,16 +296,16 @@ def _expression(filter: Any) -> Any:
     return expr
 
 
-def mask_from_table(
+def batch_from_table(
     table: Any, *, like: Any = None, limits: Limits = DEFAULT_LIMITS, validate: bool = True
 ) -> MaskBatch:
-    """The mask and user columns of an Arrow table that another tool produced from our files.
+    """The mask and user columns of an Arrow table that another tool made from our files.
 
     ``table``: a ``pyarrow.Table`` or ``RecordBatch`` (Ray Data ``batch_format="pyarrow"``, DuckDB
     ``.arrow()``, Polars ``.to_arrow()``) or a Hugging Face ``datasets.Dataset``. Tools that drop the
     schema metadata (Hugging Face ``datasets`` does) lose the header: pass ``like``, one of the
     dataset's files (path) or its ``pyarrow.Schema``, whose header (version, vocab size, id order,
-    metadata) is then used. The columns are checked and validated like any batch of ours.
+    metadata) is then used. The mask is read by :func:`sampling_mask.codecs.arrow.mask_from_table`.
     """
     import pyarrow as pa
 
@@ -315,19 +313,16 @@ def mask_from_table(
     if inner is not None:
         table = inner
     if not isinstance(table, (pa.Table, pa.RecordBatch)):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected a pyarrow Table or RecordBatch", value=type(table).__name__)
-    schema = table.schema
-    if like is not None and arrow.PREFIX + "version" not in {k.decode(errors="replace") for k in schema.metadata or {}}:
-        if isinstance(like, (str, os.PathLike)):
-            like = _file_schema(os.fspath(like))
-        schema = schema.with_metadata(like.metadata)
-    header = arrow._read_header(schema, limits)
-    with arrow._arrow_errors("Arrow table"):
-        batches = table.to_batches() if isinstance(table, pa.Table) else [table]
-        masks = [arrow._mask_from_batch(b.replace_schema_metadata(schema.metadata), header, limits, validate) for b in batches]
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "expected a pyarrow Table or RecordBatch", value=type(table).__name__
+        )
+    declared = {bytes(k) for k in table.schema.metadata or {}}
+    if like is not None and (arrow.PREFIX + "version").encode() not in declared:
+        schema = _file_schema(os.fspath(like)) if isinstance(like, (str, os.PathLike)) else like
+        table = table.replace_schema_metadata(schema.metadata)
+    mask = arrow.mask_from_table(table, limits=limits, validate=validate)
     extra = [name for name in table.schema.names if name not in arrow.RESERVED_COLUMNS]
     columns = {name: table.column(name).to_numpy(zero_copy_only=False) for name in extra}
-    mask = arrow._join(masks, header, schema, limits)
     return MaskBatch(mask, columns, "")
 
 
@@ -357,7 +352,7 @@ def open_dataset(
 
 def _partition_directory(keys: Sequence[str], values: Sequence[Any]) -> str:
     parts = []
-    for key, value in zip(keys, values):
+    for key, value in zip(keys, values, strict=True):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, str, np.integer, np.str_)):
             raise SamplingMaskError(
                 ErrorCode.E_DTYPE, "partition values are integers or strings", field=key, value=repr(value)[:80]

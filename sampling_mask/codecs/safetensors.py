@@ -32,7 +32,7 @@ IDS, OFFSETS, CU_SEQLENS = "sampling_mask.ids", "sampling_mask.offsets", "sampli
 
 def to_tensors(mask: SamplingMask) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The tensors and ``__metadata__`` that :func:`save_file` writes (numpy arrays, contiguous)."""
-    tensors = {
+    tensors: dict[str, np.ndarray] = {
         IDS: np.ascontiguousarray(mask.ids, np.int32),
         OFFSETS: np.ascontiguousarray(mask.offsets, np.int64),
         CU_SEQLENS: np.ascontiguousarray(mask.cu_seqlens, np.int64),
@@ -53,7 +53,7 @@ def from_tensors(
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing tensor", field=name)
     raw = {str(k).encode(): str(v).encode() for k, v in (metadata or {}).items()}
     header = arrow._read_header(types.SimpleNamespace(metadata=raw), limits)
-    companions = {name: _host(tensors[name], name) for name in COMPANIONS if name in tensors}
+    companions: dict[str, Any] = {name: _host(tensors[name], name) for name in COMPANIONS if name in tensors}
     mask = SamplingMask(
         _host(tensors[IDS], IDS),
         _host(tensors[OFFSETS], OFFSETS),
