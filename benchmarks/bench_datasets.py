@@ -115,12 +115,12 @@ def main() -> None:
                 .select(pl.col("sampling_mask").list.len().alias("n"))
                 .filter(pl.col("n") > 0)
                 .select(
-                    pl.len(),
-                    (pl.col("n") == 1).mean(),
-                    pl.col("n").mean(),
-                    pl.col("n").quantile(0.5, "linear"),
-                    pl.col("n").quantile(0.99, "linear"),
-                    pl.col("n").max(),
+                    pl.len().alias("rows"),
+                    (pl.col("n") == 1).mean().alias("singleton_fraction"),
+                    pl.col("n").mean().alias("mean"),
+                    pl.col("n").quantile(0.5, "linear").alias("median"),
+                    pl.col("n").quantile(0.99, "linear").alias("p99"),
+                    pl.col("n").max().alias("max"),
                 )
                 .collect()
             )

@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 _EXTENSIONS = {"parquet": (".parquet",), "arrow": (".arrow",)}
+_ROWS = 1 << 24  # sequences per scanned batch unless batch_size says fewer
 _MASK_COLUMNS = (arrow.MASK_COLUMN, arrow.COMPACT_COLUMN, arrow.COMPACT_ROWS_COLUMN, arrow.COMPACT_NNZ_COLUMN)
 
 
@@ -211,9 +212,8 @@ class MaskDataset:
             if unknown:
                 raise SamplingMaskError(ErrorCode.E_SCHEMA, "no such user or partition column", field=unknown[0])
             extra = list(columns)
-        options: dict[str, Any] = {"schema": schema, "columns": mask_columns + extra, "filter": expr}
-        if batch_size is not None:
-            options["batch_size"] = batch_size
+        # pyarrow's default scan batch (2^17 rows) re-slices nested lists: at most a row group per batch instead.
+        options = {"schema": schema, "columns": mask_columns + extra, "filter": expr, "batch_size": batch_size or _ROWS}
         with arrow._arrow_errors("dataset file"):
             scanned = fragment.to_batches(**options)
             for batch in scanned:
