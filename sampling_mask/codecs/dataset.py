@@ -21,7 +21,9 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
+import operator
 import os
 import re
 import secrets
@@ -153,17 +155,18 @@ class MaskDataset:
             partitions=partitions,
         )
 
-    def _fragments(self, expr: Any) -> list[Any]:
-        """The files to scan: those whose partition values may satisfy ``expr`` (no file is opened to
-        decide). An expression on other columns cannot prune and keeps every file."""
+    def _fragments(self, expr: Any) -> tuple[list[Any], bool]:
+        """The files to scan, and whether ``expr`` names partition columns only. Files whose partition
+        values cannot satisfy ``expr`` are left out unopened; an expression on other columns cannot
+        prune and keeps every file (its rows are filtered while scanning)."""
         import pyarrow as pa
 
-        if expr is not None:
-            try:
-                return list(self._dataset.get_fragments(filter=expr))
-            except (pa.ArrowInvalid, TypeError):
-                pass  # refers to a column the paths do not name: filtered per file below
-        return list(self._dataset.get_fragments())
+        if expr is None:
+            return list(self._dataset.get_fragments()), True
+        try:
+            return list(self._dataset.get_fragments(filter=expr)), True
+        except (pa.ArrowInvalid, TypeError):
+            return list(self._dataset.get_fragments()), False
 
     def batches(
         self,
@@ -178,13 +181,20 @@ class MaskDataset:
         ``columns``: user / partition columns to carry (default: all); the mask and its companions
         always come. ``filter``: a ``pyarrow.compute.Expression`` or a mapping ``{column: value or
         [values]}``; it selects sequences. ``batch_size``: at most this many sequences per batch.
+        A filter on partition columns only reads each remaining file whole through the codec's own
+        reader (:func:`sampling_mask.codecs.arrow.iter_masks`: sizes bounded before anything is
+        read); a filter on other columns goes through ``pyarrow.dataset``'s scanner.
         """
         if on_error not in ("raise", "report"):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "on_error is 'raise' or 'report'", value=on_error)
         expr = _expression(filter)
-        for fragment in self._fragments(expr):
+        fragments, partition_only = self._fragments(expr)
+        for fragment in fragments:
             try:
-                yield from self._fragment_batches(fragment, columns, expr, batch_size)
+                if partition_only:
+                    yield from self._read_file(fragment, columns, batch_size)
+                else:
+                    yield from self._scan_file(fragment, columns, expr, batch_size)
             except SamplingMaskError as exc:
                 error = SamplingMaskError(
                     exc.code, f"{fragment.path}: {exc.message}", **{k: getattr(exc, k) for k in _LOCATION}
@@ -193,9 +203,45 @@ class MaskDataset:
                     raise error from None
                 self.errors.append(FileError(fragment.path, error))
 
-    def _fragment_batches(
+    def _user_columns(self, physical: Any, columns: Sequence[str] | None) -> list[str]:
+        """The user and partition columns to return for a file of schema ``physical``."""
+        names = [n for n in physical.names if n not in arrow.RESERVED_COLUMNS]
+        names += [n for n in self.partition_schema.names if n not in names]
+        if columns is None:
+            return names
+        unknown = [name for name in columns if name not in names]
+        if unknown:
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "no such user or partition column", field=unknown[0])
+        return list(columns)
+
+    def _read_file(self, fragment: Any, columns: Sequence[str] | None, batch_size: int | None) -> Iterator[MaskBatch]:
+        """Every batch of one file, with its partition values as constant columns."""
+        import pyarrow.dataset as pads
+
+        keys = pads.get_partition_keys(fragment.partition_expression)
+        with arrow._map_file(fragment.path) as stream:
+            reader = arrow._BatchSource(stream, self.format, self.limits, batch_size)
+            extra = self._user_columns(reader.schema, columns)
+            index = 0
+            while True:
+                with arrow._arrow_errors("dataset file", batches=index):
+                    batch = reader.batch(index)
+                    if batch is None:
+                        return
+                    mask = arrow._mask_from_batch(batch, reader.header, self.limits, self.validate)
+                index += 1
+                values = {
+                    name: np.full(batch.num_rows, keys[name], self.partition_schema.field(name).type.to_pandas_dtype())
+                    if name in keys and batch.schema.get_field_index(name) < 0
+                    else batch.column(name).to_numpy(zero_copy_only=False)
+                    for name in extra
+                }
+                yield MaskBatch(mask, values, fragment.path)
+
+    def _scan_file(
         self, fragment: Any, columns: Sequence[str] | None, expr: Any, batch_size: int | None
     ) -> Iterator[MaskBatch]:
+        """The batches of one file that ``expr`` selects rows of (pyarrow's scanner)."""
         import pyarrow as pa
 
         with arrow._arrow_errors("dataset file"):
@@ -206,17 +252,11 @@ class MaskDataset:
             if physical.get_field_index(field.name) < 0:
                 schema = schema.append(field)
         mask_columns = [name for name in (*_MASK_COLUMNS, *arrow.COMPANIONS) if physical.get_field_index(name) >= 0]
-        extra = [name for name in schema.names if name not in arrow.RESERVED_COLUMNS]
-        if columns is not None:
-            unknown = [name for name in columns if name not in extra]
-            if unknown:
-                raise SamplingMaskError(ErrorCode.E_SCHEMA, "no such user or partition column", field=unknown[0])
-            extra = list(columns)
+        extra = self._user_columns(physical, columns)
         # pyarrow's default scan batch (2^17 rows) re-slices nested lists: at most a row group per batch instead.
         options = {"schema": schema, "columns": mask_columns + extra, "filter": expr, "batch_size": batch_size or _ROWS}
         with arrow._arrow_errors("dataset file"):
-            scanned = fragment.to_batches(**options)
-            for batch in scanned:
+            for batch in fragment.to_batches(**options):
                 if batch.num_rows == 0:
                     continue
                 batch = pa.RecordBatch.from_arrays(batch.columns, schema=batch.schema.with_metadata(physical.metadata))
@@ -256,20 +296,24 @@ def _partitions(files: Sequence[str], root: str | None) -> tuple[Any, list[Any]]
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    prefix = os.path.join(root, "") if root is not None else None
     found: list[dict[str, str]] = []
     for path in files:
-        relative = os.path.dirname(os.path.relpath(path, root)) if root is not None else ""
+        relative = os.path.dirname(path[len(prefix) :]) if prefix and path.startswith(prefix) else ""
         pairs = (part.partition("=") for part in relative.split(os.sep) if "=" in part)
         found.append({key: urllib.parse.unquote(value) for key, _, value in pairs})
     names = list(dict.fromkeys(key for keys in found for key in keys))
     integer = {name: all(re.fullmatch(r"-?[0-9]{1,9}", keys[name]) for keys in found if name in keys) for name in names}
     schema = pa.schema([(name, pa.int32() if integer[name] else pa.string()) for name in names])
+    always = pc.scalar(True)
     expressions = []
+    cache: dict[tuple[tuple[str, str], ...], Any] = {}  # files of one directory share one expression
     for keys in found:
-        expr = pc.scalar(True)
-        for name, value in keys.items():
-            expr = expr & (pc.field(name) == (int(value) if integer[name] else value))
-        expressions.append(expr)
+        key = tuple(keys.items())
+        if key not in cache:
+            terms = [pc.field(n) == (int(v) if integer[n] else v) for n, v in key]
+            cache[key] = functools.reduce(operator.and_, terms) if terms else always
+        expressions.append(cache[key])
     return schema, expressions
 
 
