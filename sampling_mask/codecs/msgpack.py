@@ -212,7 +212,9 @@ def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True,
     if VERSION_KEY not in env:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing version key", field=VERSION_KEY)
     check_version(env[VERSION_KEY])
-    layout = env.get("layout", "ragged")
+    layout = env.get("layout")
+    if layout is None:  # nil, like every optional key, reads as absent
+        layout = "ragged"
     if layout not in LAYOUTS:
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, f"layout must be one of {list(LAYOUTS)}", field="layout", value=repr(layout)[:80]

@@ -44,6 +44,8 @@ _METADATA_TYPES: Mapping[str, tuple[type, ...]] = types.MappingProxyType(
 )
 
 _MetadataValue = str | int | float | bool | None
+#: The keywords every ``from_*`` constructor spells out and forwards to ``SamplingMask(...)``.
+_FIELDS = ("cu_seqlens", "vocab_size", *COMPANIONS, "metadata", "validate", "limits")
 #: "Leave this field as it is" in :meth:`SamplingMask.replace` (None means "drop it").
 _KEEP: Any = object()
 
@@ -224,6 +226,11 @@ def _explain_bad_rows(rows: Sequence[Any]) -> SamplingMaskError:
     return SamplingMaskError(ErrorCode.E_SCHEMA, "rows must be a sequence of lists of ids", field="rows")
 
 
+def _forwarded(scope: Mapping[str, Any]) -> dict[str, Any]:
+    """The constructor keywords of a ``from_*`` call, taken from its ``locals()`` (its signature)."""
+    return {name: scope[name] for name in _FIELDS}
+
+
 class SamplingMask:
     """An immutable sampling mask (spec v1). Build it with the ``from_*`` constructors.
 
@@ -331,19 +338,7 @@ class SamplingMask:
         ``vocab_size``, the companions (:data:`COMPANIONS`), ``metadata``, ``limits`` and
         ``validate=False`` for arrays already known to be valid.
         """
-        return cls(
-            ids,
-            offsets,
-            cu_seqlens=cu_seqlens,
-            vocab_size=vocab_size,
-            sampled_token_ids=sampled_token_ids,
-            sampled_logprobs=sampled_logprobs,
-            temperature=temperature,
-            support_logprobs=support_logprobs,
-            metadata=metadata,
-            validate=validate,
-            limits=limits,
-        )
+        return cls(ids, offsets, **_forwarded(locals()))
 
     @classmethod
     def from_counts(
@@ -372,19 +367,7 @@ class SamplingMask:
                 f"counts sum to {int(offsets[-1])} but there are {ids_arr.size} ids",
                 field="counts",
             )
-        return cls(
-            ids_arr,
-            offsets,
-            cu_seqlens=cu_seqlens,
-            vocab_size=vocab_size,
-            sampled_token_ids=sampled_token_ids,
-            sampled_logprobs=sampled_logprobs,
-            temperature=temperature,
-            support_logprobs=support_logprobs,
-            metadata=metadata,
-            validate=validate,
-            limits=limits,
-        )
+        return cls(ids_arr, offsets, **_forwarded(locals()))
 
     @classmethod
     def from_rows(
@@ -408,19 +391,7 @@ class SamplingMask:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "rows must be a sequence of lists of ids", field="rows")
         else:
             ids, offsets = _rows_to_ragged(rows, limits)
-        return cls(
-            ids,
-            offsets,
-            cu_seqlens=cu_seqlens,
-            vocab_size=vocab_size,
-            sampled_token_ids=sampled_token_ids,
-            sampled_logprobs=sampled_logprobs,
-            temperature=temperature,
-            support_logprobs=support_logprobs,
-            metadata=metadata,
-            validate=validate,
-            limits=limits,
-        )
+        return cls(ids, offsets, **_forwarded(locals()))
 
     @staticmethod
     def _dense_to_ragged(dense: Any, limits: Limits) -> tuple[np.ndarray, np.ndarray]:
@@ -447,19 +418,7 @@ class SamplingMask:
     ) -> SamplingMask:
         """From int32 ``[T, W]``: ids first, then ``-1`` trailing padding; an all ``-1`` row is empty."""
         ids, offsets = cls._dense_to_ragged(dense, limits)
-        return cls(
-            ids,
-            offsets,
-            cu_seqlens=cu_seqlens,
-            vocab_size=vocab_size,
-            sampled_token_ids=sampled_token_ids,
-            sampled_logprobs=sampled_logprobs,
-            temperature=temperature,
-            support_logprobs=support_logprobs,
-            metadata=metadata,
-            validate=validate,
-            limits=limits,
-        )
+        return cls(ids, offsets, **_forwarded(locals()))
 
     @classmethod
     def from_bitmask(
@@ -500,19 +459,8 @@ class SamplingMask:
                 value=arr.shape[1],
             )
         ids, offsets = layouts.bitmask_to_ragged(np.ascontiguousarray(arr), int(vocab_size))
-        return cls(
-            ids,
-            offsets,
-            cu_seqlens=cu_seqlens,
-            vocab_size=int(vocab_size),
-            sampled_token_ids=sampled_token_ids,
-            sampled_logprobs=sampled_logprobs,
-            temperature=temperature,
-            support_logprobs=support_logprobs,
-            metadata=metadata,
-            validate=validate,
-            limits=limits,
-        )
+        vocab_size = int(vocab_size)
+        return cls(ids, offsets, **_forwarded(locals()))
 
     # ------------------------------------------------------------------ validation
     def validate(self, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
@@ -741,7 +689,11 @@ class SamplingMask:
 
     # ------------------------------------------------------------------ conversions
     def to_rows(self) -> list[list[int]]:
-        """Nested Python lists, one per row, ids in stored order."""
+        """Nested Python lists, one per row, ids in stored order.
+
+        The garbage collector is left alone (it is process-wide). A million new lists set off many
+        collections: a caller converting millions of rows at once may wrap the call in
+        ``gc.disable()`` / ``gc.enable()`` itself (several times faster)."""
         flat = self._ids.tolist()
         bounds = self._offsets.tolist()
         return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
@@ -811,12 +763,12 @@ class SamplingMask:
         self,
         *,
         cu_seqlens: Any = _KEEP,
-        vocab_size: Any = _KEEP,
+        vocab_size: int | None = _KEEP,
         sampled_token_ids: Any = _KEEP,
         sampled_logprobs: Any = _KEEP,
         temperature: Any = _KEEP,
         support_logprobs: Any = _KEEP,
-        metadata: Any = _KEEP,
+        metadata: Mapping[str, Any] | None = _KEEP,
         limits: Limits = DEFAULT_LIMITS,
     ) -> SamplingMask:
         """A validated copy with the given fields changed (as :meth:`Limits.replace`); ``None`` drops
