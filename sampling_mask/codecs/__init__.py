@@ -246,7 +246,9 @@ def iter_masks(
     batch_size: int | None = None,
 ) -> Iterator[SamplingMask]:
     """Stream the masks of a file (or bytes): one per Arrow record batch / Parquet row group, so a large
-    file never sits in memory whole. Formats without batches yield their one mask."""
+    file never sits in memory whole. Formats without batches yield their one mask. A damaged or cut
+    stream raises after the complete batches before the damage (``value``: how many), also when it
+    is cut exactly between batches (no end-of-stream marker: ``E_ENCODING``, field ``end-of-stream``)."""
     fmt: str
     if isinstance(path, (bytes, bytearray, memoryview)):
         fmt = _sniff(path) if format is None else format
