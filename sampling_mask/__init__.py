@@ -7,7 +7,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .core import COMPANIONS, DEFAULT_LIMITS, METADATA_KEYS, ErrorCode, Limits, SamplingMask, SamplingMaskError, concat
+from .core import (
+    COMPANIONS,
+    DEFAULT_LIMITS,
+    MASK_PROTOCOL_VERSION,
+    METADATA_KEYS,
+    ErrorCode,
+    Limits,
+    SamplingMask,
+    SamplingMaskError,
+    as_sampling_mask,
+    concat,
+)
 
 if TYPE_CHECKING:
     from .codecs import decode, encode, load, save
@@ -37,11 +48,13 @@ __all__ = [
     "DEFAULT_LIMITS",
     "ErrorCode",
     "Limits",
+    "MASK_PROTOCOL_VERSION",
     "METADATA_KEYS",
     "SPEC_VERSION",
     "SamplingMask",
     "SamplingMaskError",
     "__version__",
+    "as_sampling_mask",
     "concat",
     "decode",
     "encode",

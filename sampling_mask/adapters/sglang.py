@@ -30,7 +30,7 @@ import numpy as np
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 from ._common import get_field, int_array, ragged_from_lists
 
 __all__ = ["from_chunked", "from_meta_info", "from_response", "to_chunked", "to_meta_info"]
@@ -130,6 +130,7 @@ def from_response(
 def to_meta_info(mask: SamplingMask) -> dict[str, Any]:
     """``output_token_sampling_mask`` (stored order), ``output_token_sampling_mask_length`` and, with
     ``sampled_logprobs``, ``output_token_sampling_logprobs``."""
+    mask = as_sampling_mask(mask)
     out: dict[str, Any] = {
         "output_token_sampling_mask": mask.to_rows(),
         "output_token_sampling_mask_length": mask.num_rows,
@@ -182,6 +183,7 @@ def from_chunked(
 def to_chunked(mask: SamplingMask, *, logprobs_per: Literal["id", "row"] = "row") -> dict[str, np.ndarray]:
     """``{lengths int32, token_ids int32, logprobs float32?}`` with logprobs from ``sampled_logprobs``
     (``"row"``) or ``support_logprobs`` (``"id"``) when the mask has them."""
+    mask = as_sampling_mask(mask)
     ids, counts = mask.to_counts()
     out = {"lengths": counts, "token_ids": np.array(ids)}
     source = mask.sampled_logprobs if logprobs_per == "row" else mask.support_logprobs

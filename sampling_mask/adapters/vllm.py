@@ -34,7 +34,7 @@ import numpy as np
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 from ._common import get_field, int_array, ragged_from_lists
 
 __all__ = [
@@ -171,11 +171,13 @@ def from_http_response(
 
 def to_token_ids(mask: SamplingMask) -> list[list[int]]:
     """``CompletionOutput.sampling_mask.token_ids``: ascending rows as nested lists."""
+    mask = as_sampling_mask(mask)
     return mask.canonical().to_rows()
 
 
 def to_http_choice(mask: SamplingMask) -> dict[str, Any]:
     """The mask fields of an HTTP choice: ``sampling_mask`` and, with sampled ids, ``token_ids``."""
+    mask = as_sampling_mask(mask)
     out: dict[str, Any] = {"sampling_mask": to_token_ids(mask)}
     if mask.sampled_token_ids is not None:
         out["token_ids"] = mask.sampled_token_ids.tolist()
@@ -197,6 +199,7 @@ def from_engine_csr(
 
 def to_engine_csr(mask: SamplingMask) -> dict[str, Any]:
     """``{"token_ids": int32, "offsets": int64, "cu_num_generated_tokens": list[int]}``, ascending rows."""
+    mask = as_sampling_mask(mask)
     canon = mask.canonical()
     return {
         "token_ids": np.array(canon.ids, dtype=np.int32),
@@ -272,6 +275,7 @@ def from_compact(
 def to_compact(mask: SamplingMask, width: int, vocab_size: int | None = None) -> dict[str, np.ndarray]:
     """``{"compact_token_ids" [rows, width], "compact_counts", "bitmask"}``: ascending rows, the first
     ``width`` ids of wider rows in the compact buffer, and every row in the bitmask."""
+    mask = as_sampling_mask(mask)
     canon = mask.canonical()
     counts = canon.row_lengths
     clipped = np.minimum(counts, width)
@@ -497,6 +501,7 @@ def to_flat_logprobs(mask: SamplingMask) -> dict[str, list[Any]]:
     """``FlatLogprobs`` fields from a mask with ``sampled_token_ids``, ``sampled_logprobs`` and
     ``support_logprobs``: entry 0 the sampled token (rank = its position in the row + 1), then the row
     in stored order ranked 1..n. Filtered candidates are not known to the mask and are not written."""
+    mask = as_sampling_mask(mask)
     for name in ("sampled_token_ids", "sampled_logprobs", "support_logprobs"):
         if name not in mask.companions:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, f"to_flat_logprobs needs the {name} companion", field=name)

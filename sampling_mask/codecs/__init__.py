@@ -32,7 +32,7 @@ from typing import Any
 
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 
 __all__ = [
     "EXTENSIONS",
@@ -123,6 +123,7 @@ def detect_format(data: Any) -> str:
 
 def encode(mask: SamplingMask, format: str, **opts: Any) -> bytes:
     """``mask`` as bytes in ``format`` (one of :data:`FORMATS`); ``opts`` go to that codec's ``encode``."""
+    mask = as_sampling_mask(mask)
     module = _module(format)
     if format == "msgpack":
         return module.encode(mask, **opts)  # type: ignore[no-any-return]
@@ -221,6 +222,7 @@ def save(mask: SamplingMask, path: str | os.PathLike[str], *, format: str | None
     next to ``path``, flushed to disk and renamed over it, so a failed save (an error, a kill, a power
     loss) never leaves a truncated file there. ``save(path, mask)`` (the old order) is deprecated."""
     mask, path = _mask_first(mask, path)
+    mask = as_sampling_mask(mask)
     fmt = format_for_path(path) if format is None else format
     _module(fmt)
     with _atomic_path(path) as tmp:

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
-from ..core.model import COMPANIONS, SamplingMask, concat
+from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask, concat
 from . import _ipc_bounds
 from ._common import (
     SPEC_MAJOR,
@@ -291,6 +291,7 @@ def table_from_mask(
     ``layout``: ``"ragged"`` (list columns) or ``"compact"``; ``extra_columns``: name -> one value per
     segment (any ``pyarrow.array`` input). ``compact=True`` is the deprecated spelling of ``layout="compact"``.
     """
+    mask = as_sampling_mask(mask)
     import pyarrow as pa
 
     is_compact = compact_layout(layout, compact, LAYOUTS) == "compact"
@@ -371,6 +372,7 @@ class Writer:
 
     def write(self, mask: SamplingMask, *, extra_columns: Mapping[str, Any] | None = None) -> None:
         """Append ``mask`` as one record batch."""
+        mask = as_sampling_mask(mask)
         import pyarrow as pa
 
         first = self._plan is None
@@ -435,6 +437,7 @@ def encode(
 ) -> bytes:
     """``mask`` as one record batch of an IPC file / stream, or one row group of Parquet (``layout``:
     ``"ragged"`` or ``"compact"``; ``compact=True`` is its deprecated spelling)."""
+    mask = as_sampling_mask(mask)
     import pyarrow as pa
 
     layout = compact_layout(layout, compact, LAYOUTS)
