@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .core import (
     COMPANIONS,
     DEFAULT_LIMITS,
+    LOCAL_FILE_LIMITS,
     MASK_PROTOCOL_VERSION,
     METADATA_KEYS,
     ErrorCode,
@@ -47,6 +48,7 @@ __all__ = [
     "COMPANIONS",
     "DEFAULT_LIMITS",
     "ErrorCode",
+    "LOCAL_FILE_LIMITS",
     "Limits",
     "MASK_PROTOCOL_VERSION",
     "METADATA_KEYS",
