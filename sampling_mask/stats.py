@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .core.model import SamplingMask
+from .core.model import SamplingMask, as_sampling_mask
 
 __all__ = ["SupportSummary", "histogram_buckets", "summarize", "support_from_counts"]
 
@@ -41,6 +41,7 @@ class SupportSummary:
 
     def add(self, mask: SamplingMask) -> None:
         """Count one more batch (the next rows and segments of the same file)."""
+        mask = as_sampling_mask(mask)
         lengths = mask.row_lengths
         counts = np.bincount(lengths, minlength=1) if lengths.size else np.zeros(1, dtype=np.int64)
         if counts.size > self.length_counts.size:
@@ -187,6 +188,6 @@ def histogram_buckets(length_counts: np.ndarray) -> list[dict[str, Any]]:
 def summarize(masks: SamplingMask | Iterable[SamplingMask]) -> SupportSummary:
     """The :class:`SupportSummary` of one mask or of the batches of one file, in order."""
     summary = SupportSummary()
-    for mask in [masks] if isinstance(masks, SamplingMask) else masks:
+    for mask in masks if isinstance(masks, Iterable) else [masks]:  # a mask has no __iter__
         summary.add(mask)
     return summary

@@ -30,26 +30,40 @@ if TYPE_CHECKING:
     from ..core.model import SamplingMask
 
 
+class _SidecarError(SamplingMaskError):
+    """Bad data in the ``--sampled`` file, or a length that disagrees with the mask: reported naming
+    that file (exit 1, like any invalid data)."""
+
+
 def _read_sampled(path: Path) -> np.ndarray:
-    """Sampled ids from a ``.npy`` integer array (no pickle) or a ``.json`` list of integers."""
+    """Sampled ids from a ``.npy`` integer array (no pickle) or a ``.json`` list of integers.
+
+    A missing file or another extension is a usage error (:class:`CliError`); content that is not a
+    1-D integer array is :class:`_SidecarError`."""
     import numpy as np
 
     check_input(path)
     suffix = path.suffix.lower()
+    if suffix not in (".npy", ".json"):
+        raise CliError("E_USAGE", f"--sampled takes a .npy or a .json file, not {str(path)!r}")
+    field = "sampled_token_ids"
     try:
-        if suffix == ".npy":
-            arr = np.load(path, allow_pickle=False)
-        elif suffix == ".json":
-            data = json.loads(path.read_bytes())
-            if not isinstance(data, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in data):
-                raise CliError("E_DTYPE", f"{str(path)!r} must hold a JSON list of integers (the sampled ids)")
-            arr = np.array(data, dtype=np.int64) if data else np.zeros(0, dtype=np.int64)
-        else:
-            raise CliError("E_USAGE", f"--sampled takes a .npy or a .json file, not {str(path)!r}")
-    except (ValueError, OSError) as exc:
-        raise CliError("E_ENCODING", f"cannot read sampled ids from {str(path)!r}: {exc}") from None
+        data = np.load(path, allow_pickle=False) if suffix == ".npy" else json.loads(path.read_bytes())
+    except OSError as exc:
+        raise CliError("E_IO", f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise _SidecarError("E_ENCODING", f"not a .npy array or JSON list: {exc}", field=field) from None
+    if isinstance(data, np.ndarray):
+        arr = data
+    elif isinstance(data, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in data):
+        too_big = next((v for v in data if not -(1 << 63) <= v < 1 << 63), None)
+        if too_big is not None:
+            raise _SidecarError("E_RANGE", "a sampled id does not fit int64", field=field, value=too_big)
+        arr = np.array(data, dtype=np.int64) if data else np.zeros(0, dtype=np.int64)
+    else:
+        raise _SidecarError("E_DTYPE", "must hold a JSON list of integers (the sampled ids)", field=field)
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise CliError("E_DTYPE", f"{str(path)!r} must hold a 1-D integer array, got {arr.dtype} {list(arr.shape)}")
+        raise _SidecarError("E_DTYPE", f"must hold a 1-D integer array, got {arr.dtype} {list(arr.shape)}", field=field)
     return arr
 
 
@@ -120,9 +134,10 @@ def _error_report(
 
 
 def _check_file(
-    source: Source, vocab_size: int | None, sampled: np.ndarray | None, position: _Position
+    source: Source, vocab_size: int | None, sampled: np.ndarray | None, sidecar: str | None, position: _Position
 ) -> tuple[int | None, dict[str, Any] | None]:
-    """Every check, batch by batch; (the file's vocab_size, the first error as data or None)."""
+    """Every check, batch by batch; (the file's vocab_size, the first error as data or None). An error
+    in the sampled ids' file ``sidecar`` carries ``file``: that file's name."""
     batch: SamplingMask | None = None
     file_vocab: int | None = None
     try:
@@ -140,9 +155,9 @@ def _check_file(
             if sampled is not None:
                 part = sampled[position.rows : position.rows + batch.num_rows]
                 if part.size != batch.num_rows:
-                    raise SamplingMaskError(
+                    raise _SidecarError(
                         "E_SHAPE",
-                        f"the sampled-ids file holds {sampled.size} ids but the mask has more rows",
+                        f"holds {sampled.size} sampled ids, but {str(source.path)!r} has more rows",
                         field="sampled_token_ids",
                         value=sampled.size,
                     )
@@ -153,12 +168,14 @@ def _check_file(
             position.batches += 1
             batch = None
         if sampled is not None and sampled.size != position.rows:
-            raise SamplingMaskError(
+            raise _SidecarError(
                 "E_SHAPE",
-                f"the sampled-ids file holds {sampled.size} ids for {position.rows} rows",
+                f"holds {sampled.size} sampled ids for the {position.rows} rows of {str(source.path)!r}",
                 field="sampled_token_ids",
                 value=sampled.size,
             )
+    except _SidecarError as exc:
+        return file_vocab, {"file": sidecar, **exc.to_dict()}
     except SamplingMaskError as exc:
         return file_vocab, _error_report(exc, source, position, batch)
     return file_vocab, None
@@ -171,11 +188,16 @@ def run(args: argparse.Namespace) -> int:
     numbered across the whole file.
     """
     source = open_input(args)
-    sampled = _read_sampled(Path(args.sampled)) if args.sampled is not None else None
     checked = ["structure"] + (["vocab_size"] if args.vocab_size is not None else [])
-    checked += ["sampled_token_ids"] if sampled is not None else []
+    checked += ["sampled_token_ids"] if args.sampled is not None else []
     position = _Position()
-    vocab, error = _check_file(source, args.vocab_size, sampled, position)
+    error: dict[str, Any] | None
+    try:
+        sampled = _read_sampled(Path(args.sampled)) if args.sampled is not None else None
+    except _SidecarError as exc:
+        vocab, error = None, {"file": args.sampled, **exc.to_dict()}
+    else:
+        vocab, error = _check_file(source, args.vocab_size, sampled, args.sampled, position)
     path, fmt = source.path, source.fmt
     valid = error is None
     if args.json:
@@ -196,7 +218,8 @@ def run(args: argparse.Namespace) -> int:
         where = [f"{k.replace('_', ' ')} {error[k]}" for k in keys if k in error]
         if "value" in error:
             where.append(f"offending value {error['value']!r}")
-        out(f"invalid: {path}: {error['code']}: {error['message']}" + (f" ({', '.join(where)})" if where else ""))
+        culprit = error.get("file", path)  # the sampled ids' file when it is at fault
+        out(f"invalid: {culprit}: {error['code']}: {error['message']}" + (f" ({', '.join(where)})" if where else ""))
     return 0 if valid else 1
 
 

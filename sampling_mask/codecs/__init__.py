@@ -30,7 +30,7 @@ from typing import Any
 
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 from . import _files
 
 __all__ = [
@@ -124,6 +124,7 @@ def detect_format(data: Any) -> str:
 
 def encode(mask: SamplingMask, format: str, **opts: Any) -> bytes:
     """``mask`` as bytes in ``format`` (one of :data:`FORMATS`); ``opts`` go to that codec's ``encode``."""
+    mask = as_sampling_mask(mask)
     module = _module(format)
     if format == "msgpack":
         return module.encode(mask, **opts)  # type: ignore[no-any-return]
@@ -179,6 +180,7 @@ def save(mask: SamplingMask, path: str | os.PathLike[str], *, format: str | None
     a path that exists and is not a regular file is refused (``E_ENCODING``). ``save(path, mask)``
     (the old order) is deprecated."""
     mask, path = _mask_first(mask, path)
+    mask = as_sampling_mask(mask)
     fmt = format_for_path(path) if format is None else format
     _module(fmt)
     if fmt in _ARROW_FORMATS:
