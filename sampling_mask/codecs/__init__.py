@@ -315,8 +315,8 @@ def open_writer(path: str | os.PathLike[str], *, format: str | None = None, **op
     record batch (row group); ``.close()`` (or leaving the ``with`` block) finishes the file.
 
     Options: ``compression`` (``"zstd"``, ``"lz4"``; Parquet also its own codecs), ``large_lists``,
-    ``layout`` (``"ragged"`` or ``"compact"``), ``id_order``. The file is written in place as batches arrive (use :func:`save` for
-    an atomic single write).
+    ``layout`` (``"ragged"`` or ``"compact"``), ``id_order``. The file is written in place as batches
+    arrive (use :func:`save` for an atomic single write).
     """
     fmt = format_for_path(path) if format is None else format
     if fmt not in _ARROW_FORMATS:
