@@ -23,7 +23,7 @@ import numpy as np
 
 from . import layouts
 from .errors import ErrorCode, SamplingMaskError
-from .limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
+from .limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
 
 __all__ = ["COMPANIONS", "METADATA_KEYS", "SamplingMask", "concat"]
 
@@ -83,6 +83,17 @@ def _check_metadata(metadata: Mapping[str, Any] | None) -> Mapping[str, _Metadat
             raise SamplingMaskError(
                 ErrorCode.E_SCHEMA, "metadata keys must be strings", field="metadata", value=repr(key)
             )
+        for text in (key, value) if isinstance(value, str) else (key,):
+            if not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:  # a lone surrogate, e.g. from the JSON escape "\ud800"
+                    raise SamplingMaskError(
+                        ErrorCode.E_ENCODING,
+                        "metadata text is not valid Unicode",
+                        field="metadata",
+                        value=ascii(text)[:80],
+                    ) from None
         if isinstance(value, np.generic):
             value = value.item()
         if value is not None and not isinstance(value, (str, int, float, bool)):
@@ -167,7 +178,7 @@ def _rows_to_ragged(rows: Sequence[Any], limits: Limits) -> tuple[np.ndarray, np
     try:
         counts = np.fromiter(map(len, rows), dtype=np.int64, count=num_rows)
     except TypeError:
-        bad = next(i for i, r in enumerate(rows) if not hasattr(r, "__len__") or isinstance(r, (str, bytes, dict)))
+        bad = next(i for i, r in enumerate(rows) if not hasattr(r, "__len__") or isinstance(r, _NOT_ROWS))
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, "row must be a list of ids", field="rows", row=bad, value=repr(rows[bad])[:80]
         ) from None
@@ -177,19 +188,33 @@ def _rows_to_ragged(rows: Sequence[Any], limits: Limits) -> tuple[np.ndarray, np
         flat = np.fromiter(map(operator.index, itertools.chain.from_iterable(rows)), dtype=np.int64, count=nnz)
     except (TypeError, ValueError, OverflowError):
         raise _explain_bad_rows(rows) from None
-    if any(isinstance(r, (str, bytes, dict)) for r in rows):
+    # ... but not booleans (bool is an int subclass), and a row is never text or bytes.
+    if not set(map(type, rows)).isdisjoint(_NOT_ROWS) or bool in set(map(type, itertools.chain.from_iterable(rows))):
         raise _explain_bad_rows(rows)
     return layouts.as_int_array(flat, np.int32, field="rows"), layouts.counts_to_offsets(counts)
+
+
+#: Never a row: text, a mapping, or bytes-like objects (``bytes``, ``bytearray``, ``memoryview``:
+#: their items are bytes, not ids; wrap ids in a list or ``np.frombuffer(..., np.int32)`` instead).
+_NOT_ROWS = (str, bytes, bytearray, memoryview, dict)
 
 
 def _explain_bad_rows(rows: Sequence[Any]) -> SamplingMaskError:
     """Slow path, taken only after the fast path failed: find the first bad row for the message."""
     for i, row in enumerate(rows):
-        if isinstance(row, (str, bytes, dict)):
+        if isinstance(row, _NOT_ROWS):
             return SamplingMaskError(
-                ErrorCode.E_SCHEMA, "row must be a list of ids", field="rows", row=i, value=repr(row)[:80]
+                ErrorCode.E_SCHEMA,
+                "row must be a list of ids (not text, a mapping or bytes)",
+                field="rows",
+                row=i,
+                value=repr(row)[:80],
             )
         for value in row:
+            if isinstance(value, (bool, np.bool_)):
+                return SamplingMaskError(
+                    ErrorCode.E_DTYPE, "ids must be integers, not booleans", field="rows", row=i, value=value
+                )
             try:
                 operator.index(value)
             except TypeError:
@@ -362,7 +387,7 @@ class SamplingMask:
         """From nested lists (vLLM ``sampling_mask.token_ids``, SGLang, JSON). Row order of ids is kept."""
         if isinstance(rows, np.ndarray) and rows.ndim == 2:
             ids, offsets = cls._dense_to_ragged(rows, limits)
-        elif not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)):
+        elif not isinstance(rows, Sequence) or isinstance(rows, _NOT_ROWS):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "rows must be a sequence of lists of ids", field="rows")
         else:
             ids, offsets = _rows_to_ragged(rows, limits)
@@ -373,6 +398,7 @@ class SamplingMask:
         arr = layouts.as_int_array(dense, np.int32, field="dense", ndim=2)
         check_count(arr.shape[0], limits.max_rows, "row count", field="dense")
         check_count(arr.shape[1], limits.max_width, "dense width", field="dense")
+        check_output(limits, arr.shape[0], arr.size, field="dense")  # a [T, 0] array still needs T offsets
         return layouts.dense_to_ragged(arr)
 
     @classmethod
