@@ -322,8 +322,8 @@ def bench_transport(report: Report, mask: SamplingMask, repeats: int, small: Sam
     payloads = encode_payloads(report, mask)
     methods = dict(json_methods)
     for label, (fmt, _, data) in payloads.items():
-        methods[label] = functools.partial(codecs.decode, data, fmt)
-        methods[label + " (trusted)"] = functools.partial(codecs.decode, data, fmt, validate=False)
+        methods[label] = functools.partial(codecs.decode, data, format=fmt)
+        methods[label + " (trusted)"] = functools.partial(codecs.decode, data, format=fmt, validate=False)
     times = race(methods, repeats)
     base = times["json.loads + conversion"]
     t_tight = times["json.loads + conversion (tight)"]
@@ -393,9 +393,9 @@ def bench_transport(report: Report, mask: SamplingMask, repeats: int, small: Sam
         growth_methods: dict[str, Callable[[], Any]] = {}
         for label, (fmt, _, data) in payloads.items():
             growth_methods[label + " small"] = functools.partial(
-                codecs.decode, small_payloads[label], fmt, validate=False
+                codecs.decode, small_payloads[label], format=fmt, validate=False
             )
-            growth_methods[label + " large"] = functools.partial(codecs.decode, data, fmt, validate=False)
+            growth_methods[label + " large"] = functools.partial(codecs.decode, data, format=fmt, validate=False)
         g = race(growth_methods, max(repeats, 5))
         scale = mask.num_rows / max(small.num_rows, 1)
         growth_rows = []
@@ -726,13 +726,15 @@ def bench_scaling(report: Report, sizes: Sequence[int], repeats: int, seed: int,
         if have_msgpack:
             payload = codecs.encode(plain, "msgpack")
             methods["msgpack encode"] = functools.partial(codecs.encode, plain, "msgpack")
-            methods["msgpack decode"] = functools.partial(codecs.decode, payload, "msgpack")
-            methods["msgpack decode (trusted)"] = functools.partial(codecs.decode, payload, "msgpack", validate=False)
+            methods["msgpack decode"] = functools.partial(codecs.decode, payload, format="msgpack")
+            methods["msgpack decode (trusted)"] = functools.partial(
+                codecs.decode, payload, format="msgpack", validate=False
+            )
         if have_arrow:
             stream = codecs.encode(plain, "arrows")
-            methods["arrow stream decode"] = functools.partial(codecs.decode, stream, "arrows")
+            methods["arrow stream decode"] = functools.partial(codecs.decode, stream, format="arrows")
             methods["arrow stream decode (trusted)"] = functools.partial(
-                codecs.decode, stream, "arrows", validate=False
+                codecs.decode, stream, format="arrows", validate=False
             )
         times = race(methods, repeats if n < 1_000_000 else max(1, min(repeats, 3)))
         for name, value in times.items():

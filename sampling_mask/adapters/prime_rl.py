@@ -256,7 +256,7 @@ def from_trainer_tensor(tensor: Any, cu_seqlens: Any = None, **kwargs: Any) -> S
         dense = dense[0]
     shifted = SamplingMask.from_dense(dense, **kwargs)
     if cu_seqlens is not None:
-        shifted = shifted.with_companions(cu_seqlens=cu_seqlens)
+        shifted = shifted.replace(cu_seqlens=cu_seqlens)
     return unshift(shifted)
 
 

@@ -34,10 +34,10 @@ import numpy as np
 
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output
 from ..core.model import COMPANIONS, SamplingMask
 from . import _msgpack_reader
-from ._buffers import array_from_buffer, wire_dtype, wire_shape
+from ._buffers import array_from_buffer, input_view, wire_dtype, wire_shape
 from ._common import SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order
 
 __all__ = ["LAYOUTS", "decode", "encode", "is_envelope"]
@@ -87,7 +87,13 @@ def _bin_header(nbytes: int, key: str) -> bytes:
         return struct.pack(">BH", 0xC5, nbytes)
     if nbytes < 1 << 32:
         return struct.pack(">BI", 0xC6, nbytes)
-    raise SamplingMaskError(ErrorCode.E_LIMIT, f"{nbytes} bytes exceed a msgpack bin (4 GiB)", field=key)
+    raise SamplingMaskError(
+        ErrorCode.E_LIMIT,
+        f"{nbytes} bytes exceed a msgpack bin (4 GiB); write large masks as a streaming Arrow file: "
+        "codecs.open_writer(path, format='arrows') or save(mask, 'mask.arrows')",
+        field=key,
+        value=nbytes,
+    )
 
 
 def _pack(env: Mapping[str, Any]) -> bytes:
@@ -192,19 +198,23 @@ def _index_array(arr: np.ndarray) -> np.ndarray:
     return arr if arr.dtype == np.int64 else arr.astype(np.int64)
 
 
-def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True) -> SamplingMask:
-    """A mask from envelope bytes; ids and companions are views of ``data`` (keep it unchanged).
+def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True, copy: bool = False) -> SamplingMask:
+    """A mask from envelope bytes; ids and companions are read-only views of ``data`` when it is
+    immutable (``bytes``), of a private copy when it is writable (``bytearray``...), and always of a
+    copy with ``copy=True``.
 
     ``validate=False`` skips the O(nnz) content checks (trusted producers only); sizes, dtypes and
     byte counts are always checked.
     """
-    env = _msgpack_reader.read(data, max_depth=limits.max_json_depth)
+    env = _msgpack_reader.read(input_view(data, copy=copy), max_depth=limits.max_json_depth)
     if not isinstance(env, dict):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "the envelope must be a msgpack map")
     if VERSION_KEY not in env:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing version key", field=VERSION_KEY)
     check_version(env[VERSION_KEY])
-    layout = env.get("layout", "ragged")
+    layout = env.get("layout")
+    if layout is None:  # nil, like every optional key, reads as absent
+        layout = "ragged"
     if layout not in LAYOUTS:
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, f"layout must be one of {list(LAYOUTS)}", field="layout", value=repr(layout)[:80]
@@ -215,12 +225,16 @@ def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True)
     kwargs: dict[str, Any] = {}
     if layout == "ragged":
         ids = _get_array(env, "ids", ("int32",), limits, ndim=1)
-        offsets = _index_array(_get_array(env, "offsets", _INDEX_DTYPES, limits, ndim=1))  # type: ignore[arg-type]
+        raw_offsets = _get_array(env, "offsets", _INDEX_DTYPES, limits, ndim=1)
+        assert ids is not None and raw_offsets is not None
+        check_output(limits, max(raw_offsets.size - 1, 0), ids.size, field="offsets")
+        offsets = _index_array(raw_offsets)
     elif layout == "dense":
         dense = _get_array(env, "dense", ("int32",), limits, ndim=2)
         assert dense is not None
         check_count(dense.shape[0], limits.max_rows, "row count", field="dense")
         check_count(dense.shape[1], limits.max_width, "dense width", field="dense")
+        check_output(limits, dense.shape[0], dense.size, field="dense")
         ids, offsets = layouts.dense_to_ragged(dense)
     else:
         from . import compact
@@ -229,6 +243,7 @@ def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True)
         if not isinstance(blob, memoryview):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "compact data must be a msgpack bin", field="compact")
         assert num_rows is not None and nnz is not None
+        check_output(limits, num_rows, nnz, field="compact")
         ids, offsets = compact.decode_ragged(blob, num_rows, nnz, limits=limits)
     assert ids is not None
     if num_rows is not None and offsets.size != num_rows + 1:
