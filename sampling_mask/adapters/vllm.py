@@ -66,6 +66,7 @@ from ._common import get_field, int_array, ragged_from_lists
 
 __all__ = [
     "FILTERED_LOGPROB",
+    "MASS_TOLERANCE",
     "from_completion_output",
     "from_engine_csr",
     "from_engine_tensors",

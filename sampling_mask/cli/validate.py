@@ -21,6 +21,7 @@ from ._common import (
 from ._source import (
     Source,
     check_input,
+    input_paths,
     open_input,
 )
 
@@ -181,12 +182,8 @@ def _check_file(
     return file_vocab, None
 
 
-def run(args: argparse.Namespace) -> int:
-    """Exit 0 when the file (and the given vocab size / sampled ids) is valid, else 1 with the first error.
-
-    Streaming formats are checked record batch by record batch; rows and segments in the report are
-    numbered across the whole file.
-    """
+def _validate(args: argparse.Namespace) -> dict[str, Any]:
+    """The report on ``args.file``: {file, format, valid, checked} plus counts or the first error."""
     source = open_input(args)
     checked = ["structure"] + (["vocab_size"] if args.vocab_size is not None else [])
     checked += ["sampled_token_ids"] if args.sampled is not None else []
@@ -198,34 +195,66 @@ def run(args: argparse.Namespace) -> int:
         vocab, error = None, {"file": args.sampled, **exc.to_dict()}
     else:
         vocab, error = _check_file(source, args.vocab_size, sampled, args.sampled, position)
-    path, fmt = source.path, source.fmt
-    valid = error is None
-    if args.json:
-        doc: dict[str, Any] = {"file": str(path), "format": fmt, "valid": valid, "checked": checked}
-        if valid:
-            doc.update(rows=position.rows, segments=position.segments, nnz=position.nnz, vocab_size=vocab)
-        else:
-            doc["error"] = error
-        print_json(doc)
-    elif error is None:
-        out(
-            f"valid: {path} ({fmt}, {plural(position.rows, 'row')}, {plural(position.segments, 'segment')}, "
-            f"{plural(position.nnz, 'id')}; "
-            f"checked {', '.join(checked)})"
-        )
+    doc: dict[str, Any] = {"file": str(source.path), "format": source.fmt, "valid": error is None, "checked": checked}
+    if error is None:
+        doc.update(rows=position.rows, segments=position.segments, nnz=position.nnz, vocab_size=vocab)
     else:
-        keys = ("record_batch", "segment", "row", "row_in_segment", "field")
-        where = [f"{k.replace('_', ' ')} {error[k]}" for k in keys if k in error]
-        if "value" in error:
-            where.append(f"offending value {error['value']!r}")
-        culprit = error.get("file", path)  # the sampled ids' file when it is at fault
-        out(f"invalid: {culprit}: {error['code']}: {error['message']}" + (f" ({', '.join(where)})" if where else ""))
-    return 0 if valid else 1
+        doc["error"] = error
+    return doc
+
+
+def _line(doc: dict[str, Any]) -> str:
+    """One line for a report of :func:`_validate`."""
+    error = doc.get("error")
+    if error is None:
+        return (
+            f"valid: {doc['file']} ({doc['format']}, {plural(doc['rows'], 'row')}, "
+            f"{plural(doc['segments'], 'segment')}, {plural(doc['nnz'], 'id')}; checked {', '.join(doc['checked'])})"
+        )
+    keys = ("record_batch", "segment", "row", "row_in_segment", "field")
+    where = [f"{k.replace('_', ' ')} {error[k]}" for k in keys if k in error]
+    if "value" in error:
+        where.append(f"offending value {error['value']!r}")
+    culprit = error.get("file", doc["file"])  # the sampled ids' file when it is at fault
+    return f"invalid: {culprit}: {error['code']}: {error['message']}" + (f" ({', '.join(where)})" if where else "")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 when the file (and the given vocab size / sampled ids) is valid, else 1 with the first error.
+
+    Streaming formats are checked record batch by record batch; rows and segments in the report are
+    numbered across the whole file. A directory or glob is checked file by file, each reported.
+    """
+    paths = input_paths(args.file)
+    if paths is None:
+        doc = _validate(args)
+        if args.json:
+            print_json(doc)
+        else:
+            out(_line(doc))
+        return 0 if doc["valid"] else 1
+    if args.sampled is not None:
+        raise CliError("E_USAGE", "--sampled checks one file, not a directory or glob")
+    docs = []
+    for path in paths:
+        try:
+            doc = _validate(argparse.Namespace(**{**vars(args), "file": str(path)}))
+        except CliError as exc:  # a file no format is known for, for instance
+            doc = {"file": str(path), "valid": False, "error": {"code": exc.code, "message": exc.message}}
+        docs.append(doc)
+        if not args.json:
+            out(_line(doc))
+    invalid = sum(not d["valid"] for d in docs)
+    if args.json:
+        print_json({"files": docs, "valid": invalid == 0, "invalid_files": invalid})
+    else:
+        out(f"{plural(len(docs), 'file')} checked, {invalid} invalid")
+    return 0 if invalid == 0 else 1
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = add_command(sub, common, "validate", "check every invariant of the spec; exit 0 valid, 1 invalid", run)
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", help="a mask file, or a directory / glob of them (checked one by one)")
     p.add_argument("--format", help=FORMAT_HELP)
     p.add_argument("--vocab-size", type=int, metavar="N", help="also check every id is < N")
     p.add_argument(

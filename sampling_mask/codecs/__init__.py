@@ -42,8 +42,10 @@ __all__ = [
     "format_for_path",
     "iter_masks",
     "load",
+    "open_dataset",
     "open_writer",
     "save",
+    "write_dataset",
 ]
 
 FORMATS = ("arrow", "arrows", "parquet", "msgpack", "json", "json-rows", "base64")
@@ -246,7 +248,9 @@ def iter_masks(
     batch_size: int | None = None,
 ) -> Iterator[SamplingMask]:
     """Stream the masks of a file (or bytes): one per Arrow record batch / Parquet row group, so a large
-    file never sits in memory whole. Formats without batches yield their one mask."""
+    file never sits in memory whole. Formats without batches yield their one mask. A damaged or cut
+    stream raises after the complete batches before the damage (``value``: how many), also when it
+    is cut exactly between batches (no end-of-stream marker: ``E_ENCODING``, field ``end-of-stream``)."""
     fmt: str
     if isinstance(path, (bytes, bytearray, memoryview)):
         fmt = _sniff(path) if format is None else format
@@ -280,3 +284,6 @@ def open_writer(path: str | os.PathLike[str], *, format: str | None = None, **op
     from . import arrow
 
     return arrow.Writer.to_path(path, fmt, **opts)
+
+
+from .dataset import open_dataset, write_dataset  # noqa: E402 - needs open_writer above

@@ -826,7 +826,8 @@ def iter_masks(
     """One mask per record batch (Parquet: per row group, or per ``batch_size`` segments).
 
     ``source``: a path (memory-mapped) or bytes. An error after some batches says how many complete
-    batches came before it (``value``); those were already yielded.
+    batches came before it (``value``); those were already yielded. A stream without its
+    end-of-stream marker is such an error, after its last complete batch (it was cut).
     """
     if fmt not in FORMATS:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{fmt!r} is not an Arrow format", value=fmt)

@@ -70,25 +70,6 @@ def _codec(name: str) -> Any:
     return function
 
 
-def _library_options(form: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The protocol's encode options in this library's spelling: ``layout`` names the Arrow compact
-    layout too (``{"layout": "compact"}``), where the library's Arrow encoder may spell it ``compact=True``."""
-    if form not in ("arrow", "arrows", "parquet") or "layout" not in options:
-        return options
-    import inspect
-
-    from ..codecs import arrow
-
-    if "layout" in inspect.signature(arrow.encode).parameters:
-        return options
-    out = dict(options)
-    layout = out.pop("layout")
-    if layout not in ("list", "compact"):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown Arrow layout {layout!r}", field="layout")
-    out["compact"] = layout == "compact"
-    return out
-
-
 class ReferenceImplementation:
     """This library as a conformance implementation. Override a step to build a variant."""
 
@@ -157,7 +138,7 @@ class ReferenceImplementation:
         if form == "model":
             return mask_to_json(mask)
         if form in BYTE_FORMS:
-            data: bytes = _codec("encode")(mask, form, **_library_options(form, options))
+            data: bytes = _codec("encode")(mask, form, **options)
             if BYTE_FORMS[form] == "text":
                 return {"text": data.decode("utf-8")}
             return {"hex": data.hex()}

@@ -22,6 +22,7 @@ from .errors import ErrorCode, SamplingMaskError
 __all__ = [
     "DEFAULT_LIMITS",
     "LOCAL_FILE_LIMITS",
+    "UNTRUSTED_CAP_BYTES",
     "UNTRUSTED_EXPANSION",
     "UNTRUSTED_FLOOR_BYTES",
     "Limits",
