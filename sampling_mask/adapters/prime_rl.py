@@ -287,7 +287,8 @@ def context_parallel_rows(num_rows: int, world_size: int, rank: int) -> np.ndarr
 def shard(value: Any, world_size: int, rank: int) -> Any:
     """``rank``'s part of a label-aligned packed mask (one segment) or of a ``[1, N, ...]`` / ``[N, ...]``
     array, exactly as prime-rl's ``shard_for_cp`` splits the labels."""
-    if isinstance(value, SamplingMask):
+    if hasattr(value, "__sampling_mask__"):  # a SamplingMask, or one of another copy (the mask protocol)
+        value = as_sampling_mask(value)
         rows = context_parallel_rows(value.num_rows, world_size, rank)
         return alignment.take_rows(value, rows, [0, rows.size])
     arr = alignment.as_host_array(value, field="array")

@@ -430,8 +430,8 @@ def write_dataset(
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "write_dataset writes 'parquet' or 'arrow'", value=format)
     if max_file_bytes < 1:
         raise SamplingMaskError(ErrorCode.E_RANGE, "max_file_bytes must be positive", field="max_file_bytes")
-    if isinstance(parts, tuple) and len(parts) == 2 and isinstance(parts[0], SamplingMask):
-        parts = [parts]
+    if isinstance(parts, tuple) and len(parts) == 2 and hasattr(parts[0], "__sampling_mask__"):  # (mask, columns)
+        parts = [parts]  # type: ignore[list-item]
     base = os.fspath(base_dir)
     token = secrets.token_hex(4)
     open_files: dict[str, tuple[Any, int]] = {}  # directory -> (writer, bytes written)

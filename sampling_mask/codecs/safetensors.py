@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
-from ..core.model import COMPANIONS, SamplingMask
+from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
 from . import arrow
 from ._common import check_id_order, id_order_of
 
@@ -32,6 +32,7 @@ IDS, OFFSETS, CU_SEQLENS = "sampling_mask.ids", "sampling_mask.offsets", "sampli
 
 def to_tensors(mask: SamplingMask) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The tensors and ``__metadata__`` that :func:`save_file` writes (numpy arrays, contiguous)."""
+    mask = as_sampling_mask(mask)
     tensors: dict[str, np.ndarray] = {
         IDS: np.ascontiguousarray(mask.ids, np.int32),
         OFFSETS: np.ascontiguousarray(mask.offsets, np.int64),
