@@ -13,6 +13,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
@@ -202,3 +203,15 @@ def support_line(support: dict[str, Any]) -> str:
         f"mean {fmt_num(support['mean'])}  p90 {fmt_num(support['p90'])}  p99 {fmt_num(support['p99'])}  "
         f"max {fmt_num(support['max'])}"
     )
+
+
+def save_png(fig: Any, path: Path) -> None:
+    """Write a matplotlib figure as a PNG and close it (``E_IO`` when the file cannot be written)."""
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.savefig(path, format="png", dpi=100)
+    except OSError as exc:
+        raise CliError("E_IO", f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)

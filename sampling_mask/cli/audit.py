@@ -18,7 +18,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from ._common import FORMAT_HELP, CliError, add_command, out, print_json
+from ._common import FORMAT_HELP, CliError, add_command, out, print_json, save_png
 from ._source import check_input, open_input, read_all
 from .stats import _require_matplotlib
 from .validate import _read_sampled
@@ -188,12 +188,7 @@ def _plot(out: Path, report: Any, source: Path) -> None:
         ax.set_ylabel("rows")
     fig.suptitle(f"{source.name}: audit against rule {report.rule}")
     fig.tight_layout()
-    try:
-        fig.savefig(out, format="png", dpi=100)
-    except OSError as exc:
-        raise CliError("E_IO", f"cannot write {str(out)!r}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+    save_png(fig, out)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from ._common import (
     histogram_lines,
     out,
     print_json,
+    save_png,
     support_line,
 )
 from ._source import (
@@ -160,12 +161,7 @@ def _plot(out: Path, summary: SupportSummary, source: Path) -> None:
     right.set_title(f"{summary.segments:,} segments")
     fig.suptitle(source.name)
     fig.tight_layout()
-    try:
-        fig.savefig(out, format="png", dpi=100)
-    except OSError as exc:
-        raise CliError("E_IO", f"cannot write {str(out)!r}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+    save_png(fig, out)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
