@@ -39,8 +39,8 @@ def _code(call: Any) -> str:
         lambda: SamplingMask.from_rows([[1], [2]], cu_seqlens=[0, True, 2]),
         lambda: vllm.from_token_ids([[True, False]]),
         lambda: vllm.from_token_ids([[1], [2]], sampled_token_ids=[1, True]),
-        lambda: vllm.from_http_choice({"sampling_mask": [[True, False]]}),
-        lambda: vllm.from_http_choice({"sampling_mask": [[1], [2]], "token_ids": [1, True]}),
+        lambda: vllm.from_generate_choice({"sampling_mask": [[True, False]]}),
+        lambda: vllm.from_generate_choice({"sampling_mask": [[1], [2]], "token_ids": [1, True]}),
     ],
 )
 def test_booleans_are_not_ids_targets_or_counts(call: Any) -> None:
