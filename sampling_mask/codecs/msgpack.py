@@ -1,3 +1,4 @@
+# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/codecs/msgpack.py, vendorable (README: Vendoring)
 """The msgpack envelope (format ``"msgpack"``): one map, arrays as raw little-endian ``bin``.
 
 Wire format (spec/v1/SPEC.md, section ``msgpack``)::
@@ -35,7 +36,7 @@ import numpy as np
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output
-from ..core.model import COMPANIONS, SamplingMask
+from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
 from . import _msgpack_reader
 from ._buffers import array_from_buffer, input_view, wire_dtype, wire_shape
 from ._common import SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order
@@ -127,6 +128,7 @@ def encode(
     """The envelope bytes. ``layout``: ``"ragged"`` (default, zero-copy decode), ``"dense"`` (``width``
     defaults to the widest row) or ``"compact"`` (rows stored ascending); ``offsets_dtype``: ``"int64"``
     (zero-copy decode) or ``"int32"`` (4 bytes per row smaller)."""
+    mask = as_sampling_mask(mask)
     if layout not in LAYOUTS:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"layout must be one of {list(LAYOUTS)}", value=layout)
     if offsets_dtype not in _INDEX_DTYPES:
