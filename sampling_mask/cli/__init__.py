@@ -1,4 +1,4 @@
-"""The ``sampling-mask`` command line: demo, inspect, validate, convert, stats, vendor, conformance, bench.
+"""The ``sampling-mask`` command line: demo, inspect, validate, convert, stats, vendor, audit, conformance, bench.
 
 One module per command (``cli/<command>.py``: ``add_parser`` and ``run``); ``_common`` holds the output,
 error and argument plumbing, ``_source`` the input files. ``sampling_mask.cli:main`` is the entry point.
@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ..core.errors import SamplingMaskError
-from . import bench, conformance, convert, demo, inspect, stats, validate, vendor
+from . import audit, bench, conformance, convert, demo, inspect, stats, validate, vendor
 from ._common import OPTIONAL_EXTRAS, PROG, CliError, Parser, error_text, missing_dependency, print_json
 
 __all__ = ["build_parser", "main"]
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
-    for command in (demo, inspect, validate, convert, stats, vendor):
+    for command in (demo, inspect, validate, convert, stats, vendor, audit):
         command.add_parser(sub, common)
     for name, (_entry, help_text) in DELEGATED.items():
         p = sub.add_parser(name, help=help_text, add_help=False)

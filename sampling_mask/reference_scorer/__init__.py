@@ -41,12 +41,18 @@ replayed; all-reduced over a context-parallel ``group``).
 Context parallel: :func:`context_parallel_split` (rows of one rank, contiguous or zig-zag, via
 ``sampling_mask.alignment.context_parallel_rows``) and :func:`gather_rows`.
 
+Support reconstruction and the mask audit: :func:`support_from_logits` (what vLLM / SGLang /
+transformers' sampler keeps for each row, ``rule=``), :func:`audit` / :func:`audit_from_hidden` ->
+:class:`SupportAudit` (recorded vs recomputed support, and the split of the rollout / trainer log-prob
+mismatch into a support part and a logit-drift part).
+
 Everything is vectorized (segment ops over the (row, id) pairs; no loop over rows) and runs on
 whatever device the inputs are on.
 """
 
 from __future__ import annotations
 
+from .audit import SupportAudit, audit, audit_from_hidden
 from .diagnostics import ReplayDiagnostics, replay_diagnostics
 from .distributed import context_parallel_split, gather_rows
 from .inputs import EMPTY_ROW_POLICIES, MISSING_TARGET_POLICIES
@@ -59,12 +65,17 @@ from .scoring import (
     masked_logprobs_from_hidden,
     masked_support_logprobs,
 )
+from .support import RULES, support_from_logits
 
 __all__ = [
     "EMPTY_ROW_POLICIES",
     "MISSING_TARGET_POLICIES",
     "MaskedScores",
+    "RULES",
     "ReplayDiagnostics",
+    "SupportAudit",
+    "audit",
+    "audit_from_hidden",
     "context_parallel_split",
     "full_logprobs",
     "gather_rows",
@@ -74,4 +85,5 @@ __all__ = [
     "masked_logprobs_from_hidden",
     "masked_support_logprobs",
     "replay_diagnostics",
+    "support_from_logits",
 ]

@@ -1,0 +1,246 @@
+"""``sampling-mask audit MASKFILE --logits LOGITS``: check a rollout's masks against the support an
+engine's sampler keeps for the given logits (:func:`sampling_mask.reference_scorer.audit`).
+
+Logits come from a ``.npy`` file (``np.load`` without pickle, memory-mapped) or a ``.safetensors``
+file (the ``safetensors`` package when installed, else the header is parsed here: an 8-byte
+little-endian length, a JSON header, the raw buffer; every size is checked against the file before
+anything is read). Sampler parameters default to the mask's metadata (``temperature``, ``top_k``,
+``top_p``, ``min_p``). Exit status 0: every compared row equals the recomputed support and holds its
+sampled id; 1: the audit found a difference; 2: usage / input errors (as every command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import struct
+from pathlib import Path
+from typing import Any
+
+from ._common import FORMAT_HELP, CliError, add_command, out, print_json
+from ._source import check_input, open_input, read_all
+from .stats import _require_matplotlib
+from .validate import _read_sampled
+
+__all__ = ["add_parser", "read_logits", "run"]
+
+#: safetensors dtype names this reader accepts and their numpy storage (bf16 as raw 16-bit words).
+_SAFETENSORS_DTYPES = {"F64": ("<f8", None), "F32": ("<f4", None), "F16": ("<f2", None), "BF16": ("<i2", "bfloat16")}
+_MAX_HEADER = 100 * 1024 * 1024
+
+
+def _safetensors_header(data: Any, path: Path) -> tuple[dict[str, Any], int]:
+    """(the JSON header, where the data buffer starts); CliError ``E_ENCODING`` on anything malformed."""
+    if len(data) < 8:
+        raise CliError("E_ENCODING", f"{str(path)!r} is too short for a safetensors file")
+    (size,) = struct.unpack("<Q", data[:8])
+    if size > _MAX_HEADER or 8 + size > len(data):
+        raise CliError("E_ENCODING", f"{str(path)!r}: safetensors header size {size} exceeds the file")
+    try:
+        header = json.loads(bytes(data[8 : 8 + size]))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CliError("E_ENCODING", f"{str(path)!r}: safetensors header is not JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise CliError("E_ENCODING", f"{str(path)!r}: safetensors header is not a JSON object")
+    return header, 8 + size
+
+
+def _safetensors_tensor(path: Path, key: str | None) -> Any:
+    """One tensor of a safetensors file, copied out of a read-only mapping after every check."""
+    with open(path, "rb") as fh:
+        if not path.stat().st_size:
+            raise CliError("E_ENCODING", f"{str(path)!r} is empty")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _safetensors_tensor_from(data, path, key)
+
+
+def _safetensors_tensor_from(data: Any, path: Path, key: str | None) -> Any:
+    import numpy as np
+    import torch
+
+    header, start = _safetensors_header(data, path)
+    names = [name for name in header if name != "__metadata__"]
+    if key is None:
+        key = "logits" if "logits" in names else (names[0] if len(names) == 1 else None)
+        if key is None:
+            raise CliError("E_USAGE", f"{str(path)!r} holds {len(names)} tensors; name one with --logits-key")
+    entry = header.get(key)
+    if not isinstance(entry, dict):
+        raise CliError("E_SCHEMA", f"{str(path)!r} has no tensor {key!r} (it has {names[:8]})")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in _SAFETENSORS_DTYPES:
+        raise CliError("E_DTYPE", f"tensor {key!r} has dtype {dtype!r}; logits must be F64, F32, F16 or BF16")
+    ok_shape = isinstance(shape, list) and len(shape) == 2 and all(type(v) is int and v >= 0 for v in shape)
+    ok_offsets = isinstance(offsets, list) and len(offsets) == 2 and all(type(v) is int for v in offsets)
+    if not ok_shape or not ok_offsets:
+        raise CliError("E_SCHEMA", f"tensor {key!r}: shape must be [T, V] and data_offsets [begin, end]")
+    storage, view = _SAFETENSORS_DTYPES[dtype]
+    rows, vocab = int(shape[0]), int(shape[1])  # type: ignore[index]
+    begin, end = int(offsets[0]), int(offsets[1])  # type: ignore[index]
+    if not 0 <= begin <= end <= len(data) - start or end - begin != rows * vocab * np.dtype(storage).itemsize:
+        raise CliError("E_BYTES", f"tensor {key!r}: data_offsets {offsets} disagree with shape {shape} / file")
+    arr = np.frombuffer(data, dtype=storage, count=rows * vocab, offset=start + begin).reshape(rows, vocab)
+    tensor = torch.from_numpy(arr.copy())
+    return tensor.view(torch.bfloat16) if view == "bfloat16" else tensor
+
+
+def read_logits(path: Path, key: str | None = None) -> Any:
+    """Logits [T, V] as a torch tensor from ``.npy`` or ``.safetensors`` (never pickle / torch.load)."""
+    import numpy as np
+    import torch
+
+    check_input(path)
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            arr = np.load(path, allow_pickle=False, mmap_mode="r")
+            if arr.ndim != 2 or arr.dtype.kind != "f":
+                raise CliError("E_DTYPE", f"{str(path)!r} must hold a 2-D float array, got {arr.dtype} {arr.shape}")
+            return torch.from_numpy(np.array(arr))  # a writable copy of the mapped file
+        if suffix == ".safetensors":
+            try:
+                from safetensors import safe_open
+            except ImportError:
+                return _safetensors_tensor(path, key)
+            try:
+                with safe_open(str(path), framework="pt") as handle:
+                    names = list(handle.keys())
+                    name = key or ("logits" if "logits" in names else (names[0] if len(names) == 1 else None))
+                    if name is None or name not in names:
+                        raise CliError("E_USAGE", f"name the logits tensor with --logits-key (one of {names[:8]})")
+                    return handle.get_tensor(name)
+            except CliError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the package's own error types
+                raise CliError("E_ENCODING", f"cannot read {str(path)!r}: {exc}") from None
+    except (ValueError, OSError) as exc:
+        raise CliError("E_ENCODING", f"cannot read logits from {str(path)!r}: {exc}") from None
+    raise CliError("E_USAGE", f"--logits takes a .npy or a .safetensors file, not {str(path)!r}")
+
+
+def _param(args: argparse.Namespace, mask: Any, name: str) -> Any:
+    value = getattr(args, name)
+    if value is None:
+        value = mask.metadata.get(name)
+    return None if value == "unknown" else value
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _report_lines(path: Path, summary: dict[str, Any], params: dict[str, Any], report: Any) -> list[str]:
+    shown = ", ".join(f"{k} {'off' if v is None else v}" for k, v in params.items())
+    n = summary["rows_compared"]
+    lines = [
+        f"audit of {path.name} against rule {summary['rule']} ({shown})",
+        f"rows: {summary['rows']:,}, compared {n:,} (rows with an empty recorded support are skipped)",
+        f"equal supports: {summary['rows_equal']:,} of {n:,}; mean Jaccard {_fmt(summary['mean_jaccard'])}",
+        f"rows missing ids: {summary['rows_missing_ids']:,} ({summary['missing_ids']:,} ids); "
+        f"rows with extra ids: {summary['rows_extra_ids']:,} ({summary['extra_ids']:,} ids)",
+        f"rows wider than top_k: recorded {summary['rows_recorded_wider_than_top_k']:,}, "
+        f"recomputed {summary['rows_recomputed_wider_than_top_k']:,} (ties)",
+        f"recorded support mass under the recomputed distribution: mean {_fmt(summary['mean_recorded_mass'], 4)}, "
+        f"min {_fmt(summary['min_recorded_mass'], 4)}",
+    ]
+    if summary["rows_sampled_not_in_recorded"] is not None:
+        lines.append(
+            f"sampled id outside the recorded support: {summary['rows_sampled_not_in_recorded']:,} rows; "
+            f"outside the recomputed support: {summary['rows_sampled_not_in_recomputed']:,} rows"
+        )
+    m = summary["mismatch"]
+    if m["mean_full_minus_rollout"] is not None:
+        lines.append(
+            f"log-prob mismatch, trainer full vocabulary - rollout: mean {_fmt(m['mean_full_minus_rollout'], 4)} "
+            f"= support part {_fmt(m['mean_support_part'], 4)} + logit drift {_fmt(m['mean_drift_part'], 4)}"
+        )
+    elif m["mean_support_part"] is not None:
+        lines.append(f"support part of the log-prob mismatch (no rollout log-probs): {_fmt(m['mean_support_part'], 4)}")
+    differ = [int(t) for t in (~report.equal & report.compared).nonzero()[0][:5]]
+    if differ:
+        missing, extra = report.missing, report.extra
+        parts = [f"row {t}: missing {missing.row(t).tolist()[:6]} extra {extra.row(t).tolist()[:6]}" for t in differ]
+        lines.append("first differing rows: " + "; ".join(parts))
+    return lines
+
+
+def _plot(out: Path, report: Any, source: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    c = report.compared
+    panels = [("Jaccard(recorded, recomputed)", report.jaccard[c]), ("recorded mass", report.recorded_mass[c])]
+    if report.drift_part is not None:
+        panels.append(("logit drift part (replay - rollout)", report.drift_part[c]))
+    elif report.support_part is not None:
+        panels.append(("support part (full - replay)", report.support_part[c]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
+    for ax, (title, values) in zip(np.atleast_1d(axes), panels, strict=True):
+        finite = values[np.isfinite(values)]
+        if finite.size:
+            ax.hist(finite, bins=40, color="#3465a4")
+            ax.set_yscale("log")
+        ax.set_xlabel(title)
+        ax.set_ylabel("rows")
+    fig.suptitle(f"{source.name}: audit against rule {report.rule}")
+    fig.tight_layout()
+    try:
+        fig.savefig(out, format="png", dpi=100)
+    except OSError as exc:
+        raise CliError("E_IO", f"cannot write {str(out)!r}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Audit the masks of ``args.file`` against ``args.rule`` on ``args.logits``; exit 1 on a difference."""
+    if args.plot is not None:
+        _require_matplotlib()
+    import numpy as np
+
+    from ..reference_scorer import audit
+
+    mask = read_all(open_input(args))
+    logits = read_logits(Path(args.logits), args.logits_key)
+    params = {name: _param(args, mask, name) for name in ("temperature", "top_k", "top_p", "min_p")}
+    sampled = None if args.sampled is None else _read_sampled(Path(args.sampled))
+    report = audit(mask, logits, rule=args.rule, sampled=sampled, chunk_rows=args.chunk_rows, **params)
+    summary = report.summary()
+    if args.plot is not None:
+        _plot(Path(args.plot), report, Path(args.file))
+    if args.json:
+        print_json({"file": args.file, "logits": args.logits, "parameters": params, **summary})
+    else:
+        for line in _report_lines(Path(args.file), summary, params, report):
+            out(line)
+        if args.plot is not None:
+            out(f"wrote {args.plot}")
+    sampled_ok = report.sampled_in_recorded is None or bool(np.all(report.sampled_in_recorded | ~report.compared))
+    return 0 if summary["rows_equal"] == summary["rows_compared"] and sampled_ok else 1
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = add_command(
+        sub,
+        common,
+        "audit",
+        "check masks against the support an engine's sampler keeps for given logits; exit 1 on a difference",
+        run,
+    )
+    p.add_argument("file", metavar="MASKFILE")
+    p.add_argument("--logits", required=True, metavar="FILE", help="raw logits [T, V]: .npy or .safetensors")
+    p.add_argument("--logits-key", metavar="NAME", help="the tensor's name in a .safetensors file (default: logits)")
+    p.add_argument("--format", help=FORMAT_HELP)
+    p.add_argument("--rule", choices=("vllm", "sglang", "hf"), default="vllm", help="whose sampler (default vllm)")
+    p.add_argument("--temperature", type=float, help="default: the mask's temperature companion / metadata, else 1")
+    p.add_argument("--top-k", dest="top_k", type=int, help="default: the mask's metadata (off: -1 or 0)")
+    p.add_argument("--top-p", dest="top_p", type=float, help="default: the mask's metadata (off: 1)")
+    p.add_argument("--min-p", dest="min_p", type=float, help="default: the mask's metadata (off: 0)")
+    p.add_argument("--sampled", metavar="FILE", help="sampled ids (.npy / .json; default: the mask's companion)")
+    p.add_argument("--chunk-rows", type=int, metavar="N", help="rows of logits processed at a time")
+    p.add_argument("--plot", metavar="PNG", help="write histograms of Jaccard, mass and drift (needs matplotlib)")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
