@@ -516,7 +516,7 @@ def dense_cases(book: Book) -> None:
     )
     bad.add(
         "three-dimensional",
-        "NeMo-RL's [B, T, K] must be flattened to [T, W] with cu_seqlens first.",
+        "A trainer's [B, T, K] must be flattened to [T, W] with cu_seqlens first.",
         "layouts",
         {"dense": arr([[[1, -1], [2, -1]]])},
         err("E_SHAPE"),

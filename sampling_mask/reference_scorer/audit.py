@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 from .inputs import accumulation_dtype
 from .row_stats import _HiddenSource
 from .support import as_logits, default_chunk_rows, kept_block, support_params
@@ -180,8 +180,7 @@ def _audit(
     rollout_logprobs: Any,
     chunk_rows: int | None,
 ) -> SupportAudit:
-    if not isinstance(mask, SamplingMask):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "mask must be a SamplingMask", field="mask")
+    mask = as_sampling_mask(mask)  # a SamplingMask, or one of another copy (the mask protocol); else E_SCHEMA
     if mask.num_rows != num_rows:
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"mask has {mask.num_rows} rows, logits {num_rows}", field="mask")
     if mask.nnz and int(mask.ids.max()) >= vocab:
