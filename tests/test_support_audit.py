@@ -101,7 +101,7 @@ def test_companions_are_defaults_and_empty_rows_are_skipped():
 def test_hidden_states_match_logits_and_stay_chunked(monkeypatch):
     import importlib
 
-    audit_module = importlib.import_module("sampling_mask.reference_scorer.audit")
+    audit_module = importlib.import_module("sampling_mask.reference_scorer.support_audit")
     monkeypatch.setattr(audit_module, "_VOCAB_TILE", 7)  # several vocabulary tiles per block
     g = torch.Generator().manual_seed(2)
     hidden, weight, bias = (

@@ -52,7 +52,7 @@ whatever device the inputs are on.
 
 from __future__ import annotations
 
-from .audit import SupportAudit, audit, audit_from_hidden
+from .support_audit import SupportAudit, audit, audit_from_hidden
 from .diagnostics import ReplayDiagnostics, replay_diagnostics
 from .distributed import context_parallel_split, gather_rows
 from .inputs import EMPTY_ROW_POLICIES, MISSING_TARGET_POLICIES
