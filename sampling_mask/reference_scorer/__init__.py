@@ -52,7 +52,6 @@ whatever device the inputs are on.
 
 from __future__ import annotations
 
-from .support_audit import SupportAudit, audit, audit_from_hidden
 from .diagnostics import ReplayDiagnostics, replay_diagnostics
 from .distributed import context_parallel_split, gather_rows
 from .inputs import EMPTY_ROW_POLICIES, MISSING_TARGET_POLICIES
@@ -66,6 +65,7 @@ from .scoring import (
     masked_support_logprobs,
 )
 from .support import RULES, support_from_logits
+from .support_audit import SupportAudit, audit, audit_from_hidden
 
 __all__ = [
     "EMPTY_ROW_POLICIES",
