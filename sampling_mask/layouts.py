@@ -24,7 +24,9 @@ __all__ = [
     "canonical_permutation",
     "check_ids",
     "check_offsets",
+    "check_rows",
     "check_segments",
+    "row_blocks",
     "counts_to_offsets",
     "dense_to_ragged",
     "range_indices",
@@ -93,22 +95,34 @@ def counts_to_offsets(counts: np.ndarray, *, field: str = "counts") -> np.ndarra
     return offsets
 
 
-def check_offsets(offsets: np.ndarray, nnz: int, *, field: str = "offsets") -> None:
-    """``offsets[0] == 0``, non-decreasing, ``offsets[-1] == nnz``, else ``E_OFFSETS``."""
+#: Ids (and rows) per validation block: each check runs over a block that stays in cache, so
+#: temporaries are O(block), not O(nnz), and every id is read from memory about once.
+BLOCK = 1 << 16
+
+
+def check_offsets(offsets: np.ndarray, nnz: int, *, field: str = "offsets") -> int:
+    """``offsets[0] == 0``, non-decreasing, ``offsets[-1] == nnz``, else ``E_OFFSETS``; returns the widest row.
+
+    Works in blocks of :data:`BLOCK` rows: no O(T) temporary.
+    """
     if offsets.size == 0:
         raise SamplingMaskError(ErrorCode.E_OFFSETS, "offsets must hold T+1 >= 1 entries", field=field)
     if int(offsets[0]) != 0:
         raise SamplingMaskError(ErrorCode.E_OFFSETS, "offsets[0] must be 0", field=field, value=int(offsets[0]))
-    steps = np.diff(offsets)
-    if steps.size and int(steps.min()) < 0:
-        row = int(np.flatnonzero(steps < 0)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_OFFSETS, "offsets decrease", field=field, row=row, value=int(offsets[row + 1])
-        )
+    widest = 0
+    for start in range(0, offsets.size - 1, BLOCK):
+        steps = np.diff(offsets[start : start + BLOCK + 1])
+        if int(steps.min()) < 0:
+            row = start + int(np.flatnonzero(steps < 0)[0])
+            raise SamplingMaskError(
+                ErrorCode.E_OFFSETS, "offsets decrease", field=field, row=row, value=int(offsets[row + 1])
+            )
+        widest = max(widest, int(steps.max()))
     if int(offsets[-1]) != nnz:
         raise SamplingMaskError(
             ErrorCode.E_OFFSETS, f"offsets[T] must equal nnz = {nnz}", field=field, value=int(offsets[-1])
         )
+    return widest
 
 
 def check_segments(cu_seqlens: np.ndarray, num_rows: int, limits: Limits, *, field: str = "cu_seqlens") -> None:
@@ -150,8 +164,17 @@ def range_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + np.repeat(shift, lengths)
 
 
-def _first_bad_row(offsets: np.ndarray, id_positions: np.ndarray) -> int:
-    return int(np.searchsorted(offsets, int(id_positions[0]), side="right") - 1)
+def row_blocks(offsets: np.ndarray, block: int | None = None) -> list[tuple[int, int]]:
+    """Row ranges ``[r0, r1)`` tiling all rows, each holding about ``block`` (:data:`BLOCK`) ids and at
+    least one row. Offsets must already be checked."""
+    block = block or BLOCK
+    num_rows = offsets.size - 1
+    nnz = int(offsets[-1]) if num_rows else 0
+    if nnz <= block:
+        return [(0, num_rows)] if num_rows else []
+    cuts = np.searchsorted(offsets, np.arange(block, nnz, block, dtype=np.int64), side="right") - 1
+    bounds = np.unique(np.concatenate(([0], cuts, [num_rows])))
+    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
 
 
 def check_ids(ids: np.ndarray, offsets: np.ndarray, vocab_size: int | None, *, field: str = "ids") -> bool:
@@ -159,30 +182,79 @@ def check_ids(ids: np.ndarray, offsets: np.ndarray, vocab_size: int | None, *, f
 
     ``E_RANGE`` for an id out of range, ``E_DUPLICATE`` for a repeated id, both naming the row.
     """
-    if ids.size == 0:
-        return True
-    lo, hi = int(ids.min()), int(ids.max())
-    if lo < 0 or (vocab_size is not None and hi >= vocab_size):
-        bad = np.flatnonzero((ids < 0) if lo < 0 else (ids >= vocab_size))
-        row = _first_bad_row(offsets, bad)
-        limit = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
-        raise SamplingMaskError(ErrorCode.E_RANGE, f"id outside {limit}", field=field, row=row, value=int(ids[bad[0]]))
-    starts = np.zeros(ids.size, dtype=bool)
-    starts[offsets[:-1][np.diff(offsets) > 0]] = True
-    steps = np.diff(ids)
-    ascending = bool(np.all((steps > 0) | starts[1:]))
-    if ascending:
-        return True
-    # Unsorted rows: sort a (row, id) key and look for neighbours that are equal.
-    key = (row_of_ids(offsets) << 32) | ids.astype(np.int64)
-    key.sort()
+    return check_rows(ids, offsets, vocab_size, field=field)[0]
+
+
+def check_rows(
+    ids: np.ndarray,
+    offsets: np.ndarray,
+    vocab_size: int | None,
+    *,
+    field: str = "ids",
+    sampled: np.ndarray | None = None,
+    ascending: bool = False,
+) -> tuple[bool, int | None]:
+    """:func:`check_ids` and more: returns (every row ascending, the first non-empty row lacking its
+    ``sampled`` id or None); ``sampled`` int32 [T] is checked only where given.
+    ``ascending=True``: the caller built every row strictly ascending, so the order is not checked.
+
+    ``E_RANGE`` for an id out of range, ``E_DUPLICATE`` for a repeated id, both naming the row. One
+    pass in blocks of :data:`BLOCK` ids: range, order, then (unsorted blocks only) a stable sort of
+    the (row, id) key, then membership of the sampled id. Offsets must already be checked.
+    """
+    all_ascending, missing = True, None
+    for r0, r1 in row_blocks(offsets):
+        base = int(offsets[r0])
+        block = ids[base : int(offsets[r1])]
+        if block.size == 0:
+            continue
+        starts = offsets[r0:r1] - base
+        nonempty = offsets[r0 + 1 : r1 + 1] - base > starts
+        firsts = starts[nonempty]  # where each non-empty row of the block begins
+        lo, hi = int(block.min()), int(block.max())
+        if lo < 0 or (vocab_size is not None and hi >= vocab_size):
+            pos = int(np.flatnonzero((block < 0) if lo < 0 else (block >= vocab_size))[0])
+            row = r0 + int(np.searchsorted(starts, pos, side="right")) - 1
+            limit = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
+            raise SamplingMaskError(
+                ErrorCode.E_RANGE, f"id outside {limit}", field=field, row=row, value=int(block[pos])
+            )
+        if not ascending:
+            descents = block[1:] <= block[:-1]
+            descents[firsts[1:] - 1] = False  # pairs that straddle two rows
+            if descents.any():
+                all_ascending = False
+                _check_unique(block, starts, r0, field)
+        if sampled is not None and missing is None and firsts.size:
+            missing = _first_missing(block, firsts, sampled[r0:r1][nonempty], np.flatnonzero(nonempty) + r0)
+    return all_ascending, missing
+
+
+def _check_unique(block: np.ndarray, starts: np.ndarray, r0: int, field: str) -> None:
+    """``E_DUPLICATE`` when a row of ``block`` repeats an id. The (row, id) key is already ordered by
+    row, so a stable sort (a merge of runs) is several times faster than the default one."""
+    lengths = np.diff(starts, append=block.size)
+    key = np.repeat(np.arange(lengths.size, dtype=np.int64) << 32, lengths)
+    key |= block
+    key.sort(kind="stable")
     dup = np.flatnonzero(key[1:] == key[:-1])
     if dup.size:
         k = int(key[dup[0]])
         raise SamplingMaskError(
-            ErrorCode.E_DUPLICATE, "id repeated within a row", field=field, row=k >> 32, value=k & 0xFFFFFFFF
+            ErrorCode.E_DUPLICATE, "id repeated within a row", field=field, row=r0 + (k >> 32), value=k & 0xFFFFFFFF
         )
-    return False
+
+
+def _first_missing(block: np.ndarray, firsts: np.ndarray, want: np.ndarray, rows: np.ndarray) -> int | None:
+    """The first of ``rows`` (non-empty, beginning at ``firsts``) whose ids lack ``want``, or None.
+
+    Ids are unique per row, so there is exactly one hit per row when none is missing.
+    """
+    hit = block == np.repeat(want, np.diff(firsts, append=block.size))
+    if int(np.count_nonzero(hit)) == firsts.size:
+        return None
+    found = np.add.reduceat(hit, firsts)
+    return int(rows[np.flatnonzero(found == 0)[0]])
 
 
 def canonical_permutation(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
