@@ -266,3 +266,54 @@ def test_reader_on_arbitrary_bytes_agrees_with_msgpack_or_rejects(data: bytes) -
 def test_float32_scalars_and_big_ints() -> None:
     data = msgpack.packb({"f": 1.5, "u": (1 << 64) - 1, "n": -(1 << 63)}, use_single_float=True)
     assert _msgpack_reader.read(data, max_depth=2) == {"f": 1.5, "u": (1 << 64) - 1, "n": -(1 << 63)}
+
+
+# ---------------------------------------------------------------------------------------------- frames
+@pytest.mark.parametrize("opts", [{}, {"offsets_dtype": "int32"}, {"layout": "compact"}, {"layout": "dense"}])
+def test_frames_concatenate_to_the_envelope_and_decode_back(opts: dict) -> None:
+    mask = sample_mask()
+    frames = codecs.encode_frames(mask, **opts)
+    assert b"".join(frames) == codecs.encode(mask, "msgpack", **opts)
+    assert codecs.decode(frames) == mask
+    assert codecs.decode(tuple(frames), "msgpack", validate=False) == mask
+
+
+def test_frames_share_memory_with_the_mask_both_ways() -> None:
+    mask = spec_example()
+    frames = codecs.encode_frames(mask)
+    views = [f for f in frames if isinstance(f, memoryview)]
+    assert len(views) == 4  # ids, offsets, cu_seqlens, sampled ids: no copy on the way out
+    assert np.shares_memory(np.frombuffer(views[0], np.uint8), mask.ids)
+    back = codecs.decode(frames)
+    assert np.shares_memory(back.ids, np.frombuffer(views[0], np.uint8))  # nor on the way in
+
+
+def test_frames_split_anywhere_still_decode_with_the_same_checks() -> None:
+    data = codecs.encode(spec_example(), "msgpack")
+    for size in (1, 2, 7, 50):
+        parts = [data[i : i + size] for i in range(0, len(data), size)]
+        assert codecs.decode(parts) == spec_example()
+        with pytest.raises(SamplingMaskError) as info:
+            codecs.decode(parts[:-1])
+        assert info.value.code is ErrorCode.E_ENCODING
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.decode([data, b"\x00"])  # a trailing byte in an extra frame
+    assert info.value.code is ErrorCode.E_ENCODING
+    with pytest.raises(SamplingMaskError):
+        codecs.decode([data, 5])  # not bytes-like
+    with pytest.raises(SamplingMaskError):
+        codecs.decode([data], "arrow")
+
+
+def test_encode_into_writes_the_envelope_or_nothing() -> None:
+    mask = spec_example()
+    data = codecs.encode(mask, "msgpack")
+    buffer = np.full(len(data) + 5, 0xAA, np.uint8)
+    assert codecs.encode_into(mask, buffer) == len(data)
+    assert bytes(buffer[: len(data)]) == data and buffer[-1] == 0xAA
+    small = bytearray(len(data) - 1)
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.encode_into(mask, small)
+    assert info.value.code is ErrorCode.E_LIMIT and small == bytearray(len(data) - 1)
+    with pytest.raises(SamplingMaskError):
+        codecs.encode_into(mask, bytes(len(data)))  # read-only

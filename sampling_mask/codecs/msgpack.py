@@ -40,7 +40,7 @@ from . import _msgpack_reader
 from ._buffers import array_from_buffer, wire_dtype, wire_shape
 from ._common import SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order
 
-__all__ = ["LAYOUTS", "decode", "encode", "is_envelope"]
+__all__ = ["LAYOUTS", "decode", "encode", "encode_frames", "encode_into", "is_envelope"]
 
 LAYOUTS = ("ragged", "dense", "compact")
 _INDEX_DTYPES = ("int32", "int64")
@@ -90,37 +90,53 @@ def _bin_header(nbytes: int, key: str) -> bytes:
     raise SamplingMaskError(ErrorCode.E_LIMIT, f"{nbytes} bytes exceed a msgpack bin (4 GiB)", field=key)
 
 
-def _pack(env: Mapping[str, Any]) -> bytes:
-    """``msgpack.packb(env, use_bin_type=True)`` with every ARRAY / bin value copied once, straight
-    into the result (``bytes.join``), instead of into the packer's growing buffer and out again."""
+def _frames(env: Mapping[str, Any]) -> list[Any]:
+    """``msgpack.packb(env, use_bin_type=True)`` as frames: the small msgpack parts joined into
+    ``bytes`` and every ARRAY / bin value as its own frame (a memoryview of the array, no copy).
+    Their concatenation is the envelope; the work is O(1) in rows."""
     import msgpack
 
     packer = msgpack.Packer(use_bin_type=True, use_single_float=False)
-    parts: list[Any] = [packer.pack_map_header(len(env))]
+    frames: list[Any] = []
+    head: list[bytes] = [packer.pack_map_header(len(env))]
+
+    def data(value: Any, nbytes: int, key: str) -> None:
+        head.append(_bin_header(nbytes, key))
+        frames.append(b"".join(head))
+        frames.append(value)
+        head.clear()
+
     for key, value in env.items():
-        parts.append(packer.pack(key))
+        head.append(packer.pack(key))
         if isinstance(value, _Array):
-            parts += [packer.pack_map_header(3), packer.pack("dtype"), packer.pack(value.dtype)]
-            parts += [packer.pack("shape"), packer.pack(value.shape), packer.pack("data")]
-            parts += [_bin_header(value.data.nbytes, key), value.data]
+            head += [packer.pack_map_header(3), packer.pack("dtype"), packer.pack(value.dtype)]
+            head += [packer.pack("shape"), packer.pack(value.shape), packer.pack("data")]
+            data(value.data, value.data.nbytes, key)
         elif isinstance(value, bytes):
-            parts += [_bin_header(len(value), key), value]
+            data(value, len(value), key)
         else:
             try:
-                parts.append(packer.pack(value))
+                head.append(packer.pack(value))
             except (OverflowError, TypeError, ValueError) as exc:
                 raise SamplingMaskError(
                     ErrorCode.E_RANGE, f"a value cannot be written as msgpack: {exc}", field=key
                 ) from None
-    return b"".join(parts)
+    if head:
+        frames.append(b"".join(head))
+    return frames
 
 
 def encode(
     mask: SamplingMask, *, layout: str = "ragged", offsets_dtype: str = "int64", width: int | None = None
 ) -> bytes:
-    """The envelope bytes. ``layout``: ``"ragged"`` (default, zero-copy decode), ``"dense"`` (``width``
+    """The envelope bytes (each array copied once, straight into the result). ``layout``: ``"ragged"`` (default, zero-copy decode), ``"dense"`` (``width``
     defaults to the widest row) or ``"compact"`` (rows stored ascending); ``offsets_dtype``: ``"int64"``
     (zero-copy decode) or ``"int32"`` (4 bytes per row smaller)."""
+    return b"".join(encode_frames(mask, layout=layout, offsets_dtype=offsets_dtype, width=width))
+
+
+def _envelope(mask: SamplingMask, *, layout: str, offsets_dtype: str, width: int | None) -> dict[str, Any]:
+    """The envelope as a dict of msgpack values and :class:`_Array` views, in wire order."""
     if layout not in LAYOUTS:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"layout must be one of {list(LAYOUTS)}", value=layout)
     if offsets_dtype not in _INDEX_DTYPES:
@@ -155,7 +171,38 @@ def encode(
         env[name] = _array(arr)
     if mask.metadata:
         env["metadata"] = dict(mask.metadata)
-    return _pack(env)
+    return env
+
+
+def encode_frames(
+    mask: SamplingMask, *, layout: str = "ragged", offsets_dtype: str = "int64", width: int | None = None
+) -> list[Any]:
+    """The envelope of :func:`encode` as a list of frames (``bytes`` headers and memoryviews of the
+    mask's arrays), for ZMQ multipart, ``socket.sendmsg`` or a streaming HTTP body: nothing is
+    copied, and with the default ragged layout and int64 offsets the cost is O(1) in rows.
+    ``b"".join(frames) == encode(mask, ...)``; :func:`decode` accepts the frames as a list."""
+    return _frames(_envelope(mask, layout=layout, offsets_dtype=offsets_dtype, width=width))
+
+
+def encode_into(mask: SamplingMask, buffer: Any, **opts: Any) -> int:
+    """Write the envelope of :func:`encode` into ``buffer`` (any writable bytes-like object, e.g. a
+    numpy or shared-memory buffer) from its start; returns the bytes written. ``E_LIMIT`` when the
+    buffer is too small (nothing is written then). ``opts`` as for :func:`encode`."""
+    frames = encode_frames(mask, **opts)
+    out = memoryview(buffer).cast("B")
+    if out.readonly:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "the buffer is read-only", field="buffer")
+    total = sum(memoryview(f).nbytes for f in frames)
+    if total > out.nbytes:
+        raise SamplingMaskError(
+            ErrorCode.E_LIMIT, f"the envelope needs {total} bytes, the buffer holds {out.nbytes}", value=total
+        )
+    pos = 0
+    for frame in frames:
+        view = memoryview(frame).cast("B")
+        out[pos : pos + view.nbytes] = view
+        pos += view.nbytes
+    return pos
 
 
 def _get_array(
@@ -193,7 +240,8 @@ def _index_array(arr: np.ndarray) -> np.ndarray:
 
 
 def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True) -> SamplingMask:
-    """A mask from envelope bytes; ids and companions are views of ``data`` (keep it unchanged).
+    """A mask from envelope bytes (or the list of frames of :func:`encode_frames`); ids and
+    companions are views of ``data`` (keep it unchanged).
 
     ``validate=False`` skips the O(nnz) content checks (trusted producers only); sizes, dtypes and
     byte counts are always checked.
