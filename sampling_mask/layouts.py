@@ -33,6 +33,7 @@ __all__ = [
     "ragged_to_bitmask",
     "ragged_to_dense",
     "row_of_ids",
+    "steps_scan",
 ]
 
 PAD = -1  # dense padding value
@@ -100,6 +101,18 @@ def counts_to_offsets(counts: np.ndarray, *, field: str = "counts") -> np.ndarra
 BLOCK = 1 << 16
 
 
+def steps_scan(bounds: np.ndarray) -> tuple[int | None, int]:
+    """(first i with ``bounds[i + 1] < bounds[i]`` or None, the largest step) of a 1-D array, in blocks
+    of :data:`BLOCK` entries: no temporary as large as ``bounds``."""
+    widest = 0
+    for start in range(0, bounds.size - 1, BLOCK):
+        steps = np.diff(bounds[start : start + BLOCK + 1])
+        if int(steps.min()) < 0:
+            return start + int(np.flatnonzero(steps < 0)[0]), widest
+        widest = max(widest, int(steps.max()))
+    return None, widest
+
+
 def check_offsets(offsets: np.ndarray, nnz: int, *, field: str = "offsets") -> int:
     """``offsets[0] == 0``, non-decreasing, ``offsets[-1] == nnz``, else ``E_OFFSETS``; returns the widest row.
 
@@ -109,15 +122,11 @@ def check_offsets(offsets: np.ndarray, nnz: int, *, field: str = "offsets") -> i
         raise SamplingMaskError(ErrorCode.E_OFFSETS, "offsets must hold T+1 >= 1 entries", field=field)
     if int(offsets[0]) != 0:
         raise SamplingMaskError(ErrorCode.E_OFFSETS, "offsets[0] must be 0", field=field, value=int(offsets[0]))
-    widest = 0
-    for start in range(0, offsets.size - 1, BLOCK):
-        steps = np.diff(offsets[start : start + BLOCK + 1])
-        if int(steps.min()) < 0:
-            row = start + int(np.flatnonzero(steps < 0)[0])
-            raise SamplingMaskError(
-                ErrorCode.E_OFFSETS, "offsets decrease", field=field, row=row, value=int(offsets[row + 1])
-            )
-        widest = max(widest, int(steps.max()))
+    descent, widest = steps_scan(offsets)
+    if descent is not None:
+        raise SamplingMaskError(
+            ErrorCode.E_OFFSETS, "offsets decrease", field=field, row=descent, value=int(offsets[descent + 1])
+        )
     if int(offsets[-1]) != nnz:
         raise SamplingMaskError(
             ErrorCode.E_OFFSETS, f"offsets[T] must equal nnz = {nnz}", field=field, value=int(offsets[-1])
@@ -132,9 +141,8 @@ def check_segments(cu_seqlens: np.ndarray, num_rows: int, limits: Limits, *, fie
     check_count(cu_seqlens.size - 1, limits.max_segments, "segment count", field=field)
     if int(cu_seqlens[0]) != 0:
         raise SamplingMaskError(ErrorCode.E_SEGMENTS, "cu_seqlens[0] must be 0", field=field, value=int(cu_seqlens[0]))
-    steps = np.diff(cu_seqlens)
-    if steps.size and int(steps.min()) < 0:
-        seg = int(np.flatnonzero(steps < 0)[0])
+    seg, _ = steps_scan(cu_seqlens)
+    if seg is not None:
         raise SamplingMaskError(
             ErrorCode.E_SEGMENTS, "cu_seqlens decrease", field=field, segment=seg, value=int(cu_seqlens[seg + 1])
         )
