@@ -123,6 +123,21 @@ def test_check_rows_in_small_blocks_agrees_with_a_row_by_row_check(seed: int, mo
         assert layouts.check_offsets(offsets, ids.size) == max(map(len, rows))
 
 
+@pytest.mark.parametrize("shift", [1, 2, 3])
+def test_check_rows_reads_unaligned_ids(shift: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Payload arrays are read in place at any byte offset; the blocks are copied to aligned scratch.
+    monkeypatch.setattr(layouts, "BLOCK", 4)
+    rows = [[1, 5], [], [7, 2, 9], [3], [0, 4, 6, 8, 10]]
+    ids, offsets = ragged(rows)
+    raw = np.frombuffer(bytes(shift) + ids.tobytes(), np.uint8)[shift:].view(np.int32)
+    assert not raw.flags.aligned
+    assert layouts.check_rows(raw, offsets, 11, sampled=np.array([5, -1, 9, 3, 10], np.int32)) == (False, None)
+    assert layouts.check_rows(raw, offsets, 11, sampled=np.array([5, -1, 9, 4, 10], np.int32)) == (False, 3)
+    with pytest.raises(SamplingMaskError) as info:
+        layouts.check_rows(raw, offsets, 10)
+    assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_RANGE, 4, 10)
+
+
 def test_canonical_permutation_sorts_within_rows_only() -> None:
     ids, offsets = ragged(ROWS)
     got = ids[layouts.canonical_permutation(ids, offsets)]
