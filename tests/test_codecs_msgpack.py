@@ -50,13 +50,13 @@ def error_code(data, **kwargs) -> ErrorCode:
 
 
 def test_spec_example_bytes_are_exact() -> None:
-    data = codecs.encode(spec_example(), "msgpack")
+    data = codecs.encode(spec_example(), "msgpack", offsets_dtype="int64")
     assert data.hex() == SPEC_EXAMPLE_HEX
     assert codecs.decode(bytes.fromhex(SPEC_EXAMPLE_HEX)) == spec_example()
 
 
 def test_envelope_structure() -> None:
-    env = envelope_dict(sample_mask())
+    env = envelope_dict(sample_mask(), offsets_dtype="int64")
     assert list(env)[:6] == ["sampling_mask", "layout", "vocab_size", "id_order", "num_rows", "nnz"]
     assert env["sampling_mask"] == 1 and env["layout"] == "ragged" and env["vocab_size"] == 10
     assert env["ids"]["dtype"] == "int32" and env["ids"]["shape"] == [6]
@@ -70,7 +70,7 @@ def test_envelope_structure() -> None:
 
 
 def test_decode_is_zero_copy() -> None:
-    data = codecs.encode(sample_mask(), "msgpack")
+    data = codecs.encode(sample_mask(), "msgpack", offsets_dtype="int64")
     mask = codecs.decode(data)
     whole = np.frombuffer(data, np.uint8)
     for arr in (mask.ids, mask.offsets, mask.cu_seqlens, *mask.companions.values()):
@@ -78,6 +78,40 @@ def test_decode_is_zero_copy() -> None:
         assert not arr.flags.writeable
     trusted = envelope.decode(bytearray(data), validate=False)
     assert trusted == mask
+
+
+def test_default_ragged_wire_writes_the_narrowest_counts() -> None:
+    mask = sample_mask()
+    env = envelope_dict(mask)
+    assert "offsets" not in env and env["counts"]["dtype"] == "uint8"
+    assert np.frombuffer(env["counts"]["data"], np.uint8).tolist() == [2, 0, 1, 3]
+    assert np.frombuffer(env["cu_seqlens"]["data"], "<i4").tolist() == [0, 2, 2, 4]
+    assert codecs.decode(pack(env)) == mask
+    wide = SamplingMask.from_rows([list(range(300)), [7]], vocab_size=400)
+    env = envelope_dict(wide)
+    assert env["counts"]["dtype"] == "uint16" and len(env["counts"]["data"]) == 4
+    assert codecs.decode(pack(env)) == wide
+    whole = np.frombuffer(codecs.encode(wide, "msgpack"), np.uint8)
+    assert np.shares_memory(codecs.decode(whole).ids, whole)  # ids are still read in place
+    # Old payloads (offsets) still decode; offsets and counts together are refused.
+    both = envelope_dict(mask, offsets_dtype="int64")
+    both["counts"] = env["counts"]
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.decode(pack(both))
+    assert (info.value.code, info.value.field) == (ErrorCode.E_SCHEMA, "counts")
+    env = envelope_dict(mask)
+    env["counts"]["data"] = np.array([2, 0, 1, 2], np.uint8).tobytes()  # sums to 5, not 6
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.decode(pack(env))
+    assert info.value.code is ErrorCode.E_OFFSETS
+    env["counts"] = {"dtype": "int32", "shape": [4], "data": np.array([2, 0, -1, 5], "<i4").tobytes()}
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.decode(pack(env))
+    assert (info.value.code, info.value.row) == (ErrorCode.E_OFFSETS, 2)
+    env["counts"] = {"dtype": "int64", "shape": [4], "data": np.array([2, 0, 1, 3], "<i8").tobytes()}
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.decode(pack(env))
+    assert info.value.code is ErrorCode.E_DTYPE
 
 
 @pytest.mark.parametrize("opts", [{"layout": "dense"}, {"layout": "compact"}, {"offsets_dtype": "int32"}])
@@ -143,7 +177,7 @@ def test_unknown_keys_are_ignored() -> None:
     ],
 )
 def test_bad_fields(change: dict, code: ErrorCode) -> None:
-    env = envelope_dict(sample_mask())
+    env = envelope_dict(sample_mask(), offsets_dtype="int64")
     env.update(change)
     assert error_code(pack(env)) == code
 
@@ -269,11 +303,13 @@ def test_float32_scalars_and_big_ints() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- frames
-@pytest.mark.parametrize("opts", [{}, {"offsets_dtype": "int32"}, {"layout": "compact"}, {"layout": "dense"}])
+@pytest.mark.parametrize(
+    "opts", [{"offsets_dtype": "int64"}, {"offsets_dtype": None}, {"offsets_dtype": "int32"}, {"layout": "compact"}]
+)
 def test_frames_concatenate_to_the_envelope_and_decode_back(opts: dict) -> None:
     mask = sample_mask()
     frames = codecs.encode_frames(mask, **opts)
-    assert b"".join(frames) == codecs.encode(mask, "msgpack", **opts)
+    assert b"".join(frames) == codecs.encode(mask, "msgpack", **{"offsets_dtype": "int64", **opts})
     assert codecs.decode(frames) == mask
     assert codecs.decode(tuple(frames), "msgpack", validate=False) == mask
 
