@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from sampling_mask import SamplingMask, layouts, synthetic
+from sampling_mask import SamplingMask, synthetic
+from sampling_mask.core import layouts
 from sampling_mask.reference_scorer import masked_logprobs, masked_logprobs_from_hidden
 
 SIZES = {

@@ -49,7 +49,7 @@ from sampling_mask.codecs import arrow as arrow_codec
 from sampling_mask.codecs import compact as compact_codec
 from sampling_mask.codecs import json as json_codec
 from sampling_mask.codecs import msgpack as msgpack_codec
-from sampling_mask.limits import Limits
+from sampling_mask.core.limits import Limits
 
 __all__ = ["LIMITS", "TARGETS", "check_mask", "dictionary", "run_one", "seeds"]
 
@@ -138,7 +138,7 @@ def check_mask(mask: SamplingMask) -> None:
 def _roundtrip(mask: SamplingMask, fmt: str, **opts: Any) -> None:
     """Re-encode ``mask`` in ``fmt`` and decode it: the same mask must come back."""
     try:
-        again = sampling_mask.codecs.decode(sampling_mask.codecs.encode(mask, fmt, **opts), fmt, limits=LIMITS)
+        again = sampling_mask.codecs.decode(sampling_mask.codecs.encode(mask, fmt, **opts), format=fmt, limits=LIMITS)
     except SamplingMaskError as exc:
         raise AssertionError(f"re-encoding a decoded mask as {fmt} failed: {exc}") from exc
     assert again == mask, f"{fmt} round trip changed the mask"
@@ -230,14 +230,14 @@ def _format_target(fmt: str, *, lossless: bool = True, unvalidated: bool = False
         if unvalidated:
             # Content checks skipped (trusted producers): sizes are still checked, nothing else may escape.
             with contextlib.suppress(SamplingMaskError):
-                sampling_mask.codecs.decode(data, fmt, limits=LIMITS, validate=False)
-        mask = sampling_mask.codecs.decode(data, fmt, limits=LIMITS)
+                sampling_mask.codecs.decode(data, format=fmt, limits=LIMITS, validate=False)
+        mask = sampling_mask.codecs.decode(data, format=fmt, limits=LIMITS)
         check_mask(mask)
         if lossless:
             _roundtrip(mask, fmt)
 
     target.__name__ = f"target_{fmt.replace('-', '_')}"
-    target.__doc__ = f"``sampling_mask.decode(data, {fmt!r})``."
+    target.__doc__ = f"``sampling_mask.decode(data, format={fmt!r})``."
     return target
 
 
@@ -252,7 +252,7 @@ def target_arrows_partial(data: bytes) -> None:
         if yielded:
             assert f"after {len(yielded)} complete record batches" in str(exc), str(exc)
         raise
-    whole = sampling_mask.codecs.decode(data, "arrows", limits=LIMITS)
+    whole = sampling_mask.codecs.decode(data, format="arrows", limits=LIMITS)
     if yielded:
         assert whole == sampling_mask.concat(yielded), "streamed batches differ from the whole decode"
 
@@ -300,7 +300,7 @@ def _adapter_entries() -> dict[str, list[Callable[[Any], Any]]]:
 
 
 #: Adapter modules with a fuzz target each (``adapter_<name>``).
-ADAPTERS = ("vllm", "sglang", "skyrl", "prime_rl", "nemo_rl", "miles")
+ADAPTERS = ("vllm", "sglang", "skyrl", "prime_rl", "miles", "slime")
 _ADAPTER_ENTRIES: dict[str, list[Callable[[Any], Any]]] = {}
 
 
@@ -419,7 +419,7 @@ def _format_seeds(fmt: str, mask: SamplingMask) -> list[bytes]:
     encode = sampling_mask.codecs.encode
     if fmt in ("arrow", "arrows", "parquet"):
         out = [encode(mask, fmt)]
-        for opts in ({"compression": "zstd"}, {"compression": "lz4"}, {"compact": True}, {"large_lists": True}):
+        for opts in ({"compression": "zstd"}, {"compression": "lz4"}, {"layout": "compact"}, {"large_lists": True}):
             if fmt == "parquet" and "compression" in opts:
                 continue
             out.append(encode(mask, fmt, **opts))

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import ErrorCode, SamplingMaskError
-from .limits import DEFAULT_LIMITS, Limits
-from .model import COMPANIONS, METADATA_KEYS, SamplingMask, concat
+from .core import COMPANIONS, DEFAULT_LIMITS, METADATA_KEYS, ErrorCode, Limits, SamplingMask, SamplingMaskError, concat
 
 if TYPE_CHECKING:
     from .codecs import decode, encode, load, save
@@ -27,6 +25,11 @@ def __getattr__(name: str) -> object:
 
         return getattr(codecs, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names plus the lazily imported codec functions (so ``dir()`` and completion list them)."""
+    return sorted(set(globals()) | set(_CODEC_EXPORTS))
 
 
 __all__ = [

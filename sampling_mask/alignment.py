@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from . import layouts
-from .errors import ErrorCode, SamplingMaskError
-from .model import SamplingMask, concat
+from .core import layouts
+from .core.errors import ErrorCode, SamplingMaskError
+from .core.layouts import as_host_array
+from .core.model import SamplingMask, concat
 
 __all__ = [
     "append_padding_segment",
@@ -56,19 +57,6 @@ __all__ = [
 
 CPMode = str  # "contiguous" or "zigzag" (checked at run time)
 _PER_ROW_FILL = {"sampled_token_ids": -1, "sampled_logprobs": np.nan, "temperature": np.nan}
-
-
-def as_host_array(value: Any, *, field: str = "array") -> np.ndarray:
-    """``value`` as a numpy array: numpy arrays as they are, torch tensors moved to CPU, lists converted.
-
-    Ragged nested lists are ``E_SHAPE`` (a bare ``ValueError`` from numpy was found by fuzzing:
-    fuzz/regressions/adapter_prime_rl/df4cf4ad322ed8ab.bin).
-    """
-    if isinstance(value, np.ndarray):
-        return value
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, on any device
-        return np.asarray(value.detach().cpu().numpy())
-    return layouts.asarray_checked(value, field=field)
 
 
 def to_torch(array: np.ndarray, *, device: Any = None) -> Any:

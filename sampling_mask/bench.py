@@ -43,8 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from . import layouts, synthetic
-from .model import SamplingMask
+from . import synthetic
+from .core import layouts
+from .core.model import SamplingMask
 
 __all__ = ["main", "machine", "run"]
 
@@ -280,7 +281,7 @@ _PAYLOADS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("arrow IPC file", "arrow", {}, "pyarrow"),
     ("arrow IPC stream", "arrows", {}, "pyarrow"),
     ("arrow IPC stream, large lists", "arrows", {"large_lists": True}, "pyarrow"),
-    ("arrow IPC file, compact", "arrow", {"compact": True}, "pyarrow"),
+    ("arrow IPC file, compact", "arrow", {"layout": "compact"}, "pyarrow"),
     ("parquet", "parquet", {}, "pyarrow"),
 )
 
@@ -322,8 +323,8 @@ def bench_transport(report: Report, mask: SamplingMask, repeats: int, small: Sam
     payloads = encode_payloads(report, mask)
     methods = dict(json_methods)
     for label, (fmt, _, data) in payloads.items():
-        methods[label] = functools.partial(codecs.decode, data, fmt)
-        methods[label + " (trusted)"] = functools.partial(codecs.decode, data, fmt, validate=False)
+        methods[label] = functools.partial(codecs.decode, data, format=fmt)
+        methods[label + " (trusted)"] = functools.partial(codecs.decode, data, format=fmt, validate=False)
     times = race(methods, repeats)
     base = times["json.loads + conversion"]
     t_tight = times["json.loads + conversion (tight)"]
@@ -393,9 +394,9 @@ def bench_transport(report: Report, mask: SamplingMask, repeats: int, small: Sam
         growth_methods: dict[str, Callable[[], Any]] = {}
         for label, (fmt, _, data) in payloads.items():
             growth_methods[label + " small"] = functools.partial(
-                codecs.decode, small_payloads[label], fmt, validate=False
+                codecs.decode, small_payloads[label], format=fmt, validate=False
             )
-            growth_methods[label + " large"] = functools.partial(codecs.decode, data, fmt, validate=False)
+            growth_methods[label + " large"] = functools.partial(codecs.decode, data, format=fmt, validate=False)
         g = race(growth_methods, max(repeats, 5))
         scale = mask.num_rows / max(small.num_rows, 1)
         growth_rows = []
@@ -403,7 +404,7 @@ def bench_transport(report: Report, mask: SamplingMask, repeats: int, small: Sam
         for label, (fmt, _, data) in payloads.items():
             ratio = g[label + " large"] / g[label + " small"]
             figures["growth"][label] = ratio
-            kind = decode_kind(codecs.decode(data, fmt, validate=False), data)
+            kind = decode_kind(codecs.decode(data, format=fmt, validate=False), data)
             note = (
                 _verdict(ratio < _TARGETS["zero_copy_growth"]) + " < 2x" if kind == "zero-copy" else "O(n): no target"
             )
@@ -488,7 +489,7 @@ def bench_bitmask(report: Report, repeats: int, quick: bool, seed: int) -> None:
                 ]
             )
     report.table(["support", "ids/row", "vLLM loop", "core", "naive back", "core back"], rows_out)
-    report.line("  bitmask -> ragged (core = sampling_mask.layouts) against vLLM's per-row unpackbits +")
+    report.line("  bitmask -> ragged (core = sampling_mask.core.layouts) against vLLM's per-row unpackbits +")
     report.line("  flatnonzero loop; ragged -> bitmask ('back') against a per-row bool + packbits loop")
     worst = min(v["core"] for v in figures.values())
     report.line(
@@ -726,13 +727,15 @@ def bench_scaling(report: Report, sizes: Sequence[int], repeats: int, seed: int,
         if have_msgpack:
             payload = codecs.encode(plain, "msgpack")
             methods["msgpack encode"] = functools.partial(codecs.encode, plain, "msgpack")
-            methods["msgpack decode"] = functools.partial(codecs.decode, payload, "msgpack")
-            methods["msgpack decode (trusted)"] = functools.partial(codecs.decode, payload, "msgpack", validate=False)
+            methods["msgpack decode"] = functools.partial(codecs.decode, payload, format="msgpack")
+            methods["msgpack decode (trusted)"] = functools.partial(
+                codecs.decode, payload, format="msgpack", validate=False
+            )
         if have_arrow:
             stream = codecs.encode(plain, "arrows")
-            methods["arrow stream decode"] = functools.partial(codecs.decode, stream, "arrows")
+            methods["arrow stream decode"] = functools.partial(codecs.decode, stream, format="arrows")
             methods["arrow stream decode (trusted)"] = functools.partial(
-                codecs.decode, stream, "arrows", validate=False
+                codecs.decode, stream, format="arrows", validate=False
             )
         times = race(methods, repeats if n < 1_000_000 else max(1, min(repeats, 3)))
         for name, value in times.items():
@@ -754,7 +757,7 @@ def write_plot(table: dict[str, dict[int, float]], path: str) -> str:
     try:
         import matplotlib
     except ImportError:
-        return f"skipped plot {path}: matplotlib is not installed"
+        return f"skipped plot {path}: matplotlib is not installed (pip install 'sampling-mask[plot]')"
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -978,8 +981,8 @@ def bench_peers(report: Report, mask: SamplingMask, repeats: int, seed: int, qui
         {
             "from_rows unsorted": functools.partial(SamplingMask.from_rows, rows_unsorted, vocab_size=VOCAB),
             "naive flatten": functools.partial(naive_lists_to_ragged, rows_unsorted),
-            "decode unsorted": functools.partial(codecs.decode, unsorted_payload, "msgpack"),
-            "decode ascending": functools.partial(codecs.decode, data, "msgpack"),
+            "decode unsorted": functools.partial(codecs.decode, unsorted_payload, format="msgpack"),
+            "decode ascending": functools.partial(codecs.decode, data, format="msgpack"),
         },
         max(1, min(repeats, 3)),
     )
@@ -1034,7 +1037,7 @@ def bench_decode_scaling(
     memory: dict[str, dict[int, float]] = {}
     for n in sizes:
         copies = -(-n // base.num_rows)
-        from .model import concat
+        from .core.model import concat
 
         mask = mask_only(concat([base] * copies)[:n]) if copies > 1 else mask_only(base[:n])
         mask.is_canonical  # noqa: B018
@@ -1044,8 +1047,8 @@ def bench_decode_scaling(
         }
         for label, fmt, opts, _ in forms:
             data = codecs.encode(mask, fmt, **opts)
-            methods[f"{label}, validated"] = functools.partial(codecs.decode, data, fmt)
-            methods[f"{label}, trusted"] = functools.partial(codecs.decode, data, fmt, validate=False)
+            methods[f"{label}, validated"] = functools.partial(codecs.decode, data, format=fmt)
+            methods[f"{label}, trusted"] = functools.partial(codecs.decode, data, format=fmt, validate=False)
         t = race(methods, repeats if n < 5_000_000 else max(1, min(repeats, 2)))
         for name, fn in methods.items():
             times.setdefault(name, {})[n] = t[name]

@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from .errors import SamplingMaskError
+from .core.errors import SamplingMaskError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .model import SamplingMask
+    from .core.model import SamplingMask
 
 __all__ = ["main"]
 
@@ -45,7 +45,7 @@ DELEGATED = {
     "bench": ("sampling_mask.bench", "run the benchmark report (see its --help)"),
 }
 #: Optional dependencies and the extra that installs each.
-OPTIONAL_EXTRAS = {"pyarrow": "arrow", "msgpack": "msgpack", "torch": "torch", "matplotlib": "matplotlib"}
+OPTIONAL_EXTRAS = {"pyarrow": "arrow", "msgpack": "msgpack", "torch": "torch", "matplotlib": "plot"}
 
 
 class CliError(Exception):
@@ -67,8 +67,12 @@ class _Parser(argparse.ArgumentParser):
 # ---------------------------------------------------------------------------- output helpers
 def _missing_dependency(name: str) -> str:
     extra = OPTIONAL_EXTRAS[name]
-    how = f"pip install 'sampling-mask[{extra}]'" if extra != "matplotlib" else "pip install matplotlib"
-    return f"this needs {name}, which is not installed ({how})"
+    return f"this needs {name}, which is not installed (pip install 'sampling-mask[{extra}]')"
+
+
+def _warn(text: str) -> None:
+    """One line on stderr: ``sampling-mask: warning: text`` (deprecated flags)."""
+    sys.stderr.write(f"{PROG}: warning: {text}\n")
 
 
 def _out(text: str = "") -> None:
@@ -221,13 +225,13 @@ class _Source:
         """The whole mask (``self.fmt`` becomes the detected JSON form); SamplingMaskError on bad content."""
         codecs = self.codecs
         if self.json_family:
-            from .limits import DEFAULT_LIMITS, check_count
+            from .core.limits import DEFAULT_LIMITS, check_count
 
             check_count(self.path.stat().st_size, DEFAULT_LIMITS.max_bytes, "file size", field="path")
             data = self.path.read_bytes()
             self.fmt = str(codecs.detect_format(data))
             self.json_family = False
-            mask: SamplingMask = codecs.decode(data, self.fmt)
+            mask: SamplingMask = codecs.decode(data, format=self.fmt)
             return mask
         mask = codecs.load(self.path, format=self.fmt)
         return mask
@@ -684,7 +688,7 @@ def _require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise CliError("E_UNAVAILABLE", "--plot needs matplotlib (pip install matplotlib)") from None
+        raise CliError("E_UNAVAILABLE", "--plot needs matplotlib (pip install 'sampling-mask[plot]')") from None
 
 
 def _plot(out: Path, summary: SupportSummary, source: Path) -> None:
@@ -830,7 +834,7 @@ def _check_file(
                         field="vocab_size",
                         value=batch.vocab_size,
                     )
-                batch = batch.with_companions(vocab_size=vocab_size)
+                batch = batch.replace(vocab_size=vocab_size)
             if sampled is not None:
                 part = sampled[position.rows : position.rows + batch.num_rows]
                 if part.size != batch.num_rows:
@@ -840,7 +844,7 @@ def _check_file(
                         field="sampled_token_ids",
                         value=sampled.size,
                     )
-                batch.with_companions(sampled_token_ids=part)
+                batch.replace(sampled_token_ids=part)
             position.rows += batch.num_rows
             position.segments += batch.num_segments
             position.nnz += batch.nnz
@@ -902,7 +906,7 @@ def _rebatch(batches: Iterable[SamplingMask], target_rows: int) -> Iterator[Samp
     """
     import numpy as np
 
-    from .model import concat
+    from .core.model import concat
 
     pending: list[SamplingMask] = []
     pending_rows = 0
@@ -938,12 +942,12 @@ def _writer_options(args: argparse.Namespace, out_fmt: str) -> dict[str, Any]:
         if args.batch_rows < 1:
             raise CliError("E_USAGE", f"--batch-rows must be >= 1, got {args.batch_rows}")
     if args.compact:
-        if out_fmt in STREAMING_FORMATS:
-            opts["compact"] = True
-        elif out_fmt == "msgpack":
-            opts["layout"] = "compact"
-        else:
-            raise CliError("E_USAGE", f"--compact applies to {streaming} and msgpack output, not {out_fmt}")
+        _warn("--compact is deprecated; use --layout compact")
+    layout = "compact" if args.compact else args.layout
+    if layout is not None:
+        if out_fmt not in (*STREAMING_FORMATS, "msgpack"):
+            raise CliError("E_USAGE", f"--layout applies to {streaming} and msgpack output, not {out_fmt}")
+        opts["layout"] = layout
     if args.allow_loss:
         if out_fmt not in ROWS_ONLY_FORMATS:
             raise CliError("E_USAGE", f"--allow-loss applies to {', '.join(ROWS_ONLY_FORMATS)} output, not {out_fmt}")
@@ -955,7 +959,7 @@ def _convert_streaming(
     source: _Source, tmp: Path, out_fmt: str, opts: dict[str, Any], batch_rows: int | None, progress: _Progress
 ) -> tuple[int, int]:
     """Batch in, batch out: memory stays near one record batch whatever the file size."""
-    if "compact" not in opts:
+    if opts.get("layout") != "compact":
         # Declare the input's id order up front: the first batch alone would not tell it.
         declared = _schema_value(source.path, source.fmt, "id_order") if source.streaming else None
         if declared in ("ascending", "unspecified"):
@@ -1011,7 +1015,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         else:
             mask = _read_all(source)
             rows, segments = mask.num_rows, mask.num_segments
-            source.codecs.save(tmp, mask, format=out_fmt, **opts)
+            source.codecs.save(mask, tmp, format=out_fmt, **opts)
         _chmod_like_new_file(tmp)
         os.replace(tmp, dst)
     except SamplingMaskError as exc:
@@ -1055,7 +1059,7 @@ def _demo_variants(formats: Sequence[str]) -> list[tuple[str, str, dict[str, Any
         out.append((fmt, fmt, {"allow_loss": True} if fmt in ROWS_ONLY_FORMATS else {}))
     extras: list[tuple[str, str, dict[str, Any]]] = [
         ("arrows+zstd", "arrows", {"compression": "zstd"}),
-        ("arrows+compact", "arrows", {"compact": True}),
+        ("arrows+compact", "arrows", {"layout": "compact"}),
         ("msgpack+compact", "msgpack", {"layout": "compact"}),
     ]
     return out + [e for e in extras if e[1] in formats]
@@ -1073,7 +1077,7 @@ def _demo_round_trip(
     result["keeps"] = "rows only" if fmt in ROWS_ONLY_FORMATS else "everything"
     try:
         t0 = time.perf_counter()
-        codecs.save(path, mask, format=fmt, **opts)
+        codecs.save(mask, path, format=fmt, **opts)
         t1 = time.perf_counter()
         back = codecs.load(path, format=fmt)
         t2 = time.perf_counter()
@@ -1106,7 +1110,7 @@ def _demo_score(mask: SamplingMask, compare_rows: int, seed: int) -> tuple[str, 
     sampled = mask.sampled_token_ids
     if sampled is None or mask.nnz == 0 or mask.vocab_size is None:
         return "scoring skipped: the rollout has no sampled ids or no vocab_size", True
-    from . import layouts
+    from .core import layouts
 
     generator = torch.Generator().manual_seed(seed)
     dim = 64
@@ -1290,7 +1294,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="regroup into record batches of about N rows, cut between segments (default: keep the input's)",
     )
-    p.add_argument("--compact", action="store_true", help="the compact layout (arrow, arrows, parquet, msgpack)")
+    p.add_argument(
+        "--layout",
+        choices=("ragged", "compact"),
+        help="ragged (default) or compact (arrow, arrows, parquet, msgpack)",
+    )
+    p.add_argument("--compact", action="store_true", help="deprecated: --layout compact")
     p.add_argument(
         "--allow-loss", action="store_true", help="json-rows / base64: keep the rows only, drop everything else"
     )

@@ -28,9 +28,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import layouts
-from .errors import ErrorCode, SamplingMaskError
-from .model import SamplingMask
+from .core import layouts
+from .core.errors import ErrorCode, SamplingMaskError
+from .core.model import SamplingMask
 
 __all__ = ["TARGETS", "rollout", "support_stats"]
 

@@ -24,12 +24,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import layouts
-from .adapters._common import float_array, ragged_from_lists
-from .alignment import _count, as_host_array, take_rows
-from .errors import ErrorCode, SamplingMaskError
-from .limits import DEFAULT_LIMITS, Limits
-from .model import SamplingMask
+from .alignment import _count, take_rows
+from .core import layouts
+from .core.errors import ErrorCode, SamplingMaskError
+from .core.layouts import as_float_array, as_host_array
+from .core.limits import DEFAULT_LIMITS, Limits
+from .core.model import SamplingMask
 
 __all__ = ["Trace", "TraceBuilder"]
 
@@ -54,7 +54,7 @@ class Trace:
         with the rows of earlier steps emptied (step-wise training: earlier turns are context)."""
         bounds = self.step_bounds
         if not cumulative:
-            return self.mask.with_companions(cu_seqlens=bounds)
+            return self.mask.replace(cu_seqlens=bounds)
         ends = bounds[1:]
         seg_len = ends
         cu = layouts.counts_to_offsets(seg_len)
@@ -67,6 +67,7 @@ class Trace:
 @dataclasses.dataclass
 class _Removed:
     position: int  # where the token sat when it was removed (tokens before it: position)
+    generation: int  # index of the generation it ended
     token_id: int
     row: np.ndarray
     logprob: float
@@ -133,7 +134,8 @@ class TraceBuilder:
             dense = SamplingMask.from_dense(as_host_array(rows), limits=self._limits, validate=False)
             row_ids, row_offsets = dense.ids, dense.offsets
         else:
-            row_ids, row_offsets = ragged_from_lists(rows, limits=self._limits)
+            ragged = SamplingMask.from_rows(rows, limits=self._limits, validate=False)
+            row_ids, row_offsets = ragged.ids, ragged.offsets
         if row_offsets.size - 1 != ids.size:
             raise SamplingMaskError(
                 ErrorCode.E_SHAPE,
@@ -144,7 +146,7 @@ class TraceBuilder:
         if logprobs is None:
             lp = np.full(ids.size, np.nan, np.float32)
         else:
-            lp = float_array(logprobs, field="logprobs", size=ids.size).copy()
+            lp = as_float_array(logprobs, field="logprobs", size=ids.size).copy()
         try:
             SamplingMask(row_ids, row_offsets, sampled_token_ids=ids, vocab_size=self._vocab_size, limits=self._limits)
         except SamplingMaskError as exc:  # name the row in trace coordinates
@@ -177,7 +179,13 @@ class TraceBuilder:
         width = int(lengths[-1])
         row_ids = self._row_ids[-1]
         self._removed.append(
-            _Removed(self._length - 1, token, row_ids[row_ids.size - width :].copy(), float(self._logprobs[-1][-1]))
+            _Removed(
+                self._length - 1,
+                len(self._generation_ends) - 1,
+                token,
+                row_ids[row_ids.size - width :].copy(),
+                float(self._logprobs[-1][-1]),
+            )
         )
         self._ids[-1] = ids[:-1]
         self._logprobs[-1] = self._logprobs[-1][:-1]
@@ -203,7 +211,9 @@ class TraceBuilder:
 
     def truncate(self, num_tokens: int) -> None:
         """Keep the first ``num_tokens`` tokens: ids, logprobs, rows and step bounds are cut together.
-        A removed EOS whose position is at or past the cut is forgotten."""
+        A removed EOS sits before the token at its position, so one whose position equals the cut is
+        kept (it ends the kept tokens, as in SkyRL's cut of the final observation); one past the cut
+        is forgotten."""
         n = _count(num_tokens, field="num_tokens")
         if n > self._length:
             raise SamplingMaskError(
@@ -218,19 +228,23 @@ class TraceBuilder:
         self._length = n
         cut = [e for e in self._generation_ends if e >= n]
         self._generation_ends = [e for e in self._generation_ends if e < n] + ([n] if cut else [])
-        self._removed = [r for r in self._removed if r.position < n]
+        self._removed = [r for r in self._removed if r.position <= n]
 
     def finalize(
         self, token_count: int, *, restore_eos: RestoreEos = "none", token_ids: Sequence[int] | np.ndarray | None = None
     ) -> Trace:
-        """The trajectory, with removed EOS tokens restored at their positions (``"last"``: only the
-        most recent; ``"all"``; ``"none"``). ``token_count`` must equal the final token count exactly
+        """The trajectory, with removed EOS tokens restored at their positions (``"last"``: the EOS
+        removed from the final generation, if it ended with one, as SkyRL restores only that one;
+        ``"all"``; ``"none"``). ``token_count`` must equal the final token count exactly
         (``E_SHAPE``); ``token_ids``, when given, must equal the final ids (``E_SCHEMA`` naming the row).
         The builder is not changed."""
         if restore_eos not in ("none", "last", "all"):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "restore_eos must be none, last or all", field="restore_eos")
         ids, lp, gen, row_ids, lengths = self._arrays()
-        restored = {"none": [], "last": self._removed[-1:], "all": self._removed}[restore_eos]
+        final = self._removed[-1:]
+        if final and final[0].generation != len(self._generation_ends) - 1:
+            final = []  # the final generation kept its last token: no EOS of an earlier turn comes back
+        restored = {"none": [], "last": final, "all": self._removed}[restore_eos]
         bounds = np.array([0, *self._generation_ends[:-1], self._length], dtype=np.int64)
         if restored:
             ids, lp, gen, row_ids, lengths, bounds = _insert(restored, ids, lp, gen, row_ids, lengths, bounds)

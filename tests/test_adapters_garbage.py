@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sampling_mask import SamplingMask, SamplingMaskError
-from sampling_mask.adapters import miles, nemo_rl, prime_rl, sglang, skyrl, vllm
+from sampling_mask.adapters import miles, prime_rl, sglang, skyrl, slime, vllm
 
 _scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=True), st.text(max_size=6)
@@ -38,8 +38,9 @@ READERS = [
     (skyrl.from_envelope, _with_keys(["data", "shape", "dtype"])),
     (skyrl.from_dense, _json),
     (prime_rl.from_wire, _with_keys(["ids", "counts"])),
-    (nemo_rl.from_batch, _with_keys(["token_ids", "sizes", "input_lengths"])),
-    (miles.from_sample, _with_keys(["sampling_mask_ids", "sampling_mask_offsets", "response_length"])),
+    (miles.from_sample, _with_keys(["rollout_sampling_mask_ids", "rollout_sampling_mask_offsets", "response_length"])),
+    (slime.from_sample, _with_keys(["rollout_top_p_token_ids", "rollout_top_p_token_offsets", "response_length"])),
+    (slime.from_meta_info, _with_keys(["top_p_token_ids", "top_p_token_offsets"])),
 ]
 
 

@@ -1,46 +1,96 @@
-"""Miles / slime adapter: flat ids + offsets per sample."""
+"""Miles adapter, against Sample fields made by a copy of Miles' own flattening (make_trainers.py)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
-from sampling_mask import ErrorCode, SamplingMaskError
+from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
 from sampling_mask.adapters import miles
 
-# Sample 0: three response tokens, the last a tool token recorded with singleton support (Miles' way).
-SAMPLE_0 = {"sampling_mask_ids": [8, 3, 5, 12], "sampling_mask_offsets": [0, 2, 3, 4], "response_length": 3}
-SAMPLE_1 = SimpleNamespace(sampling_mask_ids=np.array([], np.int32), sampling_mask_offsets=np.array([0, 0]))
+CASE = json.loads((Path(__file__).parent / "fixtures/upstream/trainers/trainers.json").read_text())["miles"]
 
 
-def test_samples_round_trip():
-    mask = miles.from_samples([SAMPLE_0, SAMPLE_1], vocab_size=16)
-    assert mask.cu_seqlens.tolist() == [0, 3, 4]
-    assert mask.to_rows() == [[8, 3], [5], [12], []]
-    pairs = miles.to_samples(mask)
-    assert [p[1].tolist() for p in pairs] == [[0, 2, 3, 4], [0, 0]]
-    assert miles.from_samples(pairs, vocab_size=16) == mask
-    assert miles.from_samples([]).num_segments == 0
+def _sample(**fields):
+    return SimpleNamespace(response_length=len(CASE["rows"]), **fields)
 
 
-def test_custom_field_names():
-    sample = {"ids": [1], "offsets": [0, 1]}
-    assert miles.from_sample(sample, ids_field="ids", offsets_field="offsets").to_rows() == [[1]]
+def test_defect_8_default_field_names_round_trip():
+    sample = _sample(
+        rollout_sampling_mask_ids=CASE["rollout_sampling_mask_ids"],
+        rollout_sampling_mask_offsets=CASE["rollout_sampling_mask_offsets"],
+    )
+    mask = miles.from_sample(sample, vocab_size=64)
+    assert mask.to_rows() == CASE["rows"]  # tool tokens carry their own id as a singleton row
+    fields = miles.to_sample_fields(mask)
+    assert fields == [
+        {
+            "rollout_sampling_mask_ids": CASE["rollout_sampling_mask_ids"],
+            "rollout_sampling_mask_offsets": CASE["rollout_sampling_mask_offsets"],
+        }
+    ]
+    assert miles.from_sample(_sample(**fields[0])) == mask.with_companions(vocab_size=None)
 
 
-@pytest.mark.parametrize(
-    ("sample", "code"),
-    [
-        ({**SAMPLE_0, "response_length": 4}, ErrorCode.E_SHAPE),
-        ({**SAMPLE_0, "sampling_mask_offsets": [0, 2, 3, 5]}, ErrorCode.E_OFFSETS),
-        ({**SAMPLE_0, "sampling_mask_ids": [8, 8, 5, 12]}, ErrorCode.E_DUPLICATE),
-        ({"sampling_mask_ids": [1]}, ErrorCode.E_SCHEMA),
-        ((np.array([1]), np.array([0, 1]), 3), ErrorCode.E_SCHEMA),
-    ],
-)
-def test_bad_samples_name_the_sample(sample, code):
+def test_defect_8_rollout_sampling_mask_with_logprobs_round_trips():
+    holder = SimpleNamespace(
+        _ids=torch.tensor(CASE["rollout_sampling_mask_ids"], dtype=torch.int32),
+        _offsets=torch.tensor(CASE["rollout_sampling_mask_offsets"], dtype=torch.int64),
+        _logprobs=torch.tensor(CASE["logprobs"], dtype=torch.float32),
+    )
+    mask = miles.from_sample(_sample(rollout_sampling_mask=holder))
+    assert mask.to_rows() == CASE["rows"]
+    np.testing.assert_allclose(mask.support_logprobs, CASE["logprobs"], atol=1e-6)
+    assert miles.from_sample(holder) == mask  # a RolloutSamplingMask itself
+    (args,) = miles.to_rollout_sampling_masks(mask)
+    assert args["ids"].dtype == np.int32 and args["offsets"].dtype == np.int64
+    assert args["ids"].tolist() == CASE["rollout_sampling_mask_ids"]
+    assert args["offsets"].tolist() == CASE["rollout_sampling_mask_offsets"]
+    np.testing.assert_allclose(args["logprobs"], CASE["logprobs"], atol=1e-6)
+    without = miles.to_rollout_sampling_masks(SamplingMask.from_rows([[1]]))
+    assert without[0]["logprobs"] is None
+
+
+def test_defect_8_empty_rows_are_refused_both_ways():
     with pytest.raises(SamplingMaskError) as err:
-        miles.from_samples([SAMPLE_1, sample])
-    assert err.value.code is code and err.value.segment == 1
+        miles.from_sample(([1, 2], [0, 1, 1, 2]))
+    assert err.value.code is ErrorCode.E_OFFSETS and err.value.row == 1
+    with pytest.raises(SamplingMaskError) as err:
+        miles.to_sample_fields(SamplingMask.from_rows([[3], []]))
+    assert err.value.code is ErrorCode.E_OFFSETS and err.value.row == 1
+    with pytest.raises(SamplingMaskError):
+        miles.to_rollout_sampling_masks(SamplingMask.from_rows([[]]))
+
+
+def test_samples_and_errors():
+    first = _sample(
+        rollout_sampling_mask_ids=CASE["rollout_sampling_mask_ids"],
+        rollout_sampling_mask_offsets=CASE["rollout_sampling_mask_offsets"],
+    )
+    both = miles.from_samples([first, ([4, 5], [0, 1, 2])])
+    assert both.num_segments == 2 and both.to_rows() == [*CASE["rows"], [4], [5]]
+    assert miles.from_samples([]).num_rows == 0
+    with pytest.raises(SamplingMaskError) as err:
+        miles.from_samples([first, ([4], [0, 2])])
+    assert err.value.segment == 1
+    with pytest.raises(SamplingMaskError) as err:
+        miles.from_sample(
+            SimpleNamespace(response_length=1, rollout_sampling_mask_ids=[1], rollout_sampling_mask_offsets=[0, 1, 1])
+        )
+    assert err.value.code is ErrorCode.E_OFFSETS
+    with pytest.raises(SamplingMaskError) as err:
+        miles.from_sample(
+            SimpleNamespace(response_length=2, rollout_sampling_mask_ids=[1], rollout_sampling_mask_offsets=[0, 1])
+        )
+    assert err.value.code is ErrorCode.E_SHAPE
+    with pytest.raises(SamplingMaskError) as err:
+        miles.from_sample({"sampling_mask_ids": [1], "sampling_mask_offsets": [0, 1]})  # the old invented names
+    assert err.value.code is ErrorCode.E_SCHEMA
+    with pytest.raises(SamplingMaskError) as err:
+        miles.from_samples(3)
+    assert err.value.code is ErrorCode.E_SCHEMA

@@ -87,7 +87,7 @@ def test_chunked_per_row_and_per_id_round_trips():
     per_row = sglang.to_chunked(mask)
     assert per_row["lengths"].dtype == np.int32 and per_row["lengths"].tolist() == [2, 4, 1, 2]
     assert sglang.from_chunked(per_row, vocab_size=64) == mask
-    with_support = mask.with_companions(support_logprobs=np.linspace(-3, 0, mask.nnz, dtype=np.float32))
+    with_support = mask.replace(support_logprobs=np.linspace(-3, 0, mask.nnz, dtype=np.float32))
     per_id = sglang.to_chunked(with_support, logprobs_per="id")
     back = sglang.from_chunked(per_id, vocab_size=64)
     np.testing.assert_array_equal(back.support_logprobs, with_support.support_logprobs)

@@ -9,7 +9,7 @@ import pytest
 
 from sampling_mask import ErrorCode, SamplingMaskError
 from sampling_mask.adapters import skyrl
-from sampling_mask.limits import DEFAULT_LIMITS
+from sampling_mask.core.limits import DEFAULT_LIMITS
 
 # top_k = 3, rank order (not ascending), -1 trailing; rows 0 and 3 are observation tokens.
 DENSE = np.array(
@@ -85,3 +85,18 @@ def test_padding_before_an_id_is_refused():
     with pytest.raises(SamplingMaskError) as err:
         skyrl.from_dense(bad)
     assert err.value.code is ErrorCode.E_PADDING and err.value.row == 2
+
+
+def test_skyrl_extractor_and_envelope_round_trip_byte_for_byte():
+    """SkyRL PR #2082 @ 9a8327d7806e: support rows from a copy of ``_sample_support_from_flat_logprobs``
+    and the envelope from ``pack_ndarray`` (tests/fixtures/upstream/trainers/make_trainers.py)."""
+    import json
+    from pathlib import Path
+
+    case = json.loads((Path(__file__).parent / "fixtures/upstream/trainers/trainers.json").read_text())["skyrl"]
+    support = np.array(case["support"], dtype=np.int32)
+    mask = skyrl.from_envelope(case["envelope"])
+    assert mask == skyrl.from_dense(support)
+    assert mask.to_rows() == [[int(v) for v in row if v >= 0] for row in case["support"]]
+    assert skyrl.to_envelope(mask, case["top_k"]) == case["envelope"]  # same keys, order and bytes
+    assert np.array_equal(skyrl.to_dense(mask, case["top_k"]), support)

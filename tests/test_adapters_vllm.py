@@ -15,7 +15,7 @@ from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
 from sampling_mask.adapters import vllm
 from sampling_mask.adapters._common import ragged_from_lists
 from sampling_mask.conformance.strategies import rows_lists
-from sampling_mask.limits import DEFAULT_LIMITS
+from sampling_mask.core.limits import DEFAULT_LIMITS
 
 FIXTURES = VLLM_FIXTURES
 

@@ -82,7 +82,7 @@ else:
         fh = real_open(file, mode, *args, **kwargs)
         return HalfWriter(fh) if "w" in mode or "a" in mode or "x" in mode else fh
     builtins.open = io.open = half_open
-sampling_mask.save(path, NEW, format=fmt)
+sampling_mask.save(NEW, path, format=fmt)
 print("FINISHED", flush=True)
 """
 
@@ -111,7 +111,7 @@ def _leftovers(directory: Path, keep: Path) -> list[str]:
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_killed_save_leaves_the_old_file_intact(tmp_path: Path, fmt: str, stop: str) -> None:
     target = tmp_path / f"mask{FORMATS[fmt]}"
-    sampling_mask.save(target, OLD)
+    sampling_mask.save(OLD, target)
     before = target.read_bytes()
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD, str(target), fmt, stop, str(Path(__file__).parent)],
@@ -148,7 +148,7 @@ def test_failed_save_keeps_the_old_file_and_cleans_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, error: type[BaseException]
 ) -> None:
     target = tmp_path / f"mask{FORMATS[fmt]}"
-    sampling_mask.save(target, OLD)
+    sampling_mask.save(OLD, target)
     before = target.read_bytes()
 
     def fail(*args: object, **kwargs: object) -> None:
@@ -167,7 +167,7 @@ def test_failed_save_keeps_the_old_file_and_cleans_up(
     else:
         monkeypatch.setattr(sampling_mask.codecs, "encode", fail)
     with pytest.raises(error):
-        sampling_mask.save(target, NEW)
+        sampling_mask.save(NEW, target)
     assert target.read_bytes() == before
     assert _leftovers(tmp_path, target) == [], "a failed save left a temporary file"
 
@@ -175,12 +175,12 @@ def test_failed_save_keeps_the_old_file_and_cleans_up(
 def test_save_over_a_directory_or_missing_folder_raises_and_leaves_nothing(tmp_path: Path) -> None:
     missing = tmp_path / "absent" / "mask.json"
     with pytest.raises(OSError):
-        sampling_mask.save(missing, OLD)
+        sampling_mask.save(OLD, missing)
     assert not missing.parent.exists()
     folder = tmp_path / "folder.json"
     folder.mkdir()
     with pytest.raises(OSError):
-        sampling_mask.save(folder, OLD)
+        sampling_mask.save(OLD, folder)
     assert folder.is_dir() and _leftovers(tmp_path, folder) == []
 
 
@@ -202,7 +202,7 @@ def test_save_flushes_to_disk_before_renaming(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
     target = tmp_path / f"mask{FORMATS[fmt]}"
-    sampling_mask.save(target, OLD)
+    sampling_mask.save(OLD, target)
     assert "replace" in events and "fsync" in events[: events.index("replace")], events
     assert sampling_mask.load(target) == OLD
 
@@ -213,7 +213,7 @@ def test_saved_file_has_the_permissions_open_would_give(tmp_path: Path) -> None:
     plain = tmp_path / "plain.bin"
     plain.write_bytes(b"x")
     target = tmp_path / "mask.json"
-    sampling_mask.save(target, OLD)
+    sampling_mask.save(OLD, target)
     assert target.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
 
 

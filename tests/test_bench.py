@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sampling_mask import SamplingMask, bench, layouts, synthetic
+from sampling_mask import SamplingMask, bench, synthetic
+from sampling_mask.core import layouts
 
 
 @pytest.fixture(scope="module")

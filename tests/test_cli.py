@@ -82,7 +82,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("cli")
     mask = tiny_mask()
     arrows = folder / "mask.arrows"
-    sampling_mask.save(arrows, mask)
+    sampling_mask.save(mask, arrows)
     data = arrows.read_bytes()
     corrupt = folder / "corrupt.arrows"
     corrupt.write_bytes(data[: len(data) // 2])
@@ -198,7 +198,7 @@ def test_validate_names_code_row_segment_and_value(files: dict[str, Path]) -> No
     mask = tiny_mask()
     # --vocab-size below an id the file holds (as a file that declares no vocab_size)
     undeclared = files["folder"] / "undeclared.arrows"
-    sampling_mask.save(undeclared, mask.with_companions(vocab_size=None))
+    sampling_mask.save(mask.replace(vocab_size=None), undeclared)
     proc = run("validate", undeclared, "--vocab-size", "50", "--json")
     assert proc.returncode == 1
     error = json.loads(proc.stdout)["error"]
@@ -252,11 +252,28 @@ def _umask() -> int:
     return mask
 
 
+def msgpack_layout(path: Path) -> str:
+    msgpack = pytest.importorskip("msgpack")
+    return str(msgpack.unpackb(path.read_bytes())["layout"])
+
+
 def test_convert_to_whole_file_formats(files: dict[str, Path], tmp_path: Path) -> None:
     mask = tiny_mask()
-    proc = run("convert", files["arrows"], tmp_path / "m.msgpack", "--compact")
+    proc = run("convert", files["arrows"], tmp_path / "m.msgpack", "--layout", "compact")
     assert proc.returncode == 0, proc.stderr
     assert sampling_mask.load(tmp_path / "m.msgpack") == mask
+    assert msgpack_layout(tmp_path / "m.msgpack") == "compact"
+    proc = run("convert", files["arrows"], tmp_path / "old.msgpack", "--compact")  # deprecated alias
+    assert proc.returncode == 0 and "--compact is deprecated; use --layout compact" in proc.stderr
+    assert (
+        sampling_mask.load(tmp_path / "old.msgpack") == mask and msgpack_layout(tmp_path / "old.msgpack") == "compact"
+    )
+    one_error_line(run("convert", files["arrows"], tmp_path / "m.json", "--layout", "compact"), "E_USAGE")
+    pq = pytest.importorskip("pyarrow.parquet")
+    proc = run("convert", files["arrows"], tmp_path / "c.parquet", "--layout", "compact")
+    assert proc.returncode == 0, proc.stderr
+    assert pq.read_schema(tmp_path / "c.parquet").metadata[b"sampling_mask.layout"] == b"compact"
+    assert sampling_mask.load(tmp_path / "c.parquet") == mask.canonical()
     rows = tmp_path / "rows.json"
     one_error_line(run("convert", files["arrows"], rows, "--to", "json-rows"), "E_SCHEMA")
     assert not rows.exists() and not list(tmp_path.glob(".*partial"))  # nothing half-written

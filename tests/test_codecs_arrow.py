@@ -89,7 +89,7 @@ def test_large_lists_only_where_offsets_overflow(monkeypatch) -> None:
     assert str(table.schema.field("sampling_mask").type) == "large_list<item: large_list<item: int32>>"
     assert str(table.schema.field("temperature").type) == "large_list<item: float>"
     for fmt in arrow.FORMATS:
-        assert codecs.decode(codecs.encode(mask, fmt), fmt) == mask
+        assert codecs.decode(codecs.encode(mask, fmt), format=fmt) == mask
     monkeypatch.undo()
     forced = arrow.table_from_mask(mask, large_lists=True)
     assert str(forced.schema.field("sampling_mask").type) == "large_list<item: large_list<item: int32>>"
@@ -123,7 +123,7 @@ def _mapped_ranges(path: str) -> list[tuple[int, int]]:
 def test_memory_mapped_file_gives_ids_that_view_the_mapping(tmp_path) -> None:
     path = tmp_path / "mask.arrow"
     mask = SamplingMask.from_rows([list(range(i, i + 50)) for i in range(200)], vocab_size=500)
-    codecs.save(path, mask)
+    codecs.save(mask, path)
     loaded = codecs.load(path)
     assert loaded == mask
     ranges = _mapped_ranges(str(path))
@@ -150,7 +150,7 @@ def test_python_mmap_input_is_viewed(tmp_path) -> None:
     import mmap
 
     path = tmp_path / "m.arrow"
-    codecs.save(path, sample_mask())
+    codecs.save(sample_mask(), path)
     with open(path, "rb") as fh:
         mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         decoded = codecs.decode(mapped)
@@ -173,7 +173,7 @@ def test_compression(compression: str) -> None:
 def test_parquet_round_trip_through_pyarrow_parquet(tmp_path) -> None:
     mask = sample_mask()
     path = tmp_path / "mask.parquet"
-    codecs.save(path, mask, extra_columns={"reward": [0.5, 0.0, 1.0]})
+    codecs.save(mask, path, extra_columns={"reward": [0.5, 0.0, 1.0]})
     table = pq.read_table(path)
     assert table.column("reward").to_pylist() == [0.5, 0.0, 1.0]
     assert arrow.mask_from_table(table) == mask
@@ -186,7 +186,7 @@ def test_extra_user_columns_are_preserved(tmp_path) -> None:
     mask = sample_mask()
     path = tmp_path / "mask.arrow"
     prompts = pa.array([[1, 2, 3], [4], [5, 6]], pa.list_(pa.int64()))
-    codecs.save(path, mask, extra_columns={"prompt_ids": prompts, "reward": np.array([1.0, -1.0, 0.5])})
+    codecs.save(mask, path, extra_columns={"prompt_ids": prompts, "reward": np.array([1.0, -1.0, 0.5])})
     table = arrow.read_table(path)
     assert table.column_names[-2:] == ["prompt_ids", "reward"]
     assert table.column("prompt_ids").to_pylist() == [[1, 2, 3], [4], [5, 6]]
@@ -209,7 +209,7 @@ def test_mask_from_a_sliced_multi_chunk_table() -> None:
 def test_compact_layout_column(tmp_path) -> None:
     pytest.importorskip("sampling_mask.codecs.compact")
     mask = sample_mask()
-    table = arrow.table_from_mask(mask, compact=True)
+    table = arrow.table_from_mask(mask, layout="compact")
     assert [(f.name, str(f.type)) for f in table.schema][:3] == [
         ("sampling_mask_compact", "binary"),
         ("sampling_mask_num_rows", "int64"),
@@ -220,7 +220,7 @@ def test_compact_layout_column(tmp_path) -> None:
     assert table.column("sampling_mask_num_rows").to_pylist() == [2, 0, 2]
     assert arrow.mask_from_table(table) == mask
     path = tmp_path / "c.arrows"
-    with codecs.open_writer(path, compact=True) as writer:
+    with codecs.open_writer(path, layout="compact") as writer:
         writer.write(mask)
         writer.write(mask.take([2, 0]))
     assert list(codecs.iter_masks(path)) == [mask, mask.take([2, 0])]
@@ -243,12 +243,12 @@ def test_streaming_writer_appends_batches(tmp_path) -> None:
     assert writer.batches_written == 4
     assert pa.ipc.open_file(str(path)).num_record_batches == 4
     assert sum(m.num_segments for m in codecs.iter_masks(path)) == 12
-    other = mask.with_companions(sampled_logprobs=None)
+    other = mask.replace(sampled_logprobs=None)
     with codecs.open_writer(tmp_path / "t.arrows") as writer:
         writer.write(mask)
         assert error_code(lambda: writer.write(other)) == ErrorCode.E_SCHEMA
-        assert error_code(lambda: writer.write(mask.with_companions(metadata={"a": 1}))) == ErrorCode.E_SCHEMA
-        assert error_code(lambda: writer.write(mask.with_companions(vocab_size=11))) == ErrorCode.E_SCHEMA
+        assert error_code(lambda: writer.write(mask.replace(metadata={"a": 1}))) == ErrorCode.E_SCHEMA
+        assert error_code(lambda: writer.write(mask.replace(vocab_size=11))) == ErrorCode.E_SCHEMA
     with codecs.open_writer(tmp_path / "asc.arrows") as writer:
         writer.write(mask.canonical())
         assert error_code(lambda: writer.write(mask)) == ErrorCode.E_SCHEMA

@@ -24,11 +24,11 @@ ROWS_ONLY = ("json-rows", "base64")
 VARIANTS = [  # (format, encode options): every lossless wire variant
     ("arrow", {}),
     ("arrow", {"compression": "zstd"}),
-    ("arrow", {"compact": True}),
+    ("arrow", {"layout": "compact"}),
     ("arrows", {}),
     ("arrows", {"compression": "lz4"}),
     ("parquet", {}),
-    ("parquet", {"compact": True}),
+    ("parquet", {"layout": "compact"}),
     ("msgpack", {}),
     ("msgpack", {"layout": "dense"}),
     ("msgpack", {"layout": "compact"}),
@@ -62,7 +62,7 @@ def test_detect_and_decode_by_content(fmt: str, opts: dict) -> None:
     data = codecs.encode(mask, fmt, **opts)
     assert codecs.detect_format(data) == fmt
     assert codecs.decode(data) == mask
-    assert sampling_mask.decode(data, fmt) == mask
+    assert sampling_mask.decode(data, format=fmt) == mask
 
 
 def test_detect_json_forms() -> None:
@@ -92,7 +92,7 @@ def test_undetectable_input(data: object, code: ErrorCode) -> None:
 
 def test_unknown_format_name() -> None:
     mask = sample_mask()
-    for call in (lambda: codecs.encode(mask, "xml"), lambda: codecs.decode(b"{}", "xml")):
+    for call in (lambda: codecs.encode(mask, "xml"), lambda: codecs.decode(b"{}", format="xml")):
         with pytest.raises(SamplingMaskError) as err:
             call()
         assert err.value.code == ErrorCode.E_SCHEMA
@@ -100,7 +100,7 @@ def test_unknown_format_name() -> None:
 
 def test_str_input_only_for_json() -> None:
     with pytest.raises(SamplingMaskError) as err:
-        codecs.decode("ARROW1", "arrow")
+        codecs.decode("ARROW1", format="arrow")
     assert err.value.code == ErrorCode.E_ENCODING
     assert codecs.decode('{"sampling_mask": 1, "rows": [[2]]}').to_rows() == [[2]]
 
@@ -109,7 +109,7 @@ def test_str_input_only_for_json() -> None:
 def test_save_load_by_extension(tmp_path, fmt: str, opts: dict) -> None:
     mask = sample_mask()
     path = tmp_path / f"mask{EXTENSION_OF[fmt]}"
-    sampling_mask.save(path, mask, **opts)
+    sampling_mask.save(mask, path, **opts)
     assert codecs.detect_format(path.read_bytes()) == fmt
     assert sampling_mask.load(path) == mask
     assert sampling_mask.load(str(path), format=fmt) == mask
@@ -120,7 +120,7 @@ def test_load_unknown_extension_detects_content(tmp_path) -> None:
     mask = sample_mask()
     for fmt in LOSSLESS:
         path = tmp_path / f"mask-{fmt}.bin"
-        codecs.save(path, mask, format=fmt)
+        codecs.save(mask, path, format=fmt)
         assert codecs.load(path) == mask
         assert [codecs.detect_format(path.read_bytes())] == [fmt]
 
@@ -129,7 +129,7 @@ def test_json_extension_accepts_every_json_form(tmp_path) -> None:
     rows = SamplingMask.from_rows([[4, 2], [], [9]])
     for fmt in ("json", "json-rows", "base64"):
         path = tmp_path / f"{fmt}.json"
-        codecs.save(path, rows, format=fmt)
+        codecs.save(rows, path, format=fmt)
         assert codecs.load(path) == rows
         assert codecs.load(path, format=fmt) == rows
 
@@ -137,19 +137,19 @@ def test_json_extension_accepts_every_json_form(tmp_path) -> None:
 def test_save_is_atomic(tmp_path) -> None:
     path = tmp_path / "mask.msgpack"
     good = sample_mask()
-    codecs.save(path, good)
+    codecs.save(good, path)
     before = path.read_bytes()
-    unencodable = good.with_companions(metadata={"huge": 1 << 70})  # msgpack ints stop at 64 bits
+    unencodable = good.replace(metadata={"huge": 1 << 70})  # msgpack ints stop at 64 bits
     with pytest.raises(SamplingMaskError) as err:
-        codecs.save(path, unencodable)
+        codecs.save(unencodable, path)
     assert err.value.code == ErrorCode.E_RANGE
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mask.msgpack"]
     arrow_path = tmp_path / "mask.arrow"
-    codecs.save(arrow_path, good)
+    codecs.save(good, arrow_path)
     arrow_before = arrow_path.read_bytes()
     with pytest.raises(SamplingMaskError):
-        codecs.save(arrow_path, good, extra_columns={"reward": [1.0]})  # wrong length: fails mid-write
+        codecs.save(good, arrow_path, extra_columns={"reward": [1.0]})  # wrong length: fails mid-write
     assert arrow_path.read_bytes() == arrow_before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mask.arrow", "mask.msgpack"]
 
@@ -171,7 +171,7 @@ def test_empty_file_is_bad_input(tmp_path) -> None:
 
 def test_load_checks_file_size_against_limits(tmp_path) -> None:
     path = tmp_path / "m.json"
-    codecs.save(path, sample_mask())
+    codecs.save(sample_mask(), path)
     with pytest.raises(SamplingMaskError) as err:
         codecs.load(path, limits=sampling_mask.DEFAULT_LIMITS.replace(max_bytes=16))
     assert err.value.code == ErrorCode.E_LIMIT
@@ -179,7 +179,7 @@ def test_load_checks_file_size_against_limits(tmp_path) -> None:
 
 def test_iter_masks_and_open_writer(tmp_path) -> None:
     parts = [sample_mask(), sample_mask()[1:3], sample_mask()[0:0]]
-    parts = [p.with_companions(metadata=parts[0].metadata) for p in parts]
+    parts = [p.replace(metadata=parts[0].metadata) for p in parts]
     for ext in (".arrow", ".arrows", ".parquet"):
         path = tmp_path / f"stream{ext}"
         with codecs.open_writer(path) as writer:
@@ -190,7 +190,7 @@ def test_iter_masks_and_open_writer(tmp_path) -> None:
         assert codecs.load(path) == sampling_mask.concat(parts)
         assert list(codecs.iter_masks(path.read_bytes())) == parts
     single = tmp_path / "one.msgpack"
-    codecs.save(single, parts[0])
+    codecs.save(parts[0], single)
     assert list(codecs.iter_masks(single)) == [parts[0]]
     assert list(codecs.iter_masks(single.read_bytes())) == [parts[0]]
     with pytest.raises(SamplingMaskError) as err:
@@ -226,14 +226,14 @@ def test_any_mask_round_trips_through_every_lossless_format_as_bytes(mask: Sampl
         got = codecs.decode(data)
         assert got == mask, (fmt, opts)
         if fmt != "msgpack" or opts.get("layout", "ragged") == "ragged":
-            if not opts.get("compact") and opts.get("layout") != "compact":
+            if opts.get("layout") != "compact":
                 assert np.array_equal(got.ids, mask.ids), (fmt, opts)  # stored order kept too
 
 
 @given(mask=masks(max_rows=8, max_width=5), fmt=st.sampled_from(LOSSLESS))
 def test_any_mask_round_trips_through_files(tmp_path_factory, mask: SamplingMask, fmt: str) -> None:
     path = tmp_path_factory.mktemp("rt") / f"mask{EXTENSION_OF[fmt]}"
-    codecs.save(path, mask)
+    codecs.save(mask, path)
     assert codecs.load(path) == mask
     streamed = list(codecs.iter_masks(path))
     assert streamed == [mask] or (mask.num_segments == 0 and streamed == [])
@@ -242,9 +242,9 @@ def test_any_mask_round_trips_through_files(tmp_path_factory, mask: SamplingMask
 @given(mask=masks(max_rows=10, max_width=6, companions=False, metadata=False), fmt=st.sampled_from(ROWS_ONLY))
 def test_rows_only_forms_keep_rows_and_refuse_silent_loss(tmp_path_factory, mask: SamplingMask, fmt: str) -> None:
     plain = SamplingMask.from_ragged(mask.ids, mask.offsets)
-    assert codecs.decode(codecs.encode(plain, fmt), fmt) == plain
+    assert codecs.decode(codecs.encode(plain, fmt), format=fmt) == plain
     path = tmp_path_factory.mktemp("rows") / "mask.json"
-    codecs.save(path, plain, format=fmt)
+    codecs.save(plain, path, format=fmt)
     assert codecs.load(path) == plain
     assert codecs.decode(codecs.encode(plain, fmt)).to_rows() == plain.to_rows()
     loses = mask.num_segments != 1 or mask.vocab_size is not None
@@ -264,7 +264,7 @@ def test_fixed_edge_masks_round_trip() -> None:
     ]
     for mask in edge:
         for fmt, opts in VARIANTS:
-            assert codecs.decode(codecs.encode(mask, fmt, **opts), fmt) == mask, (mask, fmt, opts)
+            assert codecs.decode(codecs.encode(mask, fmt, **opts), format=fmt) == mask, (mask, fmt, opts)
 
 
 def test_codec_docstring_examples() -> None:

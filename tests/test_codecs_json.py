@@ -230,7 +230,7 @@ def test_payload_size_limit() -> None:
 
 def test_bom_and_str_input() -> None:
     assert codecs.decode(b"\xef\xbb\xbf[[1]]").to_rows() == [[1]]
-    assert codecs.decode("[[1], [0, 2]]", "json-rows").to_rows() == [[1], [0, 2]]
+    assert codecs.decode("[[1], [0, 2]]", format="json-rows").to_rows() == [[1], [0, 2]]
 
 
 def test_nested_lists_convert_without_a_per_id_loop() -> None:

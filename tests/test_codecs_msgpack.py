@@ -311,7 +311,7 @@ def test_frames_concatenate_to_the_envelope_and_decode_back(opts: dict) -> None:
     frames = codecs.encode_frames(mask, **opts)
     assert b"".join(frames) == codecs.encode(mask, "msgpack", **{"offsets_dtype": "int64", **opts})
     assert codecs.decode(frames) == mask
-    assert codecs.decode(tuple(frames), "msgpack", validate=False) == mask
+    assert codecs.decode(tuple(frames), format="msgpack", validate=False) == mask
 
 
 def test_frames_share_memory_with_the_mask_both_ways() -> None:
@@ -338,7 +338,7 @@ def test_frames_split_anywhere_still_decode_with_the_same_checks() -> None:
     with pytest.raises(SamplingMaskError):
         codecs.decode([data, 5])  # not bytes-like
     with pytest.raises(SamplingMaskError):
-        codecs.decode([data], "arrow")
+        codecs.decode([data], format="arrow")
 
 
 def test_encode_into_writes_the_envelope_or_nothing() -> None:

@@ -54,7 +54,7 @@ def _payloads() -> list[tuple[str, bytes, Callable[[bytes], SamplingMask]]]:
     out: list[tuple[str, bytes, Callable[[bytes], SamplingMask]]] = []
 
     def decoder(fmt: str) -> Callable[[bytes], SamplingMask]:
-        return lambda data: sampling_mask.codecs.decode(data, fmt)
+        return lambda data: sampling_mask.codecs.decode(data, format=fmt)
 
     for i, mask in enumerate(MASKS):
         plain = SamplingMask.from_rows(mask.to_rows())
@@ -64,7 +64,7 @@ def _payloads() -> list[tuple[str, bytes, Callable[[bytes], SamplingMask]]]:
             (f"arrow-zstd-{i}", sampling_mask.codecs.encode(mask, "arrow", compression="zstd"), decoder("arrow"))
         )
         out.append(
-            (f"arrows-compact-{i}", sampling_mask.codecs.encode(mask, "arrows", compact=True), decoder("arrows"))
+            (f"arrows-compact-{i}", sampling_mask.codecs.encode(mask, "arrows", layout="compact"), decoder("arrows"))
         )
         out.append(
             (f"msgpack-dense-{i}", sampling_mask.codecs.encode(mask, "msgpack", layout="dense"), decoder("msgpack"))
@@ -158,7 +158,7 @@ def test_eight_threads_decode_identically() -> None:
 
 def test_threads_share_one_mask_safely() -> None:
     """Lazy caches (``is_canonical``) and derived views computed from one mask in 8 threads agree."""
-    mask = sampling_mask.codecs.decode(sampling_mask.codecs.encode(MASKS[1], "msgpack"), "msgpack")
+    mask = sampling_mask.codecs.decode(sampling_mask.codecs.encode(MASKS[1], "msgpack"), format="msgpack")
     reference: dict[str, Any] = {
         "canonical": MASKS[1].canonical().ids.tolist(),
         "dense": MASKS[1].to_dense().tolist(),

@@ -1,4 +1,4 @@
-"""The Node.js example implementation passes every case it claims, through `--command`."""
+"""The Node.js example implementation passes every case of the classes it declares, through `--command`."""
 
 from __future__ import annotations
 
@@ -10,41 +10,34 @@ import pytest
 
 from sampling_mask.conformance import runner
 from sampling_mask.conformance.protocol import CommandImplementation
-from sampling_mask.conformance.suite import ExpectedFailures, load_cases
+from sampling_mask.conformance.suite import class_matches, load_cases
 
 NODE = shutil.which("node")
 EXAMPLE = Path(__file__).resolve().parents[1] / "conformance" / "examples" / "node"
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+CLAIMS = ["json-rows reader", "json-rows writer", "ragged reader", "ragged writer"]
 
 
-def test_node_example_passes_every_case_it_claims() -> None:
-    cases = load_cases()
-    listed = ExpectedFailures.read(EXAMPLE / "expected-failures.txt")
+def test_node_example_declares_its_classes_and_passes_every_case_of_them() -> None:
     impl = CommandImplementation(f"{NODE} {EXAMPLE / 'impl.js'}", timeout=30)
     try:
-        report = runner.run(impl, cases, expected_failures=listed)
+        assert runner.declared_classes(impl) == CLAIMS
+        cases = [c for c in load_cases() if class_matches(c.conformance_class, CLAIMS)]
+        report = runner.run(impl, cases, claimed=CLAIMS)
+        other = impl.handle({"id": "x", "op": "decode", "form": "dense", "input": {}})
     finally:
         impl.close()
     assert impl.starts == 1  # one process for the whole run
-    assert report.ok, [(r.case.id, r.status, r.detail) for r in report.failures()] + report.stale_patterns
-    claimed = [r for r in report.results if not r.listed]
-    assert {r.case.form for r in claimed} == {"json-rows", "ragged"}
-    assert all(r.status == "PASS" for r in claimed) and len(claimed) >= 90
-    # Every case it does not claim is answered "unsupported", never a wrong verdict.
-    assert all(r.outcome == "unsupported" for r in report.results if r.listed)
+    assert report.ok, [(r.case.id, r.status, r.detail) for r in report.failures()]
+    assert len(report.results) >= 90 and {r.case.form for r in report.results} == {"json-rows", "ragged"}
+    assert set(report.class_verdicts(load_cases()).values()) == {"conforms"}
+    assert "unsupported" in other  # what it does not claim is answered "unsupported", never a verdict
 
 
 def test_node_example_through_the_cli() -> None:
     out = io.StringIO()
-    code = runner.main(
-        [
-            "--command",
-            f"{NODE} {EXAMPLE / 'impl.js'}",
-            "--expected-failures",
-            str(EXAMPLE / "expected-failures.txt"),
-            "-q",
-        ],
-        out=out,
-    )
-    assert code == 0, out.getvalue()[-3000:]
-    assert "OK:" in out.getvalue()
+    code = runner.main(["--command", f"{NODE} {EXAMPLE / 'impl.js'}", "-q"], out=out)
+    text = out.getvalue()
+    assert code == 0, text[-3000:]
+    assert "conforms to: ragged reader, ragged writer, json-rows reader, json-rows writer\n" in text
+    assert "OK:" in text and not any(line.startswith("UNSUPPORTED") for line in text.splitlines())

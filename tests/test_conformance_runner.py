@@ -20,7 +20,7 @@ from sampling_mask.conformance.protocol import (
     load_python_implementation,
     response_kind,
 )
-from sampling_mask.conformance.reference import ReferenceImplementation
+from sampling_mask.conformance.reference import ReferenceImplementation, Unsupported
 from sampling_mask.conformance.suite import ExpectedFailures, load_cases
 
 CASES = load_cases()
@@ -155,12 +155,101 @@ def test_load_python_implementation_forms() -> None:
             load_python_implementation(bad)
 
 
-def test_cli_usage_errors() -> None:
-    with pytest.raises(SystemExit) as exc:
-        runner.main(["--impl", "sampling_mask:nope"], out=io.StringIO())
-    assert exc.value.code == 2
-    with pytest.raises(SystemExit):
-        runner.main(["--impl", "x:y", "--command", "z"], out=io.StringIO())
+def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    """Bad usage is one line on stderr and exit 2; in particular nothing selected is never "OK: 0 cases"."""
+    for argv, says in (
+        (["--impl", "sampling_mask:nope"], "cannot load sampling_mask:nope"),
+        (["--impl", "x:y", "--command", "z"], "not allowed with argument"),
+        (["--form", "nope"], "unknown form 'nope'; one of: dense,"),
+        (["--form", "jsonrows"], "unknown form 'jsonrows'; did you mean 'json-rows'?"),
+        (["-k", "nomatch*"], "no case selected"),
+        (["--form", "dense", "--class", "ragged reader"], "no case selected of the classes ['ragged reader']"),
+        (["--class", "json-rows reeder"], "unknown class 'json-rows reeder'; did you mean 'json-rows reader'?"),
+        (["--list", "-k", "nomatch*"], None),
+    ):
+        out = io.StringIO()
+        assert runner.main(argv, out=out) == 2, argv
+        err = capsys.readouterr().err
+        if says is not None:
+            assert err.startswith("sampling-mask: error: E_USAGE: ") and says in err and err.count("\n") == 1, err
+            assert out.getvalue() == ""
+
+
+def test_lint_without_jsonschema_is_one_line_unavailable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "jsonschema", None)  # import jsonschema -> ModuleNotFoundError
+    assert runner.main(["--lint"], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sampling-mask: error: E_UNAVAILABLE: --lint needs jsonschema") and err.count("\n") == 1
+
+
+class _DenseOnly(ReferenceImplementation):
+    """Decodes the dense form only (one case broken on purpose) and declares nothing."""
+
+    classes = ()
+
+    def describe(self) -> dict[str, Any]:
+        raise Unsupported("describe")
+
+    def decode(self, form: str, payload: Any, limits: Any = None) -> Any:
+        if form != "dense":
+            raise Unsupported(form)
+        if payload == BY_ID["dense.zero-width"].input:
+            raise RuntimeError("broken on purpose")
+        return super().decode(form, payload) if limits is None else super().decode(form, payload, limits)
+
+
+def test_unsupported_is_reported_apart_and_skipped_in_junit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "DenseOnly", _DenseOnly, raising=False)
+    junit = tmp_path / "r.xml"
+    out = io.StringIO()
+    argv = ["--impl", f"{__name__}:DenseOnly", "--form", "dense", "--form", "counts", "-q", "--junit-xml", str(junit)]
+    assert runner.main(argv, out=out) == 1
+    text = out.getvalue()
+    n_counts = sum(1 for c in CASES if c.conformance_class == "counts reader")
+    assert f"FAILED: 1 case(s) not as expected, {n_counts} unsupported (declare the classes" in text
+    assert "claimed: every class\nconforms to: dense writer, counts writer\n" in text
+    assert "  dense reader: does not conform (1 required case(s) not passing)" in text
+    root = ET.parse(junit).getroot()
+    assert len(root.findall(".//skipped")) == n_counts and len(root.findall(".//error")) == 1
+    assert not root.findall(".//failure")
+    # Declared classes: only their cases run, and the summary says what it conforms to.
+    out = io.StringIO()
+    argv = ["--impl", f"{__name__}:DenseOnly", "--class", "dense reader", "--write-expected-failures"]
+    assert runner.main([*argv, str(tmp_path / "xfail.txt")], out=out) == 1
+    assert "FAILED: 1 case(s) not as expected\n" in out.getvalue()
+    listed = (tmp_path / "xfail.txt").read_text().splitlines()
+    assert [line for line in listed if not line.startswith("#")] == ["dense.zero-width"]
+    out = io.StringIO()
+    code = runner.main([*argv[:4], "--expected-failures", str(tmp_path / "xfail.txt")], out=out)
+    assert code == 0, out.getvalue()[-2000:]
+    assert "  dense reader: does not conform (1 required case(s) not passing)" in out.getvalue()
+
+
+class _Counts(ReferenceImplementation):
+    classes = ("counts *",)
+
+
+def test_an_implementation_declares_its_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "Counts", _Counts, raising=False)
+    out = io.StringIO()
+    assert runner.main(["--impl", f"{__name__}:Counts", "-q"], out=out) == 0
+    text = out.getvalue()
+    assert "claimed: counts *\nconforms to: counts reader, counts writer\n" in text
+    assert f"OK: {sum(1 for c in CASES if c.form == 'counts')} cases" in text
+
+
+def test_impl_is_found_in_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pyimpl_here.py").write_text(
+        "from sampling_mask.conformance.reference import ReferenceImplementation\n\n"
+        "class Impl(ReferenceImplementation):\n    classes = ('bitmask reader',)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    out = io.StringIO()
+    assert runner.main(["--impl", "pyimpl_here:Impl", "-q"], out=out) == 0, out.getvalue()[-2000:]
+    assert "conforms to: bitmask reader\n" in out.getvalue()
 
 
 def test_list_and_lint_flags() -> None:
@@ -173,20 +262,57 @@ def test_list_and_lint_flags() -> None:
     assert "lint: OK" in out.getvalue()
 
 
-def test_command_that_crashes_or_hangs_is_an_error_not_a_verdict() -> None:
-    crash = CommandImplementation(f"{sys.executable} -c 'import sys; sys.stdin.readline(); sys.exit(3)'", timeout=20)
+def test_a_program_that_cannot_start_stops_the_run_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
+    assert runner.main(["--command", "nonexistent-binary-xyz"], out=out) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "sampling-mask: error: E_IMPLEMENTATION: cannot start 'nonexistent-binary-xyz': No such file or directory\n"
+    )
+    assert out.getvalue() == ""
+    dies = f"{sys.executable} -c 'import sys; print(\"no such script\", file=sys.stderr); sys.exit(3)'"
+    assert runner.main(["--command", dies], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert "did not answer its first request: the program exited (exit status 3)" in err and "no such script" in err
+    assert err.count("\n") == 1
+
+
+#: Answers ``describe`` (unsupported) and one more request, then dies on the next: a crash per case.
+_CRASHER = (
+    "import json, sys\n"
+    "for n, line in enumerate(sys.stdin):\n"
+    "    if json.loads(line)['op'] == 'describe' or n == 1:\n"
+    "        print(json.dumps({'unsupported': 'x'}), flush=True)\n"
+    "    else:\n"
+    "        sys.exit(3)\n"
+)
+
+
+def test_command_that_crashes_or_hangs_is_an_error_not_a_verdict(tmp_path: Path) -> None:
+    script = tmp_path / "crasher.py"
+    script.write_text(_CRASHER)
+    crash = CommandImplementation(f"{sys.executable} {script}", timeout=20)
     try:
-        report = runner.run(crash, DENSE[:3])
+        assert runner.declared_classes(crash) is None
+        report = runner.run(crash, DENSE[:4])
     finally:
         crash.close()
-    assert [r.status for r in report.results] == ["ERROR"] * 3
-    assert "exited" in report.results[0].detail
-    hang = CommandImplementation(f"{sys.executable} -c 'import time; time.sleep(30)'", timeout=0.5)
+    assert [r.status for r in report.results] == ["UNSUPPORTED", "ERROR", "ERROR", "ERROR"]
+    assert "the program exited (exit status 3)" in report.results[1].detail and crash.starts == 3
+    crash = CommandImplementation(f"{sys.executable} {script}", timeout=20)
     try:
-        outcome = runner.run(hang, DENSE[:1]).results[0]
+        crash.handle({"id": "describe", "op": "describe"})
+        with pytest.raises(runner.RunStopped, match="stopped after 2 consecutive crashes"):
+            runner.run(crash, DENSE, max_crashes=2)
+    finally:
+        crash.close()
+    hang = CommandImplementation(f"{sys.executable} -c 'import time; time.sleep(30)'", timeout=0.5, startup_grace=0)
+    try:
+        with pytest.raises(runner.RunStopped, match="no response within 0.5 s"):
+            runner.run(hang, DENSE[:1])
     finally:
         hang.close()
-    assert outcome.status == "ERROR" and "no response within" in outcome.detail
     garbage = CommandImplementation(
         f"{sys.executable} -c 'import sys; [print(\"nope\", flush=True) for _ in sys.stdin]'"
     )

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,7 @@ from sampling_mask.conformance import generate, lint, runner
 from sampling_mask.conformance.protocol import CommandImplementation
 from sampling_mask.conformance.reference import ReferenceImplementation
 from sampling_mask.conformance.suite import FORMS, load_cases, vectors_dir
-from sampling_mask.errors import ErrorCode
+from sampling_mask.core.errors import ErrorCode
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,6 +69,43 @@ def test_goldens_match_the_generator(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     assert code == 0, out
     assert "case files match the generator" in out
+
+
+#: Run in a child whose numpy may not use the SIMD kernels this CPU has beyond the baseline.
+_NARROWED_CHECK = """
+import sys
+from numpy._core import _multiarray_umath as m
+disabled = sys.argv[1].split()
+assert not any(m.__cpu_features__.get(f) for f in disabled), "NPY_DISABLE_CPU_FEATURES had no effect"
+from sampling_mask.conformance import generate
+sys.exit(generate.main([]))
+"""
+
+
+def test_goldens_match_the_generator_with_cpu_dispatch_narrowed() -> None:
+    """Computed floats in the vectors are rounded (``generate.stable_float``), so the files are the same
+    whichever exp / log kernels numpy picks at run time: the check passes again with every dispatched
+    feature of this CPU disabled (on a baseline-only CPU this repeats the check above)."""
+    from numpy._core import _multiarray_umath as umath
+
+    features = [f for f in umath.__cpu_dispatch__ if umath.__cpu_features__.get(f)]
+    env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": " ".join(features), "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-W", "error::ImportWarning", "-c", _NARROWED_CHECK, " ".join(features)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"with {features} disabled:\n{proc.stdout}{proc.stderr}"
+    assert "case files match the generator" in proc.stdout
+
+
+def test_computed_floats_are_rounded_far_from_a_rounding_boundary() -> None:
+    assert generate.stable_float(0.5482729115778268) == generate.stable_float(0.548272911577826) == 0.548272912
+    assert generate.stable_float(-123.456789012345) == -123.456789
+    with pytest.raises(AssertionError, match="rounding boundary"):
+        generate.stable_float(0.1234567885)
 
 
 @pytest.fixture()

@@ -12,7 +12,7 @@ from sampling_mask.conformance import runner
 from sampling_mask.conformance.payloads import array_from_json, mask_to_json
 from sampling_mask.conformance.reference import ReferenceImplementation
 from sampling_mask.conformance.suite import load_cases
-from sampling_mask.limits import DEFAULT_LIMITS, Limits
+from sampling_mask.core.limits import DEFAULT_LIMITS, Limits
 
 CASES = load_cases()
 

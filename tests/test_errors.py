@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMask, SamplingMaskError, concat
-from sampling_mask.limits import check_count, checked_nbytes
+from sampling_mask.core.limits import check_count, checked_nbytes
 
 SPEC = Path(__file__).resolve().parents[1] / "spec" / "v1" / "SPEC.md"
 CODEC_ONLY = {ErrorCode.E_BYTES, ErrorCode.E_VERSION, ErrorCode.E_ENCODING}
@@ -157,7 +157,6 @@ CASES: list[tuple[str, ErrorCode, Any, dict[str, Any]]] = [
     ("concat metadata", ErrorCode.E_SCHEMA, lambda: concat([base(), base(metadata={"top_k": 2})]), {}),
     ("take floats", ErrorCode.E_SCHEMA, lambda: base().take([0.5]), {"field": "segment_indices"}),
     ("slice step", ErrorCode.E_SCHEMA, lambda: base()[::2], {"value": 2}),
-    ("unknown companion", ErrorCode.E_SCHEMA, lambda: base().with_companions(logits=[1]), {}),
 ]
 
 

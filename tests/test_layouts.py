@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMaskError, layouts
+from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMaskError
+from sampling_mask.core import layouts
 
 ROWS = [[5, 1], [], [7], [0, 9, 3, 8], [], [2]]
 VOCAB = 10

@@ -105,7 +105,7 @@ def _decode(fmt: str | None) -> Callable[[bytes], Any]:
     def run(data: bytes) -> Any:
         import sampling_mask
 
-        return sampling_mask.decode(data, fmt)
+        return sampling_mask.decode(data, format=fmt)
 
     return run
 
@@ -325,12 +325,12 @@ def _warm_up() -> None:
 
     mask = sampling_mask.SamplingMask.from_rows([[1, 2], [], [3]], vocab_size=8)
     for fmt in ("arrow", "arrows", "parquet", "msgpack", "json"):
-        sampling_mask.decode(sampling_mask.encode(mask, fmt), fmt)
+        sampling_mask.decode(sampling_mask.encode(mask, fmt), format=fmt)
     for codec in ("zstd", "lz4"):
-        sampling_mask.decode(sampling_mask.encode(mask, "arrows", compression=codec), "arrows")
+        sampling_mask.decode(sampling_mask.encode(mask, "arrows", compression=codec), format="arrows")
     plain = sampling_mask.SamplingMask.from_rows([[1, 2], [], [3]])
-    sampling_mask.decode(sampling_mask.encode(plain, "base64"), "base64")
-    sampling_mask.decode(sampling_mask.encode(plain, "json-rows"), "json-rows")
+    sampling_mask.decode(sampling_mask.encode(plain, "base64"), format="base64")
+    sampling_mask.decode(sampling_mask.encode(plain, "json-rows"), format="json-rows")
     dense = struct.pack("<4i", 1, 2, 3, -1)
     skyrl.from_envelope({"data": base64.b64encode(dense).decode(), "shape": [2, 2], "dtype": "int32"})
     mask.to_bitmask()
@@ -410,7 +410,7 @@ def test_base64_text_length_is_checked_before_decoding() -> None:
     text = base64.b64encode(bytes(4096)).decode()
     env = _json({"data": text, "shape": [1024, 1], "dtype": "int32"})
     with pytest.raises(sampling_mask.SamplingMaskError) as info:
-        sampling_mask.decode(env, "base64", limits=limits)
+        sampling_mask.decode(env, format="base64", limits=limits)
     assert info.value.code.value == "E_LIMIT"
 
 

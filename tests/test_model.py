@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import inspect
 import json
 import pickle
 
@@ -119,7 +121,7 @@ def test_from_bitmask_is_canonical_and_to_bitmask_accepts_unsorted() -> None:
 def test_to_bitmask_with_an_explicit_vocab() -> None:
     m = SamplingMask.from_rows([[3], [0, 9]])
     assert m.to_bitmask(10).shape == (2, 2)
-    assert m.to_bitmask(10).tolist() == m.with_companions(vocab_size=10).to_bitmask().tolist()
+    assert m.to_bitmask(10).tolist() == m.replace(vocab_size=10).to_bitmask().tolist()
 
 
 # ---------------------------------------------------------------- views and immutability
@@ -185,7 +187,7 @@ def test_take_reorders_and_repeats_segments() -> None:
     assert t.to_rows() == [[4], [1], [4]] and t.cu_seqlens.tolist() == [0, 1, 2, 3]
     assert t.sampled_token_ids.tolist() == [4, 1, 4]  # type: ignore[union-attr]
     assert t.support_logprobs.tolist() == [3.0, 0.0, 3.0]  # type: ignore[union-attr]
-    assert m.take([-1]) == m.segment(2).with_companions(cu_seqlens=[0, 1])
+    assert m.take([-1]) == m.segment(2).replace(cu_seqlens=[0, 1])
     assert m.take(np.array([], dtype=np.int64)).num_rows == 0
     assert m.take(range(3)) == m
 
@@ -260,14 +262,53 @@ def test_sampled_id_rules() -> None:
     assert example(sampled_token_ids=[5, 3, 7]).sampled_token_ids.tolist() == [5, 3, 7]  # type: ignore[union-attr]
 
 
-def test_with_companions_replaces_and_drops() -> None:
+def test_replace_changes_and_drops_fields() -> None:
     m = example(sampled_token_ids=[5, -1, 7])
-    n = m.with_companions(sampled_token_ids=None, temperature=np.ones(3, np.float32), metadata={"top_k": 2})
+    n = m.replace(sampled_token_ids=None, temperature=np.ones(3, np.float32), metadata={"top_k": 2})
     assert set(n.companions) == {"temperature"} and n.metadata == {"top_k": 2}
-    assert m.with_companions(cu_seqlens=None).num_segments == 1
+    assert n.to_rows() == m.to_rows() and n.vocab_size == m.vocab_size  # untouched fields stay
+    assert m.replace(cu_seqlens=None).num_segments == 1
+    assert m.replace(vocab_size=None).vocab_size is None
     with pytest.raises(SamplingMaskError) as info:
-        m.with_companions(sampled_token_ids=[1, -1, 7], vocab_size=2)
+        m.replace(sampled_token_ids=[1, -1, 7], vocab_size=2)
     assert info.value.code is ErrorCode.E_RANGE
+
+
+def test_with_companions_is_a_deprecated_alias_of_replace() -> None:
+    m = example(sampled_token_ids=[5, -1, 7])
+    with pytest.warns(DeprecationWarning, match="replace"):
+        assert m.with_companions(sampled_token_ids=None) == m.replace(sampled_token_ids=None)
+    with pytest.warns(DeprecationWarning), pytest.raises(SamplingMaskError) as info:
+        m.with_companions(logits=[1])
+    assert info.value.code is ErrorCode.E_SCHEMA
+
+
+def test_from_constructors_spell_out_their_keywords() -> None:
+    # No **kwargs: IDEs, type checkers and help() see every field each constructor takes.
+    fields = {"cu_seqlens", "sampled_token_ids", "sampled_logprobs", "temperature", "support_logprobs", "metadata"}
+    fields |= {"limits", "validate"}
+    for name in ("from_ragged", "from_counts", "from_rows", "from_dense", "from_bitmask"):
+        params = inspect.signature(getattr(SamplingMask, name)).parameters
+        assert not any(p.kind is p.VAR_KEYWORD for p in params.values()), name
+        assert fields | {"vocab_size"} <= set(params), name
+    assert set(inspect.signature(SamplingMask.replace).parameters) >= fields - {"validate"} | {"vocab_size"}
+
+
+def test_to_rows_leaves_the_garbage_collector_alone() -> None:
+    m = example()
+    gc.disable()
+    try:
+        m.to_rows()
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()
+    seen = []
+    gc.callbacks.append(lambda phase, info: seen.append(phase))
+    try:
+        rows = SamplingMask.from_counts(np.zeros(0, np.int32), np.zeros(50_000, np.int64)).to_rows()
+    finally:
+        gc.callbacks.pop()
+    assert len(rows) == 50_000 and gc.isenabled() and seen  # the collector ran while the lists were made
 
 
 def test_metadata_is_kept_typed_and_frozen() -> None:

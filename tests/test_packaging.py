@@ -48,13 +48,14 @@ def test_pyproject_declares_numpy_only_and_the_extras() -> None:
     assert [re.split(r"[<>=!~ \[]", dep)[0] for dep in project["dependencies"]] == ["numpy"]
     assert project["requires-python"] == ">=3.10"
     extras = project["optional-dependencies"]
-    assert {"arrow", "msgpack", "torch", "test", "all"} <= set(extras)
+    assert {"arrow", "msgpack", "torch", "plot", "test", "all"} <= set(extras)
 
     def names(reqs: list[str]) -> set[str]:
         return {re.split(r"[<>=!~ \[;]", r)[0].lower() for r in reqs}
 
     assert {"pyarrow"} <= names(extras["arrow"]) and {"msgpack"} <= names(extras["msgpack"])
     assert {"torch"} <= names(extras["torch"])
+    assert {"matplotlib"} <= names(extras["plot"])  # stats --plot, bench --plot
     assert names(extras["arrow"]) | names(extras["msgpack"]) | names(extras["torch"]) <= names(extras["all"])
     assert {"pytest", "hypothesis", "pyarrow", "msgpack", "torch"} <= names(extras["test"])
     assert project["version"] == sampling_mask.__version__

@@ -121,3 +121,74 @@ def test_remove_eos_misuse():
     with pytest.raises(SamplingMaskError) as err:
         builder.truncate(99)
     assert err.value.code is ErrorCode.E_RANGE
+
+
+# SkyRL's generator (NovaSky-AI/SkyRL PR #2082 @ 9a8327d7806e, skyrl/train/generators/skyrl_gym_generator.py)
+# builds the support trace in these orders; each test below replays one with TraceBuilder.
+def _single_turn_template(last_turn_eos: bool) -> TraceBuilder:
+    """``_update_agent_loop_state_with_singleturn_chat_template``: every turn drops its EOS, then the
+    observation follows; the final observation is appended too (and cut at the end)."""
+    builder = _turns()
+    builder.remove_eos(EOS)
+    builder.add_observation([60, 61])
+    if last_turn_eos:
+        builder.add_generated([12, EOS], [[12], [EOS, 13]], logprobs=[-0.3, -0.4])
+        builder.remove_eos(EOS)
+    else:
+        builder.add_generated([12, 14], [[12], [14, 13]], logprobs=[-0.3, -0.4])
+    builder.add_observation([63, 64, 65])  # the final observation, never part of the response
+    return builder
+
+
+def test_defect_10_truncate_keeps_the_removed_eos_at_the_cut():
+    builder = _single_turn_template(last_turn_eos=True)
+    builder.truncate(7)  # SkyRL's finalize(extra_rows=len(final obs)): cut right where the EOS sat
+    final_ids = [50, 51, 10, 11, 60, 61, 12, EOS]
+    trace = builder.finalize(8, restore_eos="last", token_ids=final_ids)
+    rows = trace.mask.to_rows()
+    assert rows[7] == [EOS, 13] and rows[4] == []  # turn 2's EOS at the end, turn 1's stays removed
+    assert trace.token_ids.tolist() == final_ids and trace.generated[7]
+    builder.truncate(6)  # a cut before the EOS forgets it
+    assert builder.finalize(6, restore_eos="last").token_ids.tolist() == final_ids[:6]
+
+
+def test_defect_10_skyrl_synthetic_eos_after_a_turn_without_eos():
+    # stop_reason != "length" and the response does not end with EOS: SkyRL appends an EOS whose
+    # support is padding (dropped_eos_sample_support is None for the last turn).
+    builder = _single_turn_template(last_turn_eos=False)
+    builder.truncate(8)
+    assert builder.finalize(8, restore_eos="last").token_ids.tolist() == [50, 51, 10, 11, 60, 61, 12, 14]
+    builder.add_observation([EOS])
+    final_ids = [50, 51, 10, 11, 60, 61, 12, 14, EOS]
+    trace = builder.finalize(9, restore_eos="last", token_ids=final_ids)  # turn 1's EOS must not come back
+    assert trace.mask.to_rows()[6:] == [[12], [14, 13], []]
+
+
+def test_defect_10_skyrl_length_stop_appends_nothing():
+    builder = _single_turn_template(last_turn_eos=False)
+    builder.truncate(8)
+    trace = builder.finalize(8, restore_eos="last", token_ids=[50, 51, 10, 11, 60, 61, 12, 14])
+    assert trace.mask.to_rows()[2:] == [[10, 30], [11], [], [], [12], [14, 13]]
+
+
+def test_defect_10_skyrl_multi_turn_template_keeps_every_eos():
+    # _update_agent_loop_state_with_multiturn_chat_template: no EOS removal; the final observation is cut.
+    builder = _turns()
+    builder.add_observation([60, 61])
+    builder.add_generated([12, EOS], [[12], [EOS, 13]], logprobs=[-0.3, -0.4])
+    builder.add_observation([63, 64, 65])
+    builder.truncate(9)
+    trace = builder.finalize(9, token_ids=[50, 51, 10, 11, EOS, 60, 61, 12, EOS])
+    assert [trace.mask.to_rows()[i] for i in (4, 8)] == [[EOS, 31], [EOS, 13]]
+    assert trace.step_bounds.tolist() == [0, 5, 9]
+
+
+def test_defect_10_skyrl_added_eos_after_a_stop_string_is_padding():
+    # append_eos_token_after_stop_str_in_multi_turn: the appended EOS was not sampled (padding row).
+    builder = TraceBuilder(vocab_size=100)
+    builder.add_prompt([50])
+    builder.add_generated([10, 11], [[10, 30], [11]])
+    builder.add_observation([EOS, 60])  # added EOS + observation: both padding in SkyRL's turn support
+    trace = builder.finalize(5, restore_eos="last", token_ids=[50, 10, 11, EOS, 60])
+    assert trace.mask.to_rows() == [[], [10, 30], [11], [], []]
+    assert trace.step_mask().to_rows() == trace.mask.to_rows()  # one generation: one step

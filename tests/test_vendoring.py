@@ -1,7 +1,7 @@
 """Vendoring (issue 2, section 5): the core files work copied into another tree under another name.
 
-Inference servers copy ``errors.py``, ``limits.py``, ``layouts.py`` and ``model.py`` into their own
-package. These four files may import only the standard library, numpy, and each other (relatively).
+Inference servers copy the folder ``sampling_mask/core/`` into their own package. Its files may import
+only the standard library, numpy, and each other (relatively).
 """
 
 from __future__ import annotations
@@ -15,16 +15,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "sampling_mask"
-CORE_FILES = ("errors.py", "limits.py", "layouts.py", "model.py")
+CORE = Path(__file__).resolve().parents[1] / "sampling_mask" / "core"
+CORE_FILES = tuple(sorted(path.name for path in CORE.glob("*.py")))
 VENDORED_NAME = "acme_server_mask"  # nothing like "sampling_mask"
-
-INIT = '''\
-"""Vendored copy of the sampling-mask core (spec v1)."""
-from .errors import ErrorCode, SamplingMaskError
-from .limits import DEFAULT_LIMITS, Limits
-from .model import COMPANIONS, METADATA_KEYS, SamplingMask, concat
-'''
 
 SCRIPT = textwrap.dedent(
     f"""
@@ -56,11 +49,12 @@ SCRIPT = textwrap.dedent(
 
 def _vendor(tmp_path: Path) -> Path:
     target = tmp_path / VENDORED_NAME
-    target.mkdir()
-    for name in CORE_FILES:
-        shutil.copy(PACKAGE / name, target / name)
-    (target / "__init__.py").write_text(INIT, encoding="utf-8")
+    shutil.copytree(CORE, target, ignore=shutil.ignore_patterns("__pycache__"))
     return target
+
+
+def test_core_folder_holds_the_model() -> None:
+    assert {"__init__.py", "errors.py", "limits.py", "layouts.py", "model.py"} <= set(CORE_FILES)
 
 
 def test_vendored_core_round_trips_under_another_name(tmp_path: Path) -> None:
@@ -94,7 +88,7 @@ def _imported_modules(path: Path) -> list[tuple[int, str]]:
 @pytest.mark.parametrize("name", CORE_FILES)
 def test_core_files_import_only_stdlib_numpy_and_each_other(name: str) -> None:
     siblings = {Path(f).stem for f in CORE_FILES}
-    for level, module in _imported_modules(PACKAGE / name):
+    for level, module in _imported_modules(CORE / name):
         top = module.split(".")[0]
         if level:
             assert level == 1 and top in siblings, f"{name}: relative import of {module!r} outside the core"

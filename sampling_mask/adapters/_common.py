@@ -1,27 +1,32 @@
-"""Helpers shared by the adapters: duck-typed field access, strict base64, fast nested-list flattening."""
+"""Helpers shared by the adapters: duck-typed field access, strict base64, nested-list flattening.
+
+Array coercion that trainer-side code needs too lives in :mod:`sampling_mask.core.layouts`."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from .. import layouts
-from ..alignment import as_host_array
 from ..codecs import _buffers
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import Limits, checked_nbytes
-from ..model import SamplingMask
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.layouts import as_host_array
+from ..core.limits import Limits, checked_nbytes
+from ..core.model import SamplingMask, concat
 
 __all__ = [
     "MISSING",
     "array_from_base64",
+    "array_from_bytes",
     "array_to_base64",
-    "float_array",
+    "check_response_length",
+    "check_rows_nonempty",
     "get_field",
     "int_array",
+    "masks_from_samples",
     "ragged_from_lists",
 ]
 
@@ -48,23 +53,6 @@ def int_array(value: Any, dtype: type, *, field: str, ndim: int = 1) -> np.ndarr
     except (TypeError, ValueError) as exc:
         raise SamplingMaskError(ErrorCode.E_DTYPE, f"not an integer array: {exc}", field=field) from None
     return layouts.as_int_array(host, dtype, field=field, ndim=ndim)
-
-
-def float_array(value: Any, *, field: str, size: int | None = None, ndim: int = 1) -> np.ndarray:
-    """A float32 array (NaN / -inf kept); ``E_DTYPE`` for non-numbers, ``E_SHAPE`` for a wrong size."""
-    try:
-        arr = as_host_array(value)
-    except (TypeError, ValueError) as exc:
-        raise SamplingMaskError(ErrorCode.E_DTYPE, f"not a float array: {exc}", field=field) from None
-    if arr.size == 0 and arr.dtype.kind in "iuO":
-        arr = arr.astype(np.float32).reshape((0,) * ndim)
-    if arr.dtype.kind not in "iuf":
-        raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected numbers, got {arr.dtype}", field=field)
-    if arr.ndim != ndim:
-        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {ndim} dimension(s), got {arr.ndim}", field=field)
-    if size is not None and arr.shape[0] != size:
-        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {size} values, got {arr.shape[0]}", field=field)
-    return np.ascontiguousarray(arr, dtype=np.float32)
 
 
 def array_from_base64(
@@ -102,3 +90,59 @@ def ragged_from_lists(rows: Any, *, limits: Limits) -> tuple[np.ndarray, np.ndar
     """(ids int32, offsets int64) from nested lists of ids, as strict as ``SamplingMask.from_rows``."""
     generic = SamplingMask.from_rows(rows, limits=limits, validate=False)
     return generic.ids, generic.offsets
+
+
+def masks_from_samples(samples: Any, read: Callable[[Any], SamplingMask], vocab_size: int | None) -> SamplingMask:
+    """One segment per sample, read by ``read``, in order; an error names the sample as the segment."""
+    if not isinstance(samples, Sequence) or isinstance(samples, (str, bytes, bytearray)):
+        # Found by fuzzing (fuzz/regressions/adapter_miles/): an int here was a TypeError.
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "samples must be a sequence of samples", field="samples", value=type(samples).__name__
+        )
+    if len(samples) == 0:
+        return SamplingMask(np.zeros(0, np.int32), np.zeros(1, np.int64), cu_seqlens=[0], vocab_size=vocab_size)
+    masks = []
+    for index, sample in enumerate(samples):
+        try:
+            masks.append(read(sample))
+        except SamplingMaskError as exc:
+            raise SamplingMaskError(
+                exc.code, exc.message, row=exc.row, segment=index, field=exc.field, value=exc.value
+            ) from None
+    return concat(masks)
+
+
+def check_rows_nonempty(mask: SamplingMask, field: str) -> SamplingMask:
+    """``E_OFFSETS`` naming the first empty row (upstreams that forbid them: Miles)."""
+    empty = np.flatnonzero(mask.row_lengths == 0)
+    if empty.size:
+        raise SamplingMaskError(
+            ErrorCode.E_OFFSETS,
+            "empty row: every response token needs a non-empty support",
+            row=int(empty[0]),
+            field=field,
+        )
+    return mask
+
+
+def check_response_length(mask: SamplingMask, response_length: Any, field: str) -> SamplingMask:
+    """``E_SHAPE`` unless the sample's ``response_length`` (when given) equals the row count."""
+    if response_length is None:
+        return mask
+    if isinstance(response_length, bool) or not isinstance(response_length, (int, np.integer)):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "response_length must be an integer", field="response_length")
+    if int(response_length) != mask.num_rows:
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE, f"{mask.num_rows} rows for response_length {int(response_length)}", field=field
+        )
+    return mask
+
+
+def array_from_bytes(raw: Any, dtype: str, *, field: str, limits: Limits) -> np.ndarray:
+    """A read-only little-endian ``dtype`` (int32 / float32) view of raw bytes; ``E_LIMIT`` / ``E_BYTES``."""
+    data = bytes(raw)
+    if len(data) > limits.max_bytes:
+        raise SamplingMaskError(ErrorCode.E_LIMIT, f"{len(data)} bytes exceed the limit", field=field)
+    if len(data) % 4:
+        raise SamplingMaskError(ErrorCode.E_BYTES, f"{len(data)} bytes are not whole {dtype} values", field=field)
+    return np.frombuffer(data, dtype="<i4" if dtype == "int32" else "<f4")

@@ -1,14 +1,17 @@
-"""Miles / slime adapter: flat ids + offsets per sample.
+"""Miles adapter: per-sample flat ids + offsets (``Sample.rollout_sampling_mask_*``, ``RolloutSamplingMask``).
 
-Matches the per-sample transport of the Miles sampling-replay series (radixark/miles #3327-#3332,
-SGLang v0.5.20 capture; THUDM/slime #1795): for each ``Sample``, a flat int32 id array and int64
-offsets of length ``response_length + 1`` (``offsets[0] == 0``, ``offsets[-1] == len(ids)``), one row
-per response token (``Sample.response_length``). Miles records environment and tool tokens with
-singleton support (the token itself); those rows are kept as they are.
+| | |
+| --- | --- |
+| upstream | radixark/miles — **unmerged** (main @ 31f1ca961a94 has no sampling mask) |
+| version | PR #2595 @ 301be963391856ede8e93a3222395be9be89e70b ``miles/utils/types.py`` (``Sample`` fields), ``miles/rollout/generate_utils/sampling_mask.py`` (``_flatten_sampling_supports``, ``append_forced_sampling_tokens``); the later ``miles/utils/sampling_mask.py`` ``RolloutSamplingMask`` (code-index copy; PR #2200 series, unmerged) |
+| fields | ``Sample.rollout_sampling_mask_ids: list[int]`` [nnz], ``Sample.rollout_sampling_mask_offsets: list[int]`` [response_length + 1] (defaults of this module); later ``Sample.rollout_sampling_mask: RolloutSamplingMask`` with private ``_ids`` int32 tensor, ``_offsets`` int64 tensor and optional ``_logprobs`` float32 tensor [nnz] (constructor ``RolloutSamplingMask(ids=, offsets=, logprobs=)``) |
+| ordering | one row per response token; ids in SGLang's order (unsorted), kept as stored |
+| empty rows | **forbidden** upstream (offsets strictly increasing; ``ValueError``): refused here on read and write (``E_OFFSETS`` naming the row). Environment / tool tokens carry singleton support (the token itself, ``append_forced_sampling_tokens``). |
+| no mask / over cap | no mask: both fields ``None`` (``from_sample`` then raises ``E_SCHEMA``); no cap (SGLang's ``sampling_mask_max_tokens`` bounds the whole response) |
+| logprobs | ``_logprobs``: the sampler's normalized log-prob of each id (each row sums to 1), read and written as ``support_logprobs`` |
+| tests build | Sample field values from a copy of ``_flatten_sampling_supports`` plus the forced-token append (two turns and a tool call); ``RolloutSamplingMask``-shaped objects with torch tensors (``tests/fixtures/upstream/trainers/make_trainers.py``) |
 
-The series was unmerged when this adapter was written, so the two field names are parameters
-(``ids_field``, ``offsets_field``, default ``"sampling_mask_ids"`` / ``"sampling_mask_offsets"``);
-a ``(ids, offsets)`` tuple works everywhere a sample does.
+A ``(ids, offsets)`` tuple works wherever a sample does.
 """
 
 from __future__ import annotations
@@ -18,95 +21,97 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits
-from ..model import SamplingMask, concat
-from ._common import get_field, int_array
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.layouts import as_float_array
+from ..core.limits import DEFAULT_LIMITS, Limits
+from ..core.model import SamplingMask
+from ._common import (
+    check_response_length,
+    check_rows_nonempty,
+    get_field,
+    int_array,
+    masks_from_samples,
+)
 
-__all__ = ["from_sample", "from_samples", "to_samples"]
+__all__ = ["from_sample", "from_samples", "to_rollout_sampling_masks", "to_sample_fields"]
 
-IDS_FIELD = "sampling_mask_ids"
-OFFSETS_FIELD = "sampling_mask_offsets"
+IDS_FIELD = "rollout_sampling_mask_ids"
+OFFSETS_FIELD = "rollout_sampling_mask_offsets"
+MASK_FIELD = "rollout_sampling_mask"
 
 
-def _pair(sample: Any, ids_field: str, offsets_field: str) -> tuple[Any, Any, Any]:
+def _parts(sample: Any) -> tuple[Any, Any, Any, Any]:
+    """(ids, offsets, logprobs, response_length) of a sample, a ``RolloutSamplingMask`` or a tuple."""
     if isinstance(sample, tuple):
         if len(sample) != 2:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "a sample tuple must be (ids, offsets)", field="sample")
-        return sample[0], sample[1], None
+        return sample[0], sample[1], None, None
+    holder = get_field(sample, MASK_FIELD, None)
+    if holder is None and hasattr(sample, "_offsets"):
+        holder = sample
+    if holder is not None:
+        return (
+            get_field(holder, "_ids", where=MASK_FIELD),
+            get_field(holder, "_offsets", where=MASK_FIELD),
+            get_field(holder, "_logprobs", None),
+            get_field(sample, "response_length", None),
+        )
     return (
-        get_field(sample, ids_field, where="sample"),
-        get_field(sample, offsets_field, where="sample"),
+        get_field(sample, IDS_FIELD, where="sample"),
+        get_field(sample, OFFSETS_FIELD, where="sample"),
+        None,
         get_field(sample, "response_length", None),
     )
 
 
 def from_sample(
-    sample: Any,
-    *,
-    ids_field: str = IDS_FIELD,
-    offsets_field: str = OFFSETS_FIELD,
-    vocab_size: int | None = None,
-    limits: Limits = DEFAULT_LIMITS,
-    **kwargs: Any,
+    sample: Any, *, vocab_size: int | None = None, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
 ) -> SamplingMask:
-    """One sample's rows; its ``response_length``, when present, must equal the row count (``E_SHAPE``)."""
-    ids_value, offsets_value, response_length = _pair(sample, ids_field, offsets_field)
-    ids = int_array(ids_value, np.int32, field=ids_field)
-    offsets = int_array(offsets_value, np.int64, field=offsets_field)
+    """One sample's rows from ``rollout_sampling_mask`` (``_ids``, ``_offsets``, ``_logprobs``) when set,
+    else ``rollout_sampling_mask_ids`` / ``_offsets``. Its ``response_length``, when present, must equal
+    the row count (``E_SHAPE``); an empty row is ``E_OFFSETS``."""
+    ids_value, offsets_value, logprobs_value, response_length = _parts(sample)
+    ids = int_array(ids_value, np.int32, field="ids")
+    offsets = int_array(offsets_value, np.int64, field="offsets")
+    if logprobs_value is not None:
+        kwargs["support_logprobs"] = as_float_array(logprobs_value, field="logprobs", size=ids.size)
     mask = SamplingMask(ids, offsets, vocab_size=vocab_size, limits=limits, **kwargs)
-    if response_length is not None and int(response_length) != mask.num_rows:
-        raise SamplingMaskError(
-            ErrorCode.E_SHAPE,
-            f"{mask.num_rows} rows for response_length {int(response_length)}",
-            field=offsets_field,
-        )
-    return mask
+    return check_response_length(check_rows_nonempty(mask, "offsets"), response_length, "offsets")
 
 
 def from_samples(
-    samples: Sequence[Any],
-    *,
-    ids_field: str = IDS_FIELD,
-    offsets_field: str = OFFSETS_FIELD,
-    vocab_size: int | None = None,
-    limits: Limits = DEFAULT_LIMITS,
-    **kwargs: Any,
+    samples: Sequence[Any], *, vocab_size: int | None = None, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
 ) -> SamplingMask:
     """One segment per sample, in order (errors name the sample as the segment)."""
-    if not isinstance(samples, Sequence) or isinstance(samples, (str, bytes, bytearray)):
-        # Found by fuzzing (fuzz/regressions/adapter_miles/): an int here was a TypeError.
-        raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, "samples must be a sequence of samples", field="samples", value=type(samples).__name__
-        )
-    if len(samples) == 0:
-        return SamplingMask(
-            np.zeros(0, np.int32), np.zeros(1, np.int64), cu_seqlens=[0], vocab_size=vocab_size, **kwargs
-        )
-    masks = []
-    for index, sample in enumerate(samples):
-        try:
-            masks.append(
-                from_sample(
-                    sample,
-                    ids_field=ids_field,
-                    offsets_field=offsets_field,
-                    vocab_size=vocab_size,
-                    limits=limits,
-                    **kwargs,
-                )
-            )
-        except SamplingMaskError as exc:
-            raise SamplingMaskError(
-                exc.code, exc.message, row=exc.row, segment=index, field=exc.field, value=exc.value
-            ) from None
-    return concat(masks)
+    return masks_from_samples(
+        samples, lambda s: from_sample(s, vocab_size=vocab_size, limits=limits, **kwargs), vocab_size
+    )
 
 
-def to_samples(mask: SamplingMask) -> list[tuple[np.ndarray, np.ndarray]]:
-    """``(ids int32, offsets int64)`` per segment, rows in stored order."""
+def to_sample_fields(mask: SamplingMask) -> list[dict[str, list[int]]]:
+    """Per segment, ``{"rollout_sampling_mask_ids": [...], "rollout_sampling_mask_offsets": [...]}``
+    (PR #2595's ``Sample`` fields); an empty row is ``E_OFFSETS``."""
+    check_rows_nonempty(mask, "rows")
     out = []
     for b in range(mask.num_segments):
         seg = mask.segment(b)
-        out.append((np.array(seg.ids, dtype=np.int32), np.array(seg.offsets, dtype=np.int64)))
+        out.append({IDS_FIELD: seg.ids.tolist(), OFFSETS_FIELD: seg.offsets.tolist()})
+    return out
+
+
+def to_rollout_sampling_masks(mask: SamplingMask) -> list[dict[str, np.ndarray | None]]:
+    """Per segment, the keyword arguments of ``RolloutSamplingMask(ids=, offsets=, logprobs=)``: int32
+    ids, int64 offsets, float32 ``support_logprobs`` (``None`` without). An empty row is ``E_OFFSETS``."""
+    check_rows_nonempty(mask, "rows")
+    out: list[dict[str, np.ndarray | None]] = []
+    for b in range(mask.num_segments):
+        seg = mask.segment(b)
+        lp = seg.support_logprobs
+        out.append(
+            {
+                "ids": np.array(seg.ids, dtype=np.int32),
+                "offsets": np.array(seg.offsets, dtype=np.int64),
+                "logprobs": None if lp is None else np.array(lp, dtype=np.float32),
+            }
+        )
     return out

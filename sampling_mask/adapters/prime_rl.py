@@ -1,44 +1,105 @@
-"""prime-rl / verifiers adapter (PrimeIntellect-ai/prime-rl #3431, "native sampling replay").
+"""prime-rl / verifiers adapter: the ``{ids, counts, logprobs}`` payload and prime-rl's packed trainer tensor.
 
-Matches:
+| | |
+| --- | --- |
+| upstream | PrimeIntellect-ai/prime-rl (source only); verifiers 0.4.0 and renderers 0.1.12 (PyPI wheels) |
+| version | prime-rl ``src/prime_rl/transport/types.py``: ``SamplingMask(msgspec.Struct, array_like=True, gc=False, omit_defaults=True)`` with ``ids: bytes``, ``counts: bytes``, ``logprobs: bytes | None = None``, the field ``TrainingSample.sampling_mask`` / ``MicroBatch.sampling_mask`` (main after PR #3235; the code-index copy, commit not resolvable here; PR #3235 @ d09488d57ae4 named the same struct ``KeptTokens(ids, counts)``). Trainer: PR #3235 @ d09488d57ae4 ``src/prime_rl/trainer/rl/data.py`` (packing), ``trainer/rl/train.py`` (shift), ``utils/cp.py`` ``shard_for_cp`` (split); capture: ``inference/vllm/kept_tokens.py`` (cap 512, ``{"ids", "counts"}`` base64 on ``/inference/v1/generate``). verifiers 0.4.0 ``verifiers/v1/types.py`` ``SamplingMask`` (dataclass ``ids``, ``counts``), ``verifiers/v1/graph.py`` (``MessageNode.sampling_mask`` serialized as ``{"ids": nd, "counts": nd}``, ``nd = {"__nd__": True, "dtype", "shape", "data": bytes}``); renderers 0.1.12 ``renderers/client.py`` passes vLLM's ``choices[i].sampling_mask`` (``list[list[int]]``) through. |
+| fields | ``ids`` int32 little-endian bytes [nnz]; ``counts`` int32 bytes [num_tokens] (one per token of the sample, prompt and observation tokens included); ``logprobs`` float32 bytes [nnz] parallel to ``ids`` (the sampler's renormalized log-prob of each kept id), optional |
+| wire | msgpack **array** (``array_like``), never a map: ``[ids, counts, logprobs]`` with ``nil`` for absent logprobs (msgspec 0.23 keeps the trailing default); PR #3235's ``KeptTokens`` is ``[ids, counts]``. The HTTP form is a map of base64 text. |
+| ordering | rows in token order; ids in each row in capture order (kept as stored) |
+| count 0 | no mask: a prompt / observation / tool / padding token, a position that was not truncated, **or** a kept set wider than the 512 capture cap (``kept_tokens.py``). The payload cannot tell these apart; with the sample's trainable-token mask, :func:`sampled_without_support` lists the sampled positions that have none (over cap or untruncated). prime-rl's trainer scores those rows over the full vocabulary. |
+| over cap | rows wider than 512 are never produced by prime-rl's capture; :func:`to_payload` writes any width, :func:`empty_rows_over_cap` is the opt-in, counted way to reproduce the cap |
+| trainer | ``[1, N, K]`` int32, ``-1`` padded, K = max(max count, 1) over the packed micro batch; shifted left **once over the whole packed sequence** (``shift_tensor_left(pad_value=-1)``: position t holds token t+1's row, across sample boundaries; the last position is all ``-1``); split for context parallelism with ``torch.chunk`` over the packed sequence (N must divide by the CP size) |
+| tests build | prime-rl ``SamplingMask`` structs (copied definition) encoded by ``msgspec.msgpack``, with and without logprobs, empty / over-cap / prompt rows; verifiers ``SamplingMask.from_sampling_mask`` objects and ``MessageNode`` serialized masks; prime-rl's packing + ``shift_tensor_left`` + ``shard_for_cp`` on a packed micro batch (``tests/fixtures/upstream/make_trainers.py``) |
 
-* Transport, one per sample: ``{"ids": base64 int32 [nnz], "counts": base64 int32 [num_tokens]}``
-  (the orchestrator's ``SamplingMask`` with ``ids`` / ``counts`` numpy fields works too; raw
-  ``bytes`` are read as little-endian int32). One count per token of the sample, aligned with its
-  token ids; count 0 means "no mask" (prompt, tool and observation tokens). ``None`` = no mask at all.
-* Trainer: ``[b, s, K]`` int32, ``-1``-padded, aligned to the labels: position t holds the row of
-  token t+1 (the token the logits at t score), the last position of each sample is empty.
-
-prime-rl pads or truncates ``counts`` to the sample length as a backstop; here a length mismatch is
-an error (``E_SHAPE``), never a silent rewrite.
+``None`` (no mask at all) reads as ``num_tokens`` empty rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from .. import alignment
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count
-from ..model import SamplingMask
-from ._common import array_from_base64, array_to_base64, get_field, int_array
+from ..codecs import _msgpack_reader
+from ..codecs.msgpack import _bin_header
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.layouts import as_float_array
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.model import SamplingMask
+from ._common import array_from_base64, array_from_bytes, array_to_base64, get_field, int_array
 
-__all__ = ["from_trainer_tensor", "from_wire", "to_trainer_tensor", "to_wire"]
+__all__ = [
+    "CAPTURE_CAP",
+    "context_parallel_rows",
+    "empty_rows_over_cap",
+    "from_trainer_tensor",
+    "from_wire",
+    "sampled_without_support",
+    "shard",
+    "shift_left",
+    "to_msgpack",
+    "to_payload",
+    "to_trainer_tensor",
+    "to_wire",
+]
+
+#: prime-rl's capture width (``kept_tokens.py`` ``SAMPLING_MASK_MAX``): wider kept sets ship count 0.
+CAPTURE_CAP = 512
+
+_FIELDS = ("ids", "counts", "logprobs")
 
 
-def _int32_field(value: Any, name: str, limits: Limits) -> np.ndarray:
+def _buffer(value: Any, name: str, dtype: str, limits: Limits) -> np.ndarray:
+    """One payload field: base64 text, raw little-endian bytes, a verifiers ``__nd__`` dict or an array."""
     if isinstance(value, str):
-        return array_from_base64(value, "int32", field=name, limits=limits)
+        return array_from_base64(value, dtype, field=name, limits=limits)
+    if isinstance(value, Mapping) and value.get("__nd__"):
+        return _nd_array(value, name, dtype, limits)
     if isinstance(value, (bytes, bytearray, memoryview)):
-        raw = bytes(value)
-        if len(raw) > limits.max_bytes:
-            raise SamplingMaskError(ErrorCode.E_LIMIT, f"{len(raw)} bytes exceed the limit", field=name)
-        if len(raw) % 4:
-            raise SamplingMaskError(ErrorCode.E_BYTES, f"{len(raw)} bytes are not whole int32 values", field=name)
-        return np.frombuffer(raw, dtype="<i4")
-    return int_array(value, np.int32, field=name)
+        return array_from_bytes(value, dtype, field=name, limits=limits)
+    if dtype == "int32":
+        return int_array(value, np.int32, field=name)
+    return as_float_array(value, field=name)
+
+
+def _nd_array(value: Mapping[str, Any], name: str, dtype: str, limits: Limits) -> np.ndarray:
+    """verifiers' ``{"__nd__": True, "dtype", "shape", "data"}`` (``graph._encode_ndarray``): 1-D ``dtype`` only."""
+    declared, shape, data = value.get("dtype"), value.get("shape"), value.get("data")
+    if declared not in (dtype, "<" + ("i4" if dtype == "int32" else "f4")):
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected {dtype}, got {declared!r}"[:120], field=name)
+    if not isinstance(shape, list) or len(shape) != 1 or not isinstance(shape[0], int) or isinstance(shape[0], bool):
+        raise SamplingMaskError(ErrorCode.E_SHAPE, "expected a 1-D shape", field=name)
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "'data' must be bytes", field=name)
+    arr = _buffer(data, name, dtype, limits)
+    if arr.size != shape[0]:
+        raise SamplingMaskError(
+            ErrorCode.E_BYTES, f"{arr.size} values for the declared shape {shape}", field=name, value=arr.size
+        )
+    return arr
+
+
+def _fields(payload: Any, limits: Limits) -> tuple[Any, Any, Any]:
+    """(ids, counts, logprobs) from any of the payload forms (see :func:`from_wire`)."""
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        if len(payload) > limits.max_bytes:
+            raise SamplingMaskError(ErrorCode.E_LIMIT, f"{len(payload)} bytes exceed the limit", field="sampling_mask")
+        payload = _msgpack_reader.read(payload, max_depth=limits.max_json_depth)
+    if isinstance(payload, (list, tuple)):
+        if len(payload) not in (2, 3):
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"an array_like payload has 2 or 3 fields (ids, counts[, logprobs]), got {len(payload)}",
+                field="sampling_mask",
+            )
+        return payload[0], payload[1], payload[2] if len(payload) == 3 else None
+    ids = get_field(payload, "ids", where="sampling_mask")
+    counts = get_field(payload, "counts", where="sampling_mask")
+    return ids, counts, get_field(payload, "logprobs", None)
 
 
 def from_wire(
@@ -49,35 +110,178 @@ def from_wire(
     limits: Limits = DEFAULT_LIMITS,
     **kwargs: Any,
 ) -> SamplingMask:
-    """One sample's mask from ``{ids, counts}``; ``None`` gives ``num_tokens`` empty rows.
-    ``num_tokens``, when given, must equal the number of counts (``E_SHAPE``)."""
+    """One sample's mask from any upstream form of the payload:
+
+    * prime-rl's struct object, or its ``array_like`` decoding ``[ids, counts]`` / ``[ids, counts, logprobs]``
+      (a list of bytes), or the msgpack bytes of that array;
+    * a map ``{"ids", "counts"[, "logprobs"]}`` whose values are base64 text (``/inference/v1/generate``),
+      raw bytes, verifiers ``__nd__`` dicts or arrays; verifiers' ``SamplingMask`` (numpy fields);
+    * ``None``: ``num_tokens`` empty rows.
+
+    ``logprobs`` become ``support_logprobs``. ``num_tokens``, when given, must equal the number of
+    counts (``E_SHAPE``); prime-rl pads or cuts counts to the sample length, this never does."""
     if sampling_mask is None:
         if num_tokens is None:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "no mask and no num_tokens", field="sampling_mask")
         rows = check_count(num_tokens, limits.max_rows, "num_tokens", field="num_tokens")
         return SamplingMask(np.zeros(0, np.int32), np.zeros(rows + 1, np.int64), vocab_size=vocab_size, **kwargs)
-    ids = _int32_field(get_field(sampling_mask, "ids", where="sampling_mask"), "ids", limits)
-    counts = _int32_field(get_field(sampling_mask, "counts", where="sampling_mask"), "counts", limits)
+    ids_value, counts_value, logprobs_value = _fields(sampling_mask, limits)
+    ids = _buffer(ids_value, "ids", "int32", limits)
+    counts = _buffer(counts_value, "counts", "int32", limits)
     if num_tokens is not None and counts.size != int(num_tokens):
         raise SamplingMaskError(
             ErrorCode.E_SHAPE, f"{counts.size} counts for a sample of {int(num_tokens)} tokens", field="counts"
         )
+    if logprobs_value is not None:
+        logprobs = _buffer(logprobs_value, "logprobs", "float32", limits)
+        if logprobs.size != ids.size:
+            raise SamplingMaskError(ErrorCode.E_SHAPE, f"{logprobs.size} logprobs for {ids.size} ids", field="logprobs")
+        kwargs["support_logprobs"] = logprobs
     return SamplingMask.from_counts(ids, counts, vocab_size=vocab_size, limits=limits, **kwargs)
 
 
-def to_wire(mask: SamplingMask) -> dict[str, str]:
-    """``{"ids": base64 int32, "counts": base64 int32}`` of a one-sample mask (rows in stored order)."""
+def _counts(mask: SamplingMask) -> tuple[np.ndarray, np.ndarray]:
     ids, counts = mask.to_counts()
+    return np.ascontiguousarray(ids, "<i4"), np.ascontiguousarray(counts, "<i4")
+
+
+def to_payload(mask: SamplingMask, *, logprobs: bool = True) -> list[bytes | None]:
+    """prime-rl's ``SamplingMask`` struct as its ``array_like`` fields ``[ids, counts, logprobs]``;
+    ``logprobs`` is the float32 bytes of ``support_logprobs`` (``None`` without them or with
+    ``logprobs=False``). Pass it to ``msgspec.convert(payload, SamplingMask)``. Every row is written
+    as it is (see :func:`empty_rows_over_cap` for prime-rl's capture cap)."""
+    ids, counts = _counts(mask)
+    lp = mask.support_logprobs if logprobs else None
+    return [ids.tobytes(), counts.tobytes(), None if lp is None else np.ascontiguousarray(lp, "<f4").tobytes()]
+
+
+def to_msgpack(mask: SamplingMask, *, logprobs: bool = True) -> bytes:
+    """The bytes ``msgspec.msgpack.encode`` (msgspec 0.23) gives for the struct of :func:`to_payload`:
+    a 3-element array of ``bin`` values, ``nil`` for absent logprobs (``omit_defaults`` does not drop
+    a trailing default of an ``array_like`` struct)."""
+    parts = [b"\x93"]
+    for name, value in zip(_FIELDS, to_payload(mask, logprobs=logprobs), strict=True):
+        parts += [b"\xc0"] if value is None else [_bin_header(len(value), name), value]
+    return b"".join(parts)
+
+
+def to_wire(mask: SamplingMask) -> dict[str, str]:
+    """``{"ids": base64 int32, "counts": base64 int32}`` of a one-sample mask (the HTTP form of
+    ``kept_tokens.serialize_kept_tokens``, which sends ``None`` instead when every count is 0)."""
+    ids, counts = _counts(mask)
     return {"ids": array_to_base64(ids, "int32"), "counts": array_to_base64(counts, "int32")}
 
 
-def to_trainer_tensor(mask: SamplingMask, *, seq_len: int | None = None, width: int | None = None) -> np.ndarray:
-    """``[b, s, K]`` int32 aligned to labels from a mask whose segments are samples with one row per
-    token (the :func:`from_wire` alignment). The first token of a sample must have no support."""
-    return alignment.to_batch_dense(alignment.shift_left(mask), seq_len, width)
+def empty_rows_over_cap(mask: SamplingMask, cap: int = CAPTURE_CAP) -> tuple[SamplingMask, np.ndarray]:
+    """Opt-in repair that reproduces prime-rl's capture: rows wider than ``cap`` become empty (count 0,
+    "no mask"). Returns the new mask and the indices of the rows emptied (the count of the repair)."""
+    lengths = mask.row_lengths
+    over = np.flatnonzero(lengths > int(cap))
+    if over.size == 0:
+        return mask, over
+    keep = np.repeat(lengths <= int(cap), lengths)
+    new_lengths = np.where(lengths > int(cap), 0, lengths)
+    companions: dict[str, Any] = dict(mask.companions)
+    if "support_logprobs" in companions:
+        companions["support_logprobs"] = companions["support_logprobs"][keep]
+    repaired = SamplingMask(
+        mask.ids[keep],
+        layouts.counts_to_offsets(new_lengths),
+        cu_seqlens=mask.cu_seqlens,
+        vocab_size=mask.vocab_size,
+        metadata=mask.metadata,
+        validate=False,
+        **companions,
+    )
+    return repaired, over
 
 
-def from_trainer_tensor(tensor: Any, lengths: Any, **kwargs: Any) -> SamplingMask:
-    """Inverse of :func:`to_trainer_tensor`: token-aligned rows per sample from ``[b, s, K]`` and the
-    sample lengths ``[b]``."""
-    return alignment.unshift(alignment.from_batch_dense(tensor, lengths, **kwargs))
+def sampled_without_support(mask: SamplingMask, trainable: Any) -> np.ndarray:
+    """Row indices where the token is trainable (``TrainingSample.mask`` true: model-sampled) but the
+    row is empty: count 0 there means the kept set was wider than the capture cap or the position was
+    not truncated, not a prompt token. prime-rl scores these rows over the full vocabulary."""
+    flags = np.asarray(alignment.as_host_array(trainable, field="trainable"))
+    if flags.ndim != 1 or flags.size != mask.num_rows:
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE, f"expected {mask.num_rows} trainable flags", field="trainable", value=int(flags.size)
+        )
+    return np.flatnonzero(flags.astype(bool) & (mask.row_lengths == 0))
+
+
+# ---------------------------------------------------------------------- trainer (packed micro batch)
+def shift_left(mask: SamplingMask) -> SamplingMask:
+    """prime-rl's ``shift_tensor_left(kept, pad_value=-1)``: one shift over the whole packed sequence
+    (segments are the packed samples, kept as ``cu_seqlens``). Position t gets row t+1, across
+    sample boundaries; the last position is empty. Row 0 must be empty (``E_SCHEMA``): no logits
+    score it, and prime-rl drops it."""
+    n = mask.num_rows
+    if n and mask.row_lengths[0] > 0:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "the first packed row has support, but no logits score the first token", row=0
+        )
+    rows = np.arange(1, n + 1, dtype=np.int64)
+    if n:
+        rows[-1] = -1
+    return alignment.take_rows(mask, rows, mask.cu_seqlens)
+
+
+def unshift(mask: SamplingMask) -> SamplingMask:
+    """Inverse of :func:`shift_left`; the last packed row must be empty (``E_SCHEMA``)."""
+    n = mask.num_rows
+    if n and mask.row_lengths[-1] > 0:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "the last packed position scores nothing and must be empty", row=n - 1
+        )
+    return alignment.take_rows(mask, np.arange(-1, n - 1, dtype=np.int64), mask.cu_seqlens)
+
+
+def to_trainer_tensor(mask: SamplingMask, *, width: int | None = None) -> np.ndarray:
+    """The trainer's ``kept`` tensor after ``shift_tensor_left``: int32 ``[1, N, K]``, ``-1`` padded,
+    from the token-aligned rows of one packed micro batch (all samples concatenated). K defaults to
+    ``max(max count, 1)`` as in prime-rl's ``DataLoader``."""
+    shifted = shift_left(mask)
+    if width is None:
+        width = max(int(shifted.row_lengths.max(initial=0)), 1)
+    return shifted.to_dense(width)[None]
+
+
+def from_trainer_tensor(tensor: Any, cu_seqlens: Any = None, **kwargs: Any) -> SamplingMask:
+    """Token-aligned rows from a shifted ``[1, N, K]`` (or ``[N, K]``) tensor; inverse of
+    :func:`to_trainer_tensor`. ``cu_seqlens`` (the packed samples) segments the result."""
+    dense = alignment.as_host_array(tensor, field="tensor")
+    if dense.ndim == 3:
+        if dense.shape[0] != 1:
+            raise SamplingMaskError(ErrorCode.E_SHAPE, "a packed micro batch has batch size 1", field="tensor")
+        dense = dense[0]
+    shifted = SamplingMask.from_dense(dense, **kwargs)
+    if cu_seqlens is not None:
+        shifted = shifted.with_companions(cu_seqlens=cu_seqlens)
+    return unshift(shifted)
+
+
+def context_parallel_rows(num_rows: int, world_size: int, rank: int) -> np.ndarray:
+    """The packed positions context-parallel ``rank`` holds in prime-rl: ``shard_for_cp`` is
+    ``torch.chunk(t, world_size, dim=1)[rank]`` over the whole packed sequence, which must divide
+    evenly (``E_SHAPE``, as prime-rl refuses it). cu=[0, 5, 12], P=2: ``[0..5]`` and ``[6..11]``."""
+    n = check_count(num_rows, 2**62, "num_rows", field="num_rows")
+    p = int(world_size)
+    if p < 1 or not 0 <= int(rank) < p:
+        raise SamplingMaskError(ErrorCode.E_RANGE, f"rank {rank} outside world size {world_size}", field="rank")
+    if n % p:
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE, f"{n} packed positions do not divide by the CP size {p}", field="num_rows", value=n
+        )
+    size = n // p
+    return np.arange(int(rank) * size, (int(rank) + 1) * size, dtype=np.int64)
+
+
+def shard(value: Any, world_size: int, rank: int) -> Any:
+    """``rank``'s part of a label-aligned packed mask (one segment) or of a ``[1, N, ...]`` / ``[N, ...]``
+    array, exactly as prime-rl's ``shard_for_cp`` splits the labels."""
+    if isinstance(value, SamplingMask):
+        rows = context_parallel_rows(value.num_rows, world_size, rank)
+        return alignment.take_rows(value, rows, [0, rows.size])
+    arr = alignment.as_host_array(value, field="array")
+    if arr.ndim >= 2 and arr.shape[0] == 1:
+        return arr[:, context_parallel_rows(arr.shape[1], world_size, rank)]
+    return arr[context_parallel_rows(arr.shape[0] if arr.ndim else 0, world_size, rank)]

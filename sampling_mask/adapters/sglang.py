@@ -27,10 +27,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits
-from ..model import SamplingMask
-from ._common import float_array, get_field, int_array, ragged_from_lists
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits
+from ..core.model import SamplingMask
+from ._common import get_field, int_array, ragged_from_lists
 
 __all__ = ["from_chunked", "from_meta_info", "from_response", "to_chunked", "to_meta_info"]
 
@@ -107,7 +108,7 @@ def from_meta_info(
         sampled_token_ids=None if output_ids is None else int_array(output_ids, np.int32, field="output_ids"),
         sampled_logprobs=None
         if sampled_lp is None
-        else float_array(sampled_lp, field="output_token_sampling_logprobs", size=num_rows),
+        else layouts.as_float_array(sampled_lp, field="output_token_sampling_logprobs", size=num_rows),
         vocab_size=vocab_size,
         metadata=meta or None,
         limits=limits,
@@ -154,7 +155,7 @@ def from_chunked(
     logprobs_value = get_field(chunked, "logprobs", None)
     kwargs: dict[str, Any] = {}
     if logprobs_value is not None:
-        values = float_array(logprobs_value, field="logprobs")
+        values = layouts.as_float_array(logprobs_value, field="logprobs")
         per = logprobs_per
         if per == "auto":
             if values.size == token_ids.size and values.size != lengths.size:

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count
-from ..model import SamplingMask
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.model import SamplingMask
 from ._common import array_from_base64, array_to_base64, get_field, int_array
 
 __all__ = ["from_dense", "from_envelope", "from_packed", "to_dense", "to_envelope", "to_packed"]

@@ -31,11 +31,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .. import layouts
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count
-from ..model import SamplingMask
-from ._common import float_array, get_field, int_array, ragged_from_lists
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.model import SamplingMask
+from ._common import get_field, int_array, ragged_from_lists
 
 __all__ = [
     "from_completion_output",
@@ -289,7 +289,7 @@ def _flat_arrays(flat: Any, limits: Limits) -> tuple[np.ndarray, ...]:
     starts = int_array(get_field(flat, "start_indices"), np.int64, field="start_indices")
     ends = int_array(get_field(flat, "end_indices"), np.int64, field="end_indices")
     token_ids = int_array(get_field(flat, "token_ids"), np.int64, field="token_ids")
-    logprobs = float_array(get_field(flat, "logprobs"), field="logprobs", size=token_ids.size)
+    logprobs = layouts.as_float_array(get_field(flat, "logprobs"), field="logprobs", size=token_ids.size)
     check_count(starts.size, limits.max_rows, "position count", field="start_indices")
     if ends.size != starts.size:
         raise SamplingMaskError(

@@ -26,12 +26,13 @@ import contextlib
 import importlib
 import os
 import secrets
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count
-from ..model import SamplingMask
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.model import SamplingMask
 
 __all__ = [
     "EXTENSIONS",
@@ -148,7 +149,13 @@ def encode_into(mask: SamplingMask, buffer: Any, **opts: Any) -> int:
 
 
 def decode(
-    data: Any, format: str | None = None, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True
+    data: Any,
+    _format: str | None = None,
+    /,
+    *,
+    format: str | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    validate: bool = True,
 ) -> SamplingMask:
     """A mask from bytes (or JSON text) in ``format``, detected by content when None.
 
@@ -156,7 +163,17 @@ def decode(
     ``validate=False`` skips the O(nnz) content checks of msgpack and Arrow input from a trusted
     producer; sizes and byte counts are checked regardless. A list of frames
     (:func:`encode_frames`, ZMQ multipart) is read as the msgpack envelope they concatenate to.
+    ``decode(data, "msgpack")`` (the format positional) is deprecated: pass ``format=``.
     """
+    if _format is not None:
+        if format is not None:
+            raise TypeError("decode() got the format both positionally and as format=")
+        warnings.warn(
+            "decode(data, format) is deprecated; pass the format as a keyword: decode(data, format=...)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        format = _format
     if isinstance(data, (list, tuple)):
         if format not in (None, "msgpack"):
             raise SamplingMaskError(ErrorCode.E_ENCODING, "a list of frames holds a msgpack envelope", value=format)
@@ -225,10 +242,11 @@ def _atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
     _fsync(directory, directory=True)
 
 
-def save(path: str | os.PathLike[str], mask: SamplingMask, *, format: str | None = None, **opts: Any) -> None:
+def save(mask: SamplingMask, path: str | os.PathLike[str], *, format: str | None = None, **opts: Any) -> None:
     """Write ``mask`` to ``path`` (format from the extension unless given). Atomic: the file is written
     next to ``path``, flushed to disk and renamed over it, so a failed save (an error, a kill, a power
-    loss) never leaves a truncated file there."""
+    loss) never leaves a truncated file there. ``save(path, mask)`` (the old order) is deprecated."""
+    mask, path = _mask_first(mask, path)
     fmt = format_for_path(path) if format is None else format
     _module(fmt)
     with _atomic_path(path) as tmp:
@@ -240,6 +258,18 @@ def save(path: str | os.PathLike[str], mask: SamplingMask, *, format: str | None
             data = encode(mask, fmt, **opts)
             with open(tmp, "wb") as fh:
                 fh.write(data)
+
+
+def _mask_first(mask: Any, path: Any) -> tuple[SamplingMask, str | os.PathLike[str]]:
+    """``(mask, path)`` from either order; the old ``save(path, mask)`` warns (one release)."""
+    if isinstance(mask, (str, os.PathLike)) and not isinstance(path, (str, os.PathLike)):
+        warnings.warn(
+            "save(path, mask) is deprecated; the mask comes first, as in encode: save(mask, path)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return path, mask
+    return mask, path
 
 
 def _read_bytes(path: str | os.PathLike[str], limits: Limits) -> bytes:
@@ -277,8 +307,8 @@ def load(
         return arrow.load(path, fmt, limits=limits, validate=validate)
     data = _read_bytes(path, limits)
     if fmt in _JSON_FORMATS:
-        return decode(data, format, limits=limits)
-    return decode(data, fmt, limits=limits, validate=validate)
+        return decode(data, format=format, limits=limits)
+    return decode(data, format=fmt, limits=limits, validate=validate)
 
 
 def iter_masks(
@@ -301,7 +331,7 @@ def iter_masks(
 
         yield from arrow.iter_masks(path, fmt, limits=limits, validate=validate, batch_size=batch_size)
     elif isinstance(path, (bytes, bytearray, memoryview)):
-        yield decode(path, format, limits=limits, validate=validate)
+        yield decode(path, format=format, limits=limits, validate=validate)
     else:
         yield load(path, format=format, limits=limits, validate=validate)
 
@@ -311,7 +341,7 @@ def open_writer(path: str | os.PathLike[str], *, format: str | None = None, **op
     record batch (row group); ``.close()`` (or leaving the ``with`` block) finishes the file.
 
     Options: ``compression`` (``"zstd"``, ``"lz4"``; Parquet also its own codecs), ``large_lists``,
-    ``compact``, ``id_order``. The file is written in place as batches arrive (use :func:`save` for
+    ``layout`` (``"ragged"`` or ``"compact"``), ``id_order``. The file is written in place as batches arrive (use :func:`save` for
     an atomic single write).
     """
     fmt = format_for_path(path) if format is None else format

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import Limits, checked_nbytes
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import Limits, checked_nbytes
 
 __all__ = [
     "WIRE_DTYPES",

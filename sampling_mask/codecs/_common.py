@@ -10,11 +10,12 @@ the object ``{"float": "NaN" | "Infinity" | "-Infinity"}`` so that JSON stays st
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..model import SamplingMask
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.model import SamplingMask
 
 __all__ = [
     "ID_ORDERS",
@@ -23,6 +24,7 @@ __all__ = [
     "check_depth",
     "check_id_order",
     "check_version",
+    "compact_layout",
     "id_order_of",
     "metadata_from_json",
     "metadata_to_json",
@@ -47,6 +49,20 @@ def check_version(value: Any, *, field: str = VERSION_KEY) -> None:
         raise SamplingMaskError(
             ErrorCode.E_VERSION, f"unknown major version (this library reads {SPEC_MAJOR})", field=field, value=value
         )
+
+
+def compact_layout(layout: str, compact: bool | None, allowed: tuple[str, ...]) -> str:
+    """The layout an encoder was asked for: ``layout`` (one of ``allowed``), or the deprecated
+    ``compact=True`` spelling of ``layout="compact"`` (warns; removed in the next release)."""
+    if compact is not None:
+        warnings.warn('compact=True is deprecated; pass layout="compact"', DeprecationWarning, stacklevel=3)
+        if compact:
+            layout = "compact"
+    if layout not in allowed:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, f"layout must be one of {list(allowed)}", field="layout", value=repr(layout)[:80]
+        )
+    return layout
 
 
 def id_order_of(mask: SamplingMask) -> str:

@@ -20,8 +20,8 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import Limits
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import Limits
 
 __all__ = ["batch_sizes", "check"]
 

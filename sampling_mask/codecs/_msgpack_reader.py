@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from ..errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError
 
 __all__ = ["MAX_OBJECTS", "read"]
 

@@ -12,7 +12,7 @@ One table row per **segment**. Columns (spec/v1/SPEC.md, section ``arrow``)::
 ``large_list`` replaces ``list`` only where the offsets overflow int32 (rows for the outer level,
 ids for the inner level). Schema metadata carries ``sampling_mask.version`` (``"1"``),
 ``sampling_mask.vocab_size``, ``sampling_mask.id_order``, ``sampling_mask.layout`` and one
-``sampling_mask.metadata.<key>`` per metadata entry (its JSON value). With ``compact=True`` the list
+``sampling_mask.metadata.<key>`` per metadata entry (its JSON value). With ``layout="compact"`` the list
 column is replaced by ``sampling_mask_compact: binary`` (one :mod:`sampling_mask.codecs.compact`
 blob per segment, rows ascending) plus ``sampling_mask_num_rows`` / ``sampling_mask_nnz``: int64.
 
@@ -36,15 +36,16 @@ from typing import Any
 
 import numpy as np
 
-from .. import layouts
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count
-from ..model import COMPANIONS, SamplingMask, concat
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.model import COMPANIONS, SamplingMask, concat
 from . import _ipc_bounds
 from ._common import (
     SPEC_MAJOR,
     check_id_order,
     check_version,
+    compact_layout,
     id_order_of,
     metadata_to_json,
     metadata_value_from_json,
@@ -74,6 +75,8 @@ RESERVED_COLUMNS = frozenset({MASK_COLUMN, COMPACT_COLUMN, COMPACT_ROWS_COLUMN, 
 PREFIX = "sampling_mask."
 METADATA_PREFIX = PREFIX + "metadata."
 COMPRESSIONS = (None, "zstd", "lz4")
+#: Writer layouts: list columns (``"ragged"``) or one :mod:`~sampling_mask.codecs.compact` blob per segment.
+LAYOUTS = ("ragged", "compact")
 #: Largest offset a 32-bit ``list`` may hold; beyond it the level becomes ``large_list``.
 INT32_OFFSET_MAX = (1 << 31) - 1
 _DIGITS = re.compile(r"0|[1-9][0-9]{0,29}")  # more digits than any limit: E_LIMIT / E_VERSION follow
@@ -280,16 +283,19 @@ def table_from_mask(
     mask: SamplingMask,
     *,
     large_lists: bool | None = None,
-    compact: bool = False,
+    layout: str = "ragged",
     extra_columns: Mapping[str, Any] | None = None,
+    compact: bool | None = None,
 ) -> Any:
     """A ``pyarrow.Table`` of one record batch, one row per segment (zero-copy over the mask's arrays).
 
-    ``extra_columns``: name -> one value per segment (any ``pyarrow.array`` input).
+    ``layout``: ``"ragged"`` (list columns) or ``"compact"``; ``extra_columns``: name -> one value per
+    segment (any ``pyarrow.array`` input). ``compact=True`` is the deprecated spelling of ``layout="compact"``.
     """
     import pyarrow as pa
 
-    plan = _plan(mask, large_lists=large_lists, compact=compact, id_order=None)
+    is_compact = compact_layout(layout, compact, LAYOUTS) == "compact"
+    plan = _plan(mask, large_lists=large_lists, compact=is_compact, id_order=None)
     return pa.Table.from_batches([_batch(mask, plan, extra_columns)])
 
 
@@ -317,8 +323,9 @@ class Writer:
         *,
         compression: str | None = None,
         large_lists: bool | None = None,
-        compact: bool = False,
+        layout: str = "ragged",
         id_order: str | None = None,
+        compact: bool | None = None,
     ) -> None:
         if fmt not in FORMATS:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{fmt!r} is not an Arrow format", value=fmt)
@@ -328,7 +335,7 @@ class Writer:
         self._fmt = fmt
         self._compression = compression
         self._large_lists = large_lists
-        self._compact = compact
+        self._compact = compact_layout(layout, compact, LAYOUTS) == "compact"
         self._id_order = id_order
         self._plan: _Plan | None = None
         self._schema: Any = None
@@ -423,14 +430,17 @@ def encode(
     *,
     compression: str | None = None,
     large_lists: bool | None = None,
-    compact: bool = False,
+    layout: str = "ragged",
     extra_columns: Mapping[str, Any] | None = None,
+    compact: bool | None = None,
 ) -> bytes:
-    """``mask`` as one record batch of an IPC file / stream, or one row group of Parquet."""
+    """``mask`` as one record batch of an IPC file / stream, or one row group of Parquet (``layout``:
+    ``"ragged"`` or ``"compact"``; ``compact=True`` is its deprecated spelling)."""
     import pyarrow as pa
 
+    layout = compact_layout(layout, compact, LAYOUTS)
     sink = pa.BufferOutputStream()
-    with Writer(sink, fmt, compression=compression, large_lists=large_lists, compact=compact) as writer:
+    with Writer(sink, fmt, compression=compression, large_lists=large_lists, layout=layout) as writer:
         writer.write(mask, extra_columns=extra_columns)
     return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
 

@@ -19,7 +19,7 @@ Rows are *sets*: the encoder requires ascending rows (``E_SCHEMA`` otherwise, so
 carrying ``support_logprobs`` cannot silently lose their alignment; call ``mask.canonical()`` first)
 and the decoder always yields ascending rows. Decoding is whole-array numpy; every declared size is
 checked against the limits and the real buffer length before anything of that size is allocated,
-and bad bytes raise :class:`~sampling_mask.errors.SamplingMaskError` only.
+and bad bytes raise :class:`~sampling_mask.core.errors.SamplingMaskError` only.
 
 >>> import numpy as np
 >>> buf = encode_ragged(np.array([5, 1, 2, 7], np.int32), np.array([0, 1, 1, 4], np.int64))
@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import layouts
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
 
 __all__ = ["BLOCK", "LAYOUT", "decode_ragged", "encode_ragged", "encoded_size"]
 

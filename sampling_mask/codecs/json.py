@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
-from ..model import SamplingMask
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
+from ..core.model import SamplingMask
 from ._buffers import array_from_buffer, decode_base64, wire_dtype, wire_shape
 from ._common import (
     SPEC_MAJOR,

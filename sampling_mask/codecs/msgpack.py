@@ -36,10 +36,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import layouts
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, check_count
-from ..model import COMPANIONS, SamplingMask
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.model import COMPANIONS, SamplingMask
 from . import _msgpack_reader
 from ._buffers import array_from_buffer, wire_dtype, wire_shape
 from ._common import SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order

@@ -25,7 +25,7 @@ import numpy as np
 
 from .properties import float64_scores
 
-__all__ = ["build", "main", "render"]
+__all__ = ["build", "main", "render", "stable_float"]
 
 SUITE = "v1"
 REQ, REC = "required", "recommended"
@@ -80,6 +80,31 @@ def mask(
 def model(rows: list[list[int]], **extra: Any) -> dict[str, Any]:
     """A model-mask *input* (rows in any order; only the keys given)."""
     return {"rows": rows, **{k: v for k, v in extra.items() if v is not None}}
+
+
+#: Decimal places (relative above magnitude 1) kept of a computed float: far inside every case's
+#: tolerance (>= 1e-6), far outside the ulp-level differences of exp / log between CPUs.
+STABLE_DIGITS = 9
+
+
+def stable_float(value: float, digits: int = STABLE_DIGITS) -> float:
+    """``value`` rounded to ``digits`` decimals below magnitude 1 (significant digits above), so the
+    same on every machine: numpy picks SIMD kernels for exp / log at run time and their results
+    differ by an ulp between CPUs. Raises when ``value`` lies so close to a rounding boundary that
+    such a difference could flip it (change the case's inputs then)."""
+    if not math.isfinite(value):
+        return value
+    places = digits - len(str(int(abs(value)))) + (1 if abs(value) < 1 else 0)
+    slack = 1e-12 * max(1.0, abs(value))
+    rounded = round(value, places)
+    if round(value - slack, places) != rounded or round(value + slack, places) != rounded:
+        raise AssertionError(f"{value!r} is within {slack:g} of a rounding boundary: not stable across CPUs")
+    return rounded + 0.0  # -0.0 -> 0.0
+
+
+def stable_scores(scores: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Every finite float of ``scores`` through :func:`stable_float`."""
+    return {k: [stable_float(v) if isinstance(v, float) else v for v in values] for k, values in scores.items()}
 
 
 def companions_mask(**extra: Any) -> dict[str, Any]:
@@ -1815,7 +1840,9 @@ def scorer_cases(book: Book) -> None:
             payload["missing_target"] = missing_target
         values = [["-Infinity" if v == -math.inf else v for v in row] for row in logits.tolist()]
         payload.update(extra or {"logits": payload_logits or arr(values, "float64", shape=logits.shape)})
-        expected = float64_scores(logits, rows, targets, temperature, empty_rows, missing_target or "error")
+        expected = stable_scores(
+            float64_scores(logits, rows, targets, temperature, empty_rows, missing_target or "error")
+        )
         f.add(slug, why, spec, payload, {"scores": expected, "tolerance": tolerance}, op="score", level=level)
 
     def logits_of(t: int, v: int, scale: float = 3.0) -> np.ndarray:

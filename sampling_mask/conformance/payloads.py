@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits, checked_nbytes
-from ..model import COMPANIONS, SamplingMask
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits, checked_nbytes
+from ..core.model import COMPANIONS, SamplingMask
 
 __all__ = [
     "ARRAY_DTYPES",

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import SamplingMask
+from ..core.model import SamplingMask
 from .payloads import array_from_json, compare_masks, mask_to_json
 from .protocol import Implementation, response_kind
 

@@ -12,6 +12,10 @@ Response: an object with exactly one of these keys (``id`` may be echoed)::
     {"unsupported": "why"}                        the implementation does not do this op / form
     {"error": "what went wrong"}                  a crash or bug; never a verdict on the input
 
+The first request of a run is ``{"id": "describe", "op": "describe"}``: an implementation may answer
+``{"ok": {"classes": [CLASS, ...]}}`` (class names or globs, see :func:`suite.conformance_classes`)
+to declare what it implements; ``unsupported`` (or anything else) declares nothing.
+
 A Python implementation is any object with ``handle(request: dict) -> dict`` (a class is
 instantiated without arguments; a bare function is used as ``handle``), named ``module:object``.
 A program speaks the same JSON over stdin / stdout, one line each way per case, in order.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 import queue
 import shlex
 import subprocess
@@ -32,16 +37,29 @@ from collections.abc import Callable, Mapping
 from typing import IO, Any, Protocol, runtime_checkable
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
+    "DESCRIBE",
     "RESPONSE_KINDS",
     "CommandImplementation",
     "FunctionImplementation",
     "Implementation",
+    "LaunchError",
     "load_python_implementation",
     "response_kind",
     "serve",
 ]
 
 RESPONSE_KINDS = ("ok", "rejected", "unsupported", "error")
+#: The request that opens a run; its answer may declare the implementation's conformance classes.
+DESCRIBE: dict[str, Any] = {"id": "describe", "op": "describe"}
+#: Seconds a ``--command`` program has for each answer (the first answer after the first start gets
+#: :data:`STARTUP_GRACE` more, for an interpreter or JIT warming up).
+DEFAULT_TIMEOUT = 5.0
+STARTUP_GRACE = 30.0
+
+
+class LaunchError(Exception):
+    """The program cannot be started, or exited or hung before answering its first request."""
 
 
 @runtime_checkable
@@ -85,6 +103,8 @@ def load_python_implementation(spec: str) -> Implementation:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"expected 'module:object', got {spec!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as ``python -m`` does: a module beside you is found
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
@@ -103,39 +123,56 @@ def load_python_implementation(spec: str) -> Implementation:
 
 
 class CommandImplementation:
-    """Drives a program over JSON lines on its stdin / stdout; started once, restarted after a crash.
-
-    A response that does not arrive within ``timeout`` seconds is an ``error`` and the program is
-    restarted for the next case. The last lines of the program's stderr are kept for reports.
+    """Drives a program over JSON lines on its stdin / stdout: one process for the whole run,
+    restarted only after it died or did not answer within ``timeout`` seconds (then ``crashed`` is
+    true for that request). The last lines of its stderr are kept for reports. A program that cannot
+    be started, or that dies or hangs before its first answer, raises :class:`LaunchError`.
     """
 
-    def __init__(self, command: str, *, timeout: float = 30.0, cwd: str | None = None) -> None:
+    def __init__(
+        self,
+        command: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        startup_grace: float = STARTUP_GRACE,
+        cwd: str | None = None,
+    ) -> None:
         self.command = command
         self.name = command
         self.timeout = timeout
+        self.startup_grace = startup_grace
         self.cwd = cwd
         self._argv = shlex.split(command)
         self._proc: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self.stderr_tail: deque[str] = deque(maxlen=20)
         self.starts = 0
+        self.answers = 0
+        self.crashed = False
+        self._stderr_reader: threading.Thread | None = None
 
     def _start(self) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            self._argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            bufsize=1,
-            cwd=self.cwd,
-        )
+        if not self._argv:
+            raise LaunchError("the command is empty")
+        try:
+            proc = subprocess.Popen(
+                self._argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                encoding="utf-8",
+                bufsize=1,
+                cwd=self.cwd,
+            )
+        except OSError as exc:
+            raise LaunchError(f"cannot start {self._argv[0]!r}: {exc.strerror or exc}") from None
         self.starts += 1
         lines: queue.Queue[str | None] = queue.Queue()
         assert proc.stdout is not None and proc.stderr is not None
         threading.Thread(target=_pump, args=(proc.stdout, lines.put), daemon=True).start()
-        threading.Thread(target=_pump, args=(proc.stderr, self._keep_stderr), daemon=True).start()
+        self._stderr_reader = threading.Thread(target=_pump, args=(proc.stderr, self._keep_stderr), daemon=True)
+        self._stderr_reader.start()
         self._proc, self._lines = proc, lines
         return proc
 
@@ -144,22 +181,23 @@ class CommandImplementation:
             self.stderr_tail.append(line.rstrip("\n"))
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.crashed = False
         proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
         assert proc.stdin is not None
+        first = self.answers == 0
         try:
             proc.stdin.write(json.dumps(request, separators=(",", ":")) + "\n")
             proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
-            self.close()
-            return {"error": f"protocol: could not write the request ({exc}); {self._stderr_hint()}"}
+            return self._crash(first, f"could not write the request ({exc})")
+        timeout = self.timeout + (self.startup_grace if first and self.starts == 1 else 0.0)
         try:
-            line = self._lines.get(timeout=self.timeout)
+            line = self._lines.get(timeout=timeout)
         except queue.Empty:
-            self.close()
-            return {"error": f"protocol: no response within {self.timeout:g} s; {self._stderr_hint()}"}
+            return self._crash(first, f"no response within {timeout:g} s", hung=True)
         if line is None:
-            self.close()
-            return {"error": f"protocol: the program exited; {self._stderr_hint()}"}
+            return self._crash(first, "the program exited")
+        self.answers += 1
         try:
             response = json.loads(line)
         except ValueError:
@@ -168,12 +206,30 @@ class CommandImplementation:
             return {"error": f"protocol: the response is not a JSON object: {line.strip()!r:.200}"}
         return response
 
+    def _crash(self, first: bool, what: str, *, hung: bool = False) -> dict[str, Any]:
+        """Close the program; before any answer this is a :class:`LaunchError`, else an ``error``."""
+        proc = self._proc
+        self.close(kill=hung)
+        status = None if proc is None or hung else proc.returncode
+        if self._stderr_reader is not None:
+            self._stderr_reader.join(timeout=1.0)  # the last words on stderr explain the exit
+        how = f"{what} (exit status {status})" if status is not None else what
+        if first:
+            raise LaunchError(f"{self.command!r} did not answer its first request: {how}; {self._stderr_hint()}")
+        self.crashed = True
+        return {"error": f"protocol: {how}; {self._stderr_hint()}"}
+
     def _stderr_hint(self) -> str:
         return "stderr: " + (" | ".join(self.stderr_tail) if self.stderr_tail else "(empty)")
 
-    def close(self) -> None:
+    def close(self, *, kill: bool = False) -> None:
+        """End the program: close its stdin and wait (``kill``: at once)."""
         proc, self._proc = self._proc, None
         if proc is None:
+            return
+        if kill:
+            proc.kill()
+            proc.wait()
             return
         try:
             if proc.stdin is not None:

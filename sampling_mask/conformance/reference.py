@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SamplingMaskError
-from ..limits import DEFAULT_LIMITS, Limits
-from ..model import SamplingMask
+from ..core.errors import SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits
+from ..core.model import SamplingMask
 from .payloads import (
     LAYOUT_FORMS,
     array_from_json,
@@ -50,7 +50,7 @@ class Unsupported(Exception):
 
 def payload_bytes(payload: Any) -> bytes:
     """The bytes of a byte-form payload (``text`` is UTF-8, ``hex`` is raw bytes)."""
-    from ..errors import ErrorCode
+    from ..core.errors import ErrorCode
 
     if isinstance(payload, Mapping) and isinstance(payload.get("text"), str) and "hex" not in payload:
         return str(payload["text"]).encode("utf-8", "surrogatepass")
@@ -82,6 +82,8 @@ class ReferenceImplementation:
         """One response for one request; see :mod:`sampling_mask.conformance.protocol`."""
         try:
             op, form = request.get("op"), request.get("form")
+            if op == "describe":
+                return {"ok": self.describe()}
             if not isinstance(form, str):
                 raise Unsupported(f"form {form!r}")
             limits = limits_from_json(request.get("limits"))
@@ -105,6 +107,13 @@ class ReferenceImplementation:
             return {"error": f"{type(exc).__name__}: {exc}"}
 
     # ------------------------------------------------------------------ steps
+    #: The conformance classes this implementation claims (names or globs); the reference claims all.
+    classes: tuple[str, ...] = ("*",)
+
+    def describe(self) -> dict[str, Any]:
+        """The answer to the ``describe`` request: ``{"classes": [...]}``."""
+        return {"classes": list(self.classes)}
+
     def decode(self, form: str, payload: Any, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
         """A validated mask from a payload of ``form``."""
         if form in LAYOUT_FORMS:
@@ -165,7 +174,7 @@ def score_payload(payload: Any, limits: Limits = DEFAULT_LIMITS) -> dict[str, An
     a typed float array [T]), ``empty_rows`` (``"full"`` / ``"exclude"``), and either ``logits``
     (typed float array [T, V]) or ``hidden`` [T, d] + ``weight`` [V, d] (+ ``bias`` [V]).
     """
-    from ..errors import ErrorCode
+    from ..core.errors import ErrorCode
 
     try:
         scorer = importlib.import_module("sampling_mask.reference_scorer")

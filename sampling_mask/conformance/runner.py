@@ -4,15 +4,19 @@
 vector against the reference implementation; ``--impl module:object`` against a Python
 implementation and ``--command "CMD"`` against any program speaking the JSON-lines protocol
 (:mod:`sampling_mask.conformance.protocol`). ``--expected-failures FILE`` lists cases (ids or
-globs) the implementation is known to fail or not support; a listed case that passes fails the
-run, as does a pattern matching no case. Exit status: 0 when every case is as expected, 1 otherwise,
-2 on bad usage.
+globs) the implementation is known to fail; a listed case that passes fails the run, as does a
+pattern matching no case. ``--class`` (or the implementation's answer to the ``describe`` request)
+declares the conformance classes it implements: only their cases run, and the summary says which
+classes it conforms to. Exit status: 0 when every case run is as expected, 1 otherwise, 2 on bad
+usage (no case selected, an unknown form or class) or a run that could not be completed (the
+program cannot be started, or crashed ``--max-crashes`` times in a row).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import fnmatch
 import math
 import sys
@@ -21,19 +25,42 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
-from ..errors import SamplingMaskError
+from ..core.errors import SamplingMaskError
 from .payloads import compare_arrays, compare_masks, mask_from_json, mask_to_json
-from .protocol import CommandImplementation, Implementation, load_python_implementation, response_kind
+from .protocol import (
+    DEFAULT_TIMEOUT,
+    DESCRIBE,
+    CommandImplementation,
+    Implementation,
+    LaunchError,
+    load_python_implementation,
+    response_kind,
+)
 from .reference import ReferenceImplementation
-from .suite import Case, ExpectedFailures, load_cases, vectors_dir
+from .suite import (
+    FORMS,
+    Case,
+    ExpectedFailures,
+    class_matches,
+    conformance_classes,
+    load_cases,
+    vectors_dir,
+)
 
-__all__ = ["CaseResult", "Report", "judge", "main", "run"]
+__all__ = ["CaseResult", "Report", "RunStopped", "declared_classes", "judge", "main", "run"]
 
-#: Statuses that fail a run.
+#: Statuses that fail a run. ``UNSUPPORTED`` is counted apart from failures but still fails a run:
+#: declare the classes you implement (``--class`` / ``describe``) and the others are not run at all.
 FAILING = ("FAIL", "ERROR", "UNSUPPORTED", "XPASS")
 _COLUMNS = ("PASS", "FAIL", "ERROR", "UNSUPPORTED", "XFAIL", "XPASS")
+#: Consecutive crashes (the program died or hung) after which a run stops.
+MAX_CRASHES = 5
+
+
+class RunStopped(Exception):
+    """A run that cannot go on: the program cannot be started or keeps crashing (exit status 2)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +93,7 @@ class Report:
     results: list[CaseResult]
     stale_patterns: list[str] = dataclasses.field(default_factory=list)
     expected_failures_source: str | None = None
+    claimed: list[str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -84,6 +112,32 @@ class Report:
             table.setdefault(r.case.form, Counter())[r.status] += 1
         table["total"] = sum(table.values(), Counter())
         return table
+
+    def not_passing(self) -> list[CaseResult]:
+        """Every case that did not pass (listed or not): what an expected-failures file would list."""
+        return [r for r in self.results if r.outcome != "pass"]
+
+    def class_verdicts(self, every: Sequence[Case]) -> dict[str, str]:
+        """Per class run: ``conforms`` (every case of the class passed), ``conforms (required cases)``
+        (every required one did), ``partial run`` (some of its required cases were not run) or
+        ``does not conform (N required cases not passing)``."""
+        ran = {r.case.id for r in self.results}
+        verdicts = {}
+        for name in conformance_classes(r.case for r in self.results):
+            mine = [r for r in self.results if r.case.conformance_class == name]
+            required = [c for c in every if c.conformance_class == name and c.level == "required"]
+            bad = [r for r in mine if r.case.level == "required" and r.outcome != "pass"]
+            if bad:
+                verdicts[name] = f"does not conform ({len(bad)} required case(s) not passing)"
+            elif any(c.id not in ran for c in required):
+                verdicts[name] = "partial run"
+            elif all(r.outcome == "pass" for r in mine) and len(mine) == sum(
+                1 for c in every if c.conformance_class == name
+            ):
+                verdicts[name] = "conforms"
+            else:
+                verdicts[name] = "conforms (required cases)"
+        return verdicts
 
     def summary_table(self) -> str:
         """A fixed-width table: one line per form, then the total."""
@@ -116,8 +170,10 @@ class Report:
             )
             if r.status in ("FAIL", "XPASS"):
                 ET.SubElement(tc, "failure", message=f"{r.status}: {r.detail}"[:500]).text = r.detail
-            elif r.status in ("ERROR", "UNSUPPORTED"):
+            elif r.status == "ERROR":
                 ET.SubElement(tc, "error", message=f"{r.status}: {r.detail}"[:500]).text = r.detail
+            elif r.status == "UNSUPPORTED":
+                ET.SubElement(tc, "skipped", message=r.detail[:500])
             elif r.status == "XFAIL":
                 ET.SubElement(tc, "skipped", message=f"expected failure: {r.detail}"[:500])
         for pattern in self.stale_patterns:
@@ -221,20 +277,27 @@ def run(
     expected_failures: ExpectedFailures | None = None,
     all_case_ids: Sequence[str] | None = None,
     on_result: Callable[[CaseResult], None] | None = None,
+    max_crashes: int = MAX_CRASHES,
+    claimed: Sequence[str] | None = None,
 ) -> Report:
     """Send every case to ``implementation`` and judge the answers.
 
     ``all_case_ids`` (default: the ids of ``cases``) is what expected-failure patterns are checked
-    against for staleness, so a filtered run does not flag patterns for cases it skipped.
+    against for staleness, so a filtered run does not flag patterns for cases it skipped. Raises
+    :class:`RunStopped` when the program cannot be started (:class:`LaunchError`) or crashed
+    ``max_crashes`` cases in a row.
     """
     cases = list(cases) if cases is not None else load_cases()
     expected_failures = expected_failures or ExpectedFailures()
     reference = ReferenceImplementation()
     results = []
+    crashes = 0
     for case in cases:
         start = time.perf_counter()
         try:
             response = implementation.handle(case.request())
+        except LaunchError as exc:
+            raise RunStopped(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - an implementation crash is an 'error' result
             response = {"error": f"{type(exc).__name__}: {exc}"}
         outcome, detail = judge(case, response, reference)
@@ -242,13 +305,37 @@ def run(
         results.append(result)
         if on_result is not None:
             on_result(result)
+        crashes = crashes + 1 if getattr(implementation, "crashed", False) else 0
+        if crashes >= max_crashes:
+            raise RunStopped(f"stopped after {crashes} consecutive crashes; the last: {case.id}: {detail}")
     ids = list(all_case_ids) if all_case_ids is not None else [c.id for c in cases]
     return Report(
         implementation=str(getattr(implementation, "name", type(implementation).__name__)),
         results=results,
         stale_patterns=expected_failures.unused(ids),
         expected_failures_source=expected_failures.source if expected_failures.patterns else None,
+        claimed=list(claimed) if claimed is not None else None,
     )
+
+
+def declared_classes(implementation: Implementation) -> list[str] | None:
+    """The classes the implementation declares in answer to ``describe`` (``None``: it declares none).
+
+    Raises :class:`RunStopped` when a program cannot be started.
+    """
+    try:
+        response = implementation.handle(dict(DESCRIBE))
+    except LaunchError as exc:
+        raise RunStopped(str(exc)) from None
+    except Exception:  # noqa: BLE001 - an implementation that cannot describe itself declares nothing
+        return None
+    kind, value = response_kind(response, DESCRIBE["id"])
+    if kind != "ok" or not isinstance(value, Mapping):
+        return None
+    classes = value.get("classes")
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        return None
+    return list(classes)
 
 
 def select(
@@ -267,21 +354,59 @@ def select(
     return out
 
 
+class _UsageError(Exception):
+    """A usage error: one line ``sampling-mask: error: CODE: message`` on stderr, exit status 2."""
+
+    def __init__(self, message: str, code: str = "E_USAGE") -> None:
+        super().__init__(f"{code}: {message}")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are :class:`_UsageError` (one line, like the rest of the CLI)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{message} (see {self.prog} --help)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sampling-mask conformance",
         description="Run the sampling-mask conformance suite (spec v1) against an implementation.",
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--impl", metavar="MODULE:OBJECT", help="a Python implementation (default: the reference)")
     which.add_argument("--command", metavar="CMD", help="a program speaking the JSON-lines protocol on stdin/stdout")
+    parser.add_argument(
+        "--class",
+        dest="classes",
+        action="append",
+        default=[],
+        metavar="CLASS",
+        help="a conformance class the implementation claims, e.g. 'json-rows reader' or 'msgpack *' "
+        "(repeatable; default: what the implementation declares, else every class)",
+    )
     parser.add_argument("--expected-failures", metavar="FILE", type=Path, help="ids or globs expected to fail")
+    parser.add_argument(
+        "--write-expected-failures", metavar="FILE", type=Path, help="write the ids of the cases not passing to FILE"
+    )
     parser.add_argument("--junit-xml", metavar="FILE", type=Path, help="write a JUnit XML report")
     parser.add_argument("--form", action="append", default=[], help="run only this form (repeatable)")
     parser.add_argument("-k", "--case", action="append", default=[], help="run only ids matching this glob")
     parser.add_argument("--level", choices=("required", "recommended"), help="run only cases of this level")
     parser.add_argument("--vectors", type=Path, help="suite root (default: the installed vectors)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each --command response")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds to wait for each --command response (default {DEFAULT_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--max-crashes",
+        type=int,
+        default=MAX_CRASHES,
+        metavar="N",
+        help=f"stop after N consecutive crashes or timeouts (default {MAX_CRASHES})",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="print only cases that are not PASS / XFAIL")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     parser.add_argument("--lint", action="store_true", help="check the suite itself and exit")
@@ -295,65 +420,133 @@ def _print_result(result: CaseResult, out: TextIO, quiet: bool) -> None:
     out.write(f"{result.status:<12}{result.case.id}{detail}\n")
 
 
+def _check_names(kind: str, given: Sequence[str], known: Sequence[str]) -> None:
+    """A usage error for a name (or glob) of ``kind`` that matches nothing in ``known``."""
+    for name in given:
+        if not any(fnmatch.fnmatchcase(k, name) for k in known):
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; one of: {', '.join(known)}"
+            raise _UsageError(f"unknown {kind} {name!r}{hint}")
+
+
+def _implementation(args: argparse.Namespace) -> Implementation:
+    if args.command:
+        return CommandImplementation(args.command, timeout=args.timeout)
+    if args.impl:
+        try:
+            return load_python_implementation(args.impl)
+        except (ImportError, AttributeError, TypeError, ValueError) as exc:
+            raise _UsageError(f"cannot load {args.impl}: {exc}") from None
+    return ReferenceImplementation()
+
+
+def write_expected_failures(report: Report, path: Path) -> int:
+    """Write the ids of ``report``'s cases that did not pass to ``path``; how many."""
+    ids = sorted(r.case.id for r in report.not_passing())
+    head = f"# Cases {report.implementation} does not pass (written by sampling-mask conformance).\n"
+    path.write_text(head + "".join(f"{i}\n" for i in ids), encoding="utf-8")
+    return len(ids)
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
-    """The command line; returns the exit status (0 ok, 1 failures, 2 usage)."""
+    """The command line; returns the exit status (0 ok, 1 failures, 2 usage or a run that stopped)."""
     out = out if out is not None else sys.stdout
-    parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        return _main(argv, out)
+    except _UsageError as exc:
+        sys.stderr.write(f"sampling-mask: error: {exc}\n")
+        return 2
+    except RunStopped as exc:
+        out.flush()
+        sys.stderr.write(f"sampling-mask: error: E_IMPLEMENTATION: {exc}\n")
+        return 2
+
+
+def _main(argv: Sequence[str] | None, out: TextIO) -> int:
+    args = _parser().parse_args(argv)
     if args.lint:
         from .lint import main as lint_main
 
         return lint_main(["--vectors", str(args.vectors)] if args.vectors else [], out=out)
-    root = args.vectors or vectors_dir()
-    every = load_cases(root)
+    _check_names("form", args.form, FORMS)
+    try:
+        every = load_cases(args.vectors or vectors_dir())
+    except (OSError, ValueError, KeyError) as exc:
+        raise _UsageError(f"cannot read the vectors: {exc}") from None
+    _check_names("class", args.classes, conformance_classes(every))
     cases = select(every, forms=args.form, patterns=args.case, level=args.level)
     if args.list:
         for case in cases:
-            out.write(f"{case.id}\t{case.op}\t{case.level}\t{case.description}\n")
-        return 0
+            out.write(f"{case.id}\t{case.op}\t{case.level}\t{case.conformance_class}\t{case.description}\n")
+        return 0 if cases else 2
     try:
         expected = ExpectedFailures.read(args.expected_failures) if args.expected_failures else ExpectedFailures()
     except OSError as exc:
-        parser.error(f"cannot read the expected-failures file: {exc}")
-    implementation: Any
-    if args.command:
-        implementation = CommandImplementation(args.command, timeout=args.timeout)
-    elif args.impl:
-        try:
-            implementation = load_python_implementation(args.impl)
-        except (ImportError, AttributeError, TypeError, ValueError) as exc:
-            parser.error(f"cannot load {args.impl}: {exc}")
-    else:
-        implementation = ReferenceImplementation()
+        raise _UsageError(f"cannot read the expected-failures file: {exc}") from None
+    implementation = _implementation(args)
     try:
+        claimed = args.classes or declared_classes(implementation)
+        if claimed is not None:
+            cases = [c for c in cases if class_matches(c.conformance_class, claimed)]
+        if not cases:
+            what = f" of the classes {claimed}" if claimed is not None else ""
+            raise _UsageError(f"no case selected{what}: check --form, -k, --level and --class")
         report = run(
             implementation,
             cases,
             expected_failures=expected,
             all_case_ids=[c.id for c in every],
             on_result=lambda r: _print_result(r, out, args.quiet),
+            max_crashes=args.max_crashes,
+            claimed=claimed,
         )
     finally:
-        close = getattr(implementation, "close", None)
-        if callable(close):
-            close()
+        _release(implementation)
+    _summary(report, every, out)
+    if args.junit_xml:
+        tree = report.to_junit()
+        ET.indent(tree)
+        tree.write(args.junit_xml, encoding="utf-8", xml_declaration=True)
+    if args.write_expected_failures:
+        n = write_expected_failures(report, args.write_expected_failures)
+        out.write(f"wrote {n} case id(s) to {args.write_expected_failures}\n")
+    return 0 if report.ok else 1
+
+
+def _release(implementation: Any) -> None:
+    close = getattr(implementation, "close", None)
+    if callable(close):
+        close()
+
+
+def _summary(report: Report, every: Sequence[Case], out: TextIO) -> None:
+    """The table, the classes conformed to, and one verdict line with failures and unsupported apart."""
     out.write(f"\nsampling-mask conformance v1: {report.implementation}\n")
     if report.expected_failures_source:
         out.write(f"expected failures: {report.expected_failures_source}\n")
     out.write(report.summary_table() + "\n")
     for pattern in report.stale_patterns:
         out.write(f"STALE       expected-failures entry {pattern!r} matches no case; remove it\n")
-    if args.junit_xml:
-        tree = report.to_junit()
-        ET.indent(tree)
-        tree.write(args.junit_xml, encoding="utf-8", xml_declaration=True)
-    failed = report.failures()
+    verdicts = report.class_verdicts(every)
+    conforms = [name for name, v in verdicts.items() if v.startswith("conforms")]
+    claims = "every class" if report.claimed is None else ", ".join(report.claimed)
+    out.write(f"claimed: {claims}\n")
+    out.write(f"conforms to: {', '.join(conforms) if conforms else 'nothing'}\n")
+    for name, verdict in verdicts.items():
+        if not verdict.startswith("conforms") or verdict.endswith("(required cases)"):
+            out.write(f"  {name}: {verdict}\n")
+    unsupported = [r for r in report.results if r.status == "UNSUPPORTED"]
+    failed = [r for r in report.failures() if r.status != "UNSUPPORTED"]
     if report.ok:
         out.write(f"OK: {len(report.results)} cases as expected\n")
-        return 0
-    out.write(f"FAILED: {len(failed)} case(s) not as expected")
-    out.write(f", {len(report.stale_patterns)} stale expected-failure pattern(s)\n" if report.stale_patterns else "\n")
-    return 1
+        return
+    parts = [f"{len(failed)} case(s) not as expected"]
+    if unsupported:
+        hint = " (declare the classes you implement with --class)" if report.claimed is None else " in claimed classes"
+        parts.append(f"{len(unsupported)} unsupported{hint}")
+    if report.stale_patterns:
+        parts.append(f"{len(report.stale_patterns)} stale expected-failure pattern(s)")
+    out.write("FAILED: " + ", ".join(parts) + "\n")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from ..model import SamplingMask
+from ..core.model import SamplingMask
 from .suite import FORMS
 
 __all__ = [

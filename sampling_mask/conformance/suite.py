@@ -18,8 +18,11 @@ __all__ = [
     "Case",
     "ExpectedFailures",
     "FORMS",
+    "ROLES",
     "SUITE_VERSION",
     "case_files",
+    "class_matches",
+    "conformance_classes",
     "load_cases",
     "vectors_dir",
 ]
@@ -43,6 +46,11 @@ FORMS = (
     "compact",
     "scorer",
 )
+
+
+#: The role an op puts an implementation in: a conformance class is ``"<form> <role>"``
+#: (``"json-rows reader"``, ``"msgpack writer"``), except ``"scorer"`` for the scoring rule.
+ROLES = {"decode": "reader", "validate": "reader", "encode": "writer", "score": "scorer"}
 
 
 def vectors_dir() -> Path:
@@ -86,6 +94,12 @@ class Case:
             return ()
         return (codes,) if isinstance(codes, str) else tuple(codes)
 
+    @property
+    def conformance_class(self) -> str:
+        """``"<form> reader"`` (decode, validate), ``"<form> writer"`` (encode) or ``"scorer"``."""
+        role = ROLES.get(self.op, self.op)
+        return role if role == "scorer" else f"{self.form} {role}"
+
     def request(self) -> dict[str, Any]:
         """The protocol request for this case."""
         request: dict[str, Any] = {"id": self.id, "op": self.op, "form": self.form, "input": self.input}
@@ -94,6 +108,18 @@ class Case:
         if self.limits is not None:
             request["limits"] = self.limits
         return request
+
+
+def conformance_classes(cases: Iterable[Case]) -> list[str]:
+    """The classes of ``cases``, in :data:`FORMS` order (readers before writers)."""
+    order = {form: i for i, form in enumerate(FORMS)}
+    names = {case.conformance_class for case in cases}
+    return sorted(names, key=lambda n: (order.get(n.split(" ")[0], len(order)), n))
+
+
+def class_matches(name: str, claims: Iterable[str]) -> bool:
+    """Whether class ``name`` is one of ``claims`` (names or ``fnmatch`` globs: ``"json-rows *"``)."""
+    return any(fnmatch.fnmatchcase(name, claim) for claim in claims)
 
 
 def case_files(root: Path | None = None) -> list[Path]:

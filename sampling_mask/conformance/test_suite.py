@@ -93,7 +93,7 @@ _ENCODE_FORMS = ("dense", "packed", "ragged", "counts", "bitmask", "compact", "j
 
 def _supported(implementation: Implementation, op: str, form: str) -> bool:
     """Whether the implementation answers anything but ``unsupported`` for this op and form."""
-    from ..model import SamplingMask
+    from ..core.model import SamplingMask
 
     mask = SamplingMask.from_rows([[1]], vocab_size=4) if form == "bitmask" else SamplingMask.from_rows([[1]])
     if op == "decode":

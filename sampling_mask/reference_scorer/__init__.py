@@ -17,12 +17,16 @@ From hidden states ``[T, d]`` and an lm-head weight ``[V, d]`` (optional bias ``
 Common arguments:
     ``mask``: a :class:`~sampling_mask.SamplingMask`, a dense ``-1``-padded int tensor ``[T, W]``, or
     ragged tensors ``(ids [P], offsets [T+1])`` (numpy arrays work too).
-    ``targets``: int [T], default the mask's ``sampled_token_ids``; ``-1`` (empty rows only) = no target.
+    ``targets``: int [T], default the mask's ``sampled_token_ids``; ``-1`` (empty rows only) = no target;
+    ``ignore_index`` (default -100, as ``torch.nn.functional.cross_entropy``) = no target on any row,
+    so Hugging Face ``labels`` work as they are.
     ``temperature``: scalar or [T]; default the mask's ``temperature`` companion, else 1. Logits are raw.
     ``empty_rows``: ``"full"`` (default; score over the whole vocabulary) or ``"exclude"`` (NaN and
     ``valid`` False). ``missing_target``: ``"error"`` (default; ``SamplingMaskError``
     ``E_MISSING_SAMPLED`` naming the row), ``"full"`` or ``"neg_inf"``. The counts of rows each policy
     touched come back in :class:`MaskedScores`.
+    ``fill_value``: the value of rows not scored (``valid`` False), default NaN; ``fill_value=0.0``
+    keeps ``-(out.logprobs * loss_mask).sum()`` finite. Filled rows get a zero gradient.
     ``vocab_group``: a torch.distributed group; logits (or weight and bias) are then this rank's
     contiguous vocabulary shard, shards in rank order; outputs are replicated and gradients exact.
     ``chunk_size``: pairs per chunk and tile edge (memory of the hidden path: O(chunk_size x d)).

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError
 from .scoring import MaskedScores
 
 __all__ = ["ReplayDiagnostics", "replay_diagnostics"]

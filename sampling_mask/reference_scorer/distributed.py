@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..model import SamplingMask
+from ..core.model import SamplingMask
 
 __all__ = [
     "CopyToGroup",

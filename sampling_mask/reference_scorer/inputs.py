@@ -10,8 +10,10 @@ The *row plan* decides how every row t is scored (spec section ``scoring``):
 - replayed: over its recorded support S_t;
 - full: over the whole vocabulary (an empty row under ``empty_rows="full"``, or a target outside
   S_t under ``missing_target="full"``);
-- not scored: value NaN and ``valid`` False (an empty row under ``empty_rows="exclude"``, or a row
-  whose target is ``-1``, which the spec allows on empty rows only).
+- not scored: ``valid`` False, value NaN (or the caller's ``fill_value``): an empty row under
+  ``empty_rows="exclude"``, a row whose target is ``-1`` (which the spec allows on empty rows only),
+  or a row whose target is ``ignore_index`` (default -100, as ``torch.nn.functional.cross_entropy``:
+  a Hugging Face label that says "no target here", on any row).
 
 Validation is whole-tensor (a handful of reductions, each one device sync); no loop over rows.
 """
@@ -25,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ErrorCode, SamplingMaskError
-from ..model import SamplingMask
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.model import SamplingMask
 
 __all__ = [
     "EMPTY_ROW_POLICIES",
@@ -190,17 +192,34 @@ def row_support(mask: MaskLike, num_rows: int, vocab_size: int, device: torch.de
     return RowSupport(rows, ids, present.sum(dim=1), None, None)
 
 
+def _ignore_index(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "ignore_index must be an integer or None", field="ignore_index", value=repr(value)[:80]
+        )
+    return int(value)
+
+
 def _targets(
-    targets: Any, support: RowSupport, num_rows: int, vocab_size: int, device: torch.device
-) -> torch.Tensor | None:
+    targets: Any, support: RowSupport, num_rows: int, vocab_size: int, device: torch.device, ignore_index: int | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(targets with -1 for "no target", the rows whose target was ``ignore_index``)."""
     if targets is None:
-        return support.sampled
+        return support.sampled, None
     out = _as_int_tensor(targets, device, field="targets")
     if out.ndim != 1 or out.numel() != num_rows:
         raise SamplingMaskError(
             ErrorCode.E_SHAPE, f"expected {num_rows} targets, got shape {list(out.shape)}", field="targets"
         )
+    ignored = None
+    if ignore_index is not None:
+        ignored = out == ignore_index
+        out = torch.where(ignored, torch.full_like(out, -1), out)
     bad = (out < -1) | (out >= vocab_size) | ((out == -1) & (support.lengths > 0))
+    if ignored is not None:
+        bad &= ~ignored
     if bool(bad.any()):
         row = _first(bad)
         raise SamplingMaskError(
@@ -210,7 +229,7 @@ def _targets(
             row=row,
             value=int(out[row]),
         )
-    return out
+    return out, ignored
 
 
 def _temperature(
@@ -245,10 +264,12 @@ def plan_rows(
     temperature: Any = None,
     empty_rows: str = "full",
     missing_target: str = "error",
+    ignore_index: int | None = -100,
 ) -> RowPlan:
     """Validate the inputs and decide how each row is scored (see the module docstring).
 
-    ``mask=None`` scores every row over the whole vocabulary (the full-vocab comparison).
+    ``mask=None`` scores every row over the whole vocabulary (the full-vocab comparison). Rows whose
+    target is ``ignore_index`` are not scored, whatever their support (None: no such value).
     Raises ``E_MISSING_SAMPLED`` naming the first row whose target is outside its support when
     ``missing_target="error"``.
     """
@@ -269,7 +290,8 @@ def plan_rows(
         empty_rows = "full"
     else:
         support = row_support(mask, num_rows, vocab_size, device)
-    tgt = _targets(targets, support, num_rows, vocab_size, device) if need_targets else None
+    ignore = _ignore_index(ignore_index)
+    tgt, ignored = _targets(targets, support, num_rows, vocab_size, device, ignore) if need_targets else (None, None)
     if need_targets and tgt is None:
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA,
@@ -282,7 +304,7 @@ def plan_rows(
         hit = support.ids == tgt[support.rows]
         found = torch.zeros(num_rows, dtype=torch.bool, device=device)
         found[support.rows[hit]] = True
-        missing = ~empty & ~found
+        missing = ~empty & ~found & (tgt >= 0)
     else:
         hit = torch.zeros_like(support.ids, dtype=torch.bool)
         missing = torch.zeros(num_rows, dtype=torch.bool, device=device)
@@ -299,6 +321,8 @@ def plan_rows(
     empty_scored = empty & has_target
     rescored = missing & (missing_target == "full")
     replayed = ~empty & ~rescored
+    if ignored is not None:
+        replayed &= ~ignored
     full = (empty_scored & (empty_rows == "full")) | rescored
     valid = replayed | full
     tau = _temperature(temperature, support, num_rows, device, dtype)

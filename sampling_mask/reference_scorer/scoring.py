@@ -12,11 +12,12 @@ float64 inputs, else float32); gradients reach the inputs in their own dtypes.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
 
-from ..errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError
 from .distributed import CopyToGroup, ReduceSum, all_reduce_max, vocab_shard
 from .inputs import MaskLike, RowPlan, accumulation_dtype, plan_rows
 from .row_stats import LocalPlan, RowStats, finish, rescale
@@ -36,7 +37,8 @@ __all__ = [
 class MaskedScores:
     """Per-row results of one scoring call.
 
-    ``logprobs`` / ``entropy``: [T] (None when not asked for); NaN where ``valid`` is False;
+    ``logprobs`` / ``entropy``: [T] (None when not asked for); ``fill_value`` (default NaN) where
+    ``valid`` is False, with a zero gradient there;
     ``logprobs`` is ``-inf`` on rows under ``missing_target="neg_inf"``.
     ``valid``: bool [T], the row has a value. ``replayed``: bool [T], the row was scored over its
     recorded support (False: full vocabulary, or not scored).
@@ -51,6 +53,14 @@ class MaskedScores:
     replayed: torch.Tensor
     empty_rows: int
     missing_target_rows: int
+
+
+def _check_fill(fill_value: Any) -> float:
+    if isinstance(fill_value, bool) or not isinstance(fill_value, (int, float)):
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "fill_value must be a number", field="fill_value", value=repr(fill_value)[:80]
+        )
+    return float(fill_value)
 
 
 def _check_chunk(chunk_size: int) -> int:
@@ -112,6 +122,7 @@ def _statistics(
     temperature: Any,
     empty_rows: str,
     missing_target: str = "error",
+    ignore_index: int | None = -100,
     vocab_group: Any,
     chunk_size: int,
 ) -> tuple[RowPlan, int, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -130,6 +141,7 @@ def _statistics(
         temperature=temperature,
         empty_rows=empty_rows,
         missing_target=missing_target,
+        ignore_index=ignore_index,
     )
     local = _local_plan(plan, start, width, _check_chunk(chunk_size), source.dtype)
     return plan, start, _row_statistics(source.kind, source.tensors, local, vocab_group)
@@ -145,9 +157,12 @@ def _score(
     temperature: Any,
     empty_rows: str,
     missing_target: str,
+    ignore_index: int | None = -100,
+    fill_value: float = math.nan,
     vocab_group: Any,
     chunk_size: int,
 ) -> MaskedScores:
+    fill_value = _check_fill(fill_value)
     plan, _, (lse, entropy, zy, defined) = _statistics(
         source,
         mask,
@@ -156,18 +171,19 @@ def _score(
         temperature=temperature,
         empty_rows=empty_rows,
         missing_target=missing_target,
+        ignore_index=ignore_index,
         vocab_group=vocab_group,
         chunk_size=chunk_size,
     )
     valid = plan.valid & defined
-    nan = torch.full_like(lse, float("nan"))
+    fill = torch.full_like(lse, fill_value)
     logprobs = None
     if want_logprobs:
-        logprobs = torch.where(valid, zy - lse, nan)
+        logprobs = torch.where(valid, zy - lse, fill)
         logprobs = torch.where(plan.neg_inf, torch.full_like(lse, float("-inf")), logprobs)
     return MaskedScores(
         logprobs=logprobs,
-        entropy=torch.where(valid, entropy, nan) if with_entropy else None,
+        entropy=torch.where(valid, entropy, fill) if with_entropy else None,
         valid=valid,
         replayed=plan.replayed & valid,
         empty_rows=plan.empty_rows if mask is not None else 0,
@@ -189,6 +205,8 @@ def masked_logprobs(
     temperature: Any = None,
     empty_rows: str = "full",
     missing_target: str = "error",
+    ignore_index: int | None = -100,
+    fill_value: float = math.nan,
     with_entropy: bool = False,
     vocab_group: Any = None,
     chunk_size: int = 4096,
@@ -200,7 +218,11 @@ def masked_logprobs(
     ``mask``: a SamplingMask, a dense ``-1``-padded [T, W] tensor, or ``(ids, offsets)``.
     ``empty_rows``: ``"full"`` (score over the vocabulary) or ``"exclude"`` (NaN, ``valid`` False).
     ``missing_target``: ``"error"`` (``E_MISSING_SAMPLED`` naming the row), ``"full"`` (score that row
-    over the vocabulary) or ``"neg_inf"``. ``with_entropy`` adds the entropy of the same rows.
+    over the vocabulary) or ``"neg_inf"``. ``ignore_index`` (default -100, as torch's
+    ``cross_entropy``): rows with that target have no target and are not scored. ``fill_value``: the
+    value of rows not scored (``valid`` False; default NaN), with a zero gradient, so that with
+    ``fill_value=0.0`` a loss ``-(out.logprobs * loss_mask).sum()`` stays finite.
+    ``with_entropy`` adds the entropy of the same rows.
     With ``vocab_group``, ``logits`` is this rank's contiguous vocabulary shard (rank order).
     """
     return _score(
@@ -212,6 +234,8 @@ def masked_logprobs(
         temperature=temperature,
         empty_rows=empty_rows,
         missing_target=missing_target,
+        ignore_index=ignore_index,
+        fill_value=fill_value,
         vocab_group=vocab_group,
         chunk_size=chunk_size,
     )
@@ -223,6 +247,7 @@ def masked_entropy(
     *,
     temperature: Any = None,
     empty_rows: str = "full",
+    fill_value: float = math.nan,
     vocab_group: Any = None,
     chunk_size: int = 4096,
 ) -> MaskedScores:
@@ -237,6 +262,7 @@ def masked_entropy(
         temperature=temperature,
         empty_rows=empty_rows,
         missing_target="error",
+        fill_value=fill_value,
         vocab_group=vocab_group,
         chunk_size=chunk_size,
     )
@@ -247,12 +273,14 @@ def full_logprobs(
     targets: Any,
     *,
     temperature: Any = 1.0,
+    ignore_index: int | None = -100,
+    fill_value: float = math.nan,
     with_entropy: bool = False,
     vocab_group: Any = None,
     chunk_size: int = 4096,
 ) -> MaskedScores:
     """Full-vocabulary log-probs (and entropy) of ``targets``: what a trainer without replay computes.
-    A target of ``-1`` leaves its row unscored."""
+    A target of ``-1`` or ``ignore_index`` leaves its row unscored (``fill_value``, default NaN)."""
     return _score(
         _logits_source(logits),
         mask=None,
@@ -262,6 +290,8 @@ def full_logprobs(
         temperature=temperature,
         empty_rows="full",
         missing_target="error",
+        ignore_index=ignore_index,
+        fill_value=fill_value,
         vocab_group=vocab_group,
         chunk_size=chunk_size,
     )
@@ -323,6 +353,8 @@ def masked_logprobs_from_hidden(
     temperature: Any = None,
     empty_rows: str = "full",
     missing_target: str = "error",
+    ignore_index: int | None = -100,
+    fill_value: float = math.nan,
     with_entropy: bool = False,
     vocab_group: Any = None,
     chunk_size: int = 4096,
@@ -343,6 +375,8 @@ def masked_logprobs_from_hidden(
         temperature=temperature,
         empty_rows=empty_rows,
         missing_target=missing_target,
+        ignore_index=ignore_index,
+        fill_value=fill_value,
         vocab_group=vocab_group,
         chunk_size=chunk_size,
     )
@@ -356,6 +390,7 @@ def masked_entropy_from_hidden(
     bias: torch.Tensor | None = None,
     temperature: Any = None,
     empty_rows: str = "full",
+    fill_value: float = math.nan,
     vocab_group: Any = None,
     chunk_size: int = 4096,
 ) -> MaskedScores:
@@ -369,6 +404,7 @@ def masked_entropy_from_hidden(
         temperature=temperature,
         empty_rows=empty_rows,
         missing_target="error",
+        fill_value=fill_value,
         vocab_group=vocab_group,
         chunk_size=chunk_size,
     )

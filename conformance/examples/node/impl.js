@@ -7,11 +7,12 @@
 //   - "json-rows": bare JSON nested lists (vLLM choices[i].sampling_mask, SGLang);
 //   - "ragged":    ids int32 [nnz] + offsets int64 [T+1] typed arrays, with cu_seqlens, vocab_size,
 //                  companions and metadata.
-// Everything else is answered {"unsupported": ...}; expected-failures.txt lists those cases.
+// It declares these conformance classes in answer to the runner's "describe" request (CLASSES
+// below), so only their cases run; anything else is answered {"unsupported": ...}.
 //
 // Run the suite against it:
-//   sampling-mask conformance --command "node conformance/examples/node/impl.js" \
-//       --expected-failures conformance/examples/node/expected-failures.txt
+//   sampling-mask conformance --command "node conformance/examples/node/impl.js"
+//   sampling-mask conformance --command "node conformance/examples/node/impl.js" --generated 200
 "use strict";
 
 const readline = require("node:readline");
@@ -423,7 +424,10 @@ function maskFromModel(obj, limits) {
 }
 
 // ------------------------------------------------------------------------------------ protocol
+const CLASSES = ["json-rows reader", "json-rows writer", "ragged reader", "ragged writer"];
+
 function handle(request) {
+  if (request.op === "describe") return { ok: { classes: CLASSES } };
   const limits = { ...DEFAULT_LIMITS, ...(request.limits || {}) };
   const { op, form } = request;
   const decoders = { "json-rows": decodeJsonRows, ragged: decodeRagged };

@@ -9,13 +9,13 @@ the input is already valid. Spec: spec/v1/SPEC.md.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import marshal
 import math
 import operator
 import pickle
 import types
+import warnings
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, SupportsIndex
 
@@ -44,6 +44,8 @@ _METADATA_TYPES: Mapping[str, tuple[type, ...]] = types.MappingProxyType(
 )
 
 _MetadataValue = str | int | float | bool | None
+#: "Leave this field as it is" in :meth:`SamplingMask.replace` (None means "drop it").
+_KEEP: Any = object()
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:
@@ -283,12 +285,57 @@ class SamplingMask:
             self.validate(limits)
 
     @classmethod
-    def from_ragged(cls, ids: Any, offsets: Any, **kwargs: Any) -> SamplingMask:
-        """From CSR: ``ids`` int32 [nnz] and ``offsets`` int64 [T+1] (no copy when dtypes match)."""
-        return cls(ids, offsets, **kwargs)
+    def from_ragged(
+        cls,
+        ids: Any,
+        offsets: Any,
+        *,
+        cu_seqlens: Any = None,
+        vocab_size: int | None = None,
+        sampled_token_ids: Any = None,
+        sampled_logprobs: Any = None,
+        temperature: Any = None,
+        support_logprobs: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        validate: bool = True,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> SamplingMask:
+        """From CSR: ``ids`` int32 [nnz] and ``offsets`` int64 [T+1] (no copy when dtypes match).
+
+        Every ``from_*`` takes the same keywords: ``cu_seqlens`` int64 [B+1] (default one segment),
+        ``vocab_size``, the companions (:data:`COMPANIONS`), ``metadata``, ``limits`` and
+        ``validate=False`` for arrays already known to be valid.
+        """
+        return cls(
+            ids,
+            offsets,
+            cu_seqlens=cu_seqlens,
+            vocab_size=vocab_size,
+            sampled_token_ids=sampled_token_ids,
+            sampled_logprobs=sampled_logprobs,
+            temperature=temperature,
+            support_logprobs=support_logprobs,
+            metadata=metadata,
+            validate=validate,
+            limits=limits,
+        )
 
     @classmethod
-    def from_counts(cls, ids: Any, counts: Any, *, limits: Limits = DEFAULT_LIMITS, **kwargs: Any) -> SamplingMask:
+    def from_counts(
+        cls,
+        ids: Any,
+        counts: Any,
+        *,
+        cu_seqlens: Any = None,
+        vocab_size: int | None = None,
+        sampled_token_ids: Any = None,
+        sampled_logprobs: Any = None,
+        temperature: Any = None,
+        support_logprobs: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        validate: bool = True,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> SamplingMask:
         """From ``ids`` int32 [nnz] and per-row lengths ``counts`` [T] (prime-rl, SGLang chunked form)."""
         counts_arr = layouts.as_int_array(counts, np.int64, field="counts")
         check_count(counts_arr.size, limits.max_rows, "row count", field="counts")
@@ -300,32 +347,108 @@ class SamplingMask:
                 f"counts sum to {int(offsets[-1])} but there are {ids_arr.size} ids",
                 field="counts",
             )
-        return cls(ids_arr, offsets, limits=limits, **kwargs)
+        return cls(
+            ids_arr,
+            offsets,
+            cu_seqlens=cu_seqlens,
+            vocab_size=vocab_size,
+            sampled_token_ids=sampled_token_ids,
+            sampled_logprobs=sampled_logprobs,
+            temperature=temperature,
+            support_logprobs=support_logprobs,
+            metadata=metadata,
+            validate=validate,
+            limits=limits,
+        )
 
     @classmethod
     def from_rows(
-        cls, rows: Sequence[Collection[int]] | np.ndarray, *, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
+        cls,
+        rows: Sequence[Collection[int]] | np.ndarray,
+        *,
+        cu_seqlens: Any = None,
+        vocab_size: int | None = None,
+        sampled_token_ids: Any = None,
+        sampled_logprobs: Any = None,
+        temperature: Any = None,
+        support_logprobs: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        validate: bool = True,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> SamplingMask:
         """From nested lists (vLLM ``sampling_mask.token_ids``, SGLang, JSON). Row order of ids is kept."""
         if isinstance(rows, np.ndarray) and rows.ndim == 2:
-            return cls.from_dense(rows, limits=limits, **kwargs)
-        if not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)):
+            ids, offsets = cls._dense_to_ragged(rows, limits)
+        elif not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "rows must be a sequence of lists of ids", field="rows")
-        ids, offsets = _rows_to_ragged(rows, limits)
-        return cls(ids, offsets, limits=limits, **kwargs)
+        else:
+            ids, offsets = _rows_to_ragged(rows, limits)
+        return cls(
+            ids,
+            offsets,
+            cu_seqlens=cu_seqlens,
+            vocab_size=vocab_size,
+            sampled_token_ids=sampled_token_ids,
+            sampled_logprobs=sampled_logprobs,
+            temperature=temperature,
+            support_logprobs=support_logprobs,
+            metadata=metadata,
+            validate=validate,
+            limits=limits,
+        )
 
-    @classmethod
-    def from_dense(cls, dense: Any, *, limits: Limits = DEFAULT_LIMITS, **kwargs: Any) -> SamplingMask:
-        """From int32 ``[T, W]``: ids first, then ``-1`` trailing padding; an all ``-1`` row is empty."""
+    @staticmethod
+    def _dense_to_ragged(dense: Any, limits: Limits) -> tuple[np.ndarray, np.ndarray]:
         arr = layouts.as_int_array(dense, np.int32, field="dense", ndim=2)
         check_count(arr.shape[0], limits.max_rows, "row count", field="dense")
         check_count(arr.shape[1], limits.max_width, "dense width", field="dense")
-        ids, offsets = layouts.dense_to_ragged(arr)
-        return cls(ids, offsets, limits=limits, **kwargs)
+        return layouts.dense_to_ragged(arr)
+
+    @classmethod
+    def from_dense(
+        cls,
+        dense: Any,
+        *,
+        cu_seqlens: Any = None,
+        vocab_size: int | None = None,
+        sampled_token_ids: Any = None,
+        sampled_logprobs: Any = None,
+        temperature: Any = None,
+        support_logprobs: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        validate: bool = True,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> SamplingMask:
+        """From int32 ``[T, W]``: ids first, then ``-1`` trailing padding; an all ``-1`` row is empty."""
+        ids, offsets = cls._dense_to_ragged(dense, limits)
+        return cls(
+            ids,
+            offsets,
+            cu_seqlens=cu_seqlens,
+            vocab_size=vocab_size,
+            sampled_token_ids=sampled_token_ids,
+            sampled_logprobs=sampled_logprobs,
+            temperature=temperature,
+            support_logprobs=support_logprobs,
+            metadata=metadata,
+            validate=validate,
+            limits=limits,
+        )
 
     @classmethod
     def from_bitmask(
-        cls, bits: Any, vocab_size: int, *, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
+        cls,
+        bits: Any,
+        vocab_size: int,
+        *,
+        cu_seqlens: Any = None,
+        sampled_token_ids: Any = None,
+        sampled_logprobs: Any = None,
+        temperature: Any = None,
+        support_logprobs: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        validate: bool = True,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> SamplingMask:
         """From uint8 ``[T, ceil(vocab_size / 8)]``, little bit order (vLLM's wide-row fallback)."""
         arr = layouts.asarray_checked(bits, field="bitmask")
@@ -351,7 +474,19 @@ class SamplingMask:
                 value=arr.shape[1],
             )
         ids, offsets = layouts.bitmask_to_ragged(np.ascontiguousarray(arr), int(vocab_size))
-        return cls(ids, offsets, vocab_size=int(vocab_size), limits=limits, **kwargs)
+        return cls(
+            ids,
+            offsets,
+            cu_seqlens=cu_seqlens,
+            vocab_size=int(vocab_size),
+            sampled_token_ids=sampled_token_ids,
+            sampled_logprobs=sampled_logprobs,
+            temperature=temperature,
+            support_logprobs=support_logprobs,
+            metadata=metadata,
+            validate=validate,
+            limits=limits,
+        )
 
     # ------------------------------------------------------------------ validation
     def validate(self, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
@@ -576,14 +711,7 @@ class SamplingMask:
         """Nested Python lists, one per row, ids in stored order."""
         flat = self._ids.tolist()
         bounds = self._offsets.tolist()
-        # A million new lists would trigger the cyclic GC over and over (3x slower); none can form a cycle.
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-        finally:
-            if was_enabled:
-                gc.enable()
+        return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
     def to_ragged(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids int32 [nnz], offsets int64 [T+1]), read-only views."""
@@ -646,15 +774,43 @@ class SamplingMask:
             companions["support_logprobs"] = companions["support_logprobs"][perm]
         return self._derive(self._ids[perm], self._offsets, self._cu_seqlens, companions, ascending=True)
 
+    def replace(
+        self,
+        *,
+        cu_seqlens: Any = _KEEP,
+        vocab_size: Any = _KEEP,
+        sampled_token_ids: Any = _KEEP,
+        sampled_logprobs: Any = _KEEP,
+        temperature: Any = _KEEP,
+        support_logprobs: Any = _KEEP,
+        metadata: Any = _KEEP,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> SamplingMask:
+        """A validated copy with the given fields changed (as :meth:`Limits.replace`); ``None`` drops
+        a companion, the vocab size or the metadata, and gives ``cu_seqlens`` one segment. The rows stay."""
+        changes = {
+            "cu_seqlens": cu_seqlens,
+            "vocab_size": vocab_size,
+            "sampled_token_ids": sampled_token_ids,
+            "sampled_logprobs": sampled_logprobs,
+            "temperature": temperature,
+            "support_logprobs": support_logprobs,
+            "metadata": metadata,
+        }
+        fields: dict[str, Any] = {name: self._companions.get(name) for name in COMPANIONS}
+        fields.update(cu_seqlens=self._cu_seqlens, vocab_size=self._vocab_size, metadata=self._metadata)
+        fields.update({name: value for name, value in changes.items() if value is not _KEEP})
+        return SamplingMask(self._ids, self._offsets, limits=limits, **fields)
+
     def with_companions(self, **changes: Any) -> SamplingMask:
-        """A validated copy with companions / ``metadata`` / ``vocab_size`` / ``cu_seqlens`` replaced (None drops one)."""
-        kwargs: dict[str, Any] = dict(self._companions)
-        kwargs.update(cu_seqlens=self._cu_seqlens, vocab_size=self._vocab_size, metadata=self._metadata)
+        """Deprecated alias of :meth:`replace` (removed in the next release)."""
+        warnings.warn(
+            "SamplingMask.with_companions() is deprecated; use SamplingMask.replace()", DeprecationWarning, stacklevel=2
+        )
         unknown = set(changes) - set(COMPANIONS) - {"cu_seqlens", "vocab_size", "metadata"}
         if unknown:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown fields {sorted(unknown)}")
-        kwargs.update(changes)
-        return SamplingMask(self._ids, self._offsets, **kwargs)
+        return self.replace(**changes)
 
     # ------------------------------------------------------------------ segments
     def take(self, segment_indices: Iterable[int] | np.ndarray) -> SamplingMask:

@@ -18,6 +18,8 @@ from .limits import Limits, check_count
 
 __all__ = [
     "PAD",
+    "as_float_array",
+    "as_host_array",
     "as_int_array",
     "asarray_checked",
     "bitmask_to_ragged",
@@ -48,6 +50,38 @@ def asarray_checked(value: Any, *, field: str) -> np.ndarray:
         raise SamplingMaskError(
             ErrorCode.E_SHAPE, f"not a rectangular array ({type(exc).__name__})", field=field
         ) from None
+
+
+def as_host_array(value: Any, *, field: str = "array") -> np.ndarray:
+    """``value`` as a numpy array: numpy arrays as they are, torch tensors moved to CPU, lists converted.
+
+    Ragged nested lists are ``E_SHAPE`` (a bare ``ValueError`` from numpy was found by fuzzing:
+    fuzz/regressions/adapter_prime_rl/df4cf4ad322ed8ab.bin). Torch is never imported here: a tensor
+    is recognized by its ``detach`` and ``cpu`` methods.
+    """
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, on any device
+        return np.asarray(value.detach().cpu().numpy())
+    return asarray_checked(value, field=field)
+
+
+def as_float_array(value: Any, *, field: str, size: int | None = None, ndim: int = 1) -> np.ndarray:
+    """``value`` (numpy, torch or lists of numbers, integers included) as a C-contiguous float32 array,
+    NaN / -inf kept; ``E_DTYPE`` for non-numbers, ``E_SHAPE`` for a wrong ``ndim`` or ``size``."""
+    try:
+        arr = as_host_array(value, field=field)
+    except (TypeError, ValueError) as exc:
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"not a float array: {exc}", field=field) from None
+    if arr.size == 0 and arr.dtype.kind in "iuO":
+        arr = arr.astype(np.float32).reshape((0,) * ndim)
+    if arr.dtype.kind not in "iuf":
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected numbers, got {arr.dtype}", field=field)
+    if arr.ndim != ndim:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {ndim} dimension(s), got {arr.ndim}", field=field)
+    if size is not None and arr.shape[0] != size:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {size} values, got {arr.shape[0]}", field=field)
+    return np.ascontiguousarray(arr, dtype=np.float32)
 
 
 def as_int_array(

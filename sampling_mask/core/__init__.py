@@ -1,0 +1,22 @@
+"""The vendorable core of sampling-mask (spec v1): the in-memory model and its validation.
+
+Everything in this folder imports only the standard library, numpy and its own modules (relatively),
+so a server can copy the folder into its own package under any name (``sampling-mask vendor``).
+"""
+
+from __future__ import annotations
+
+from .errors import ErrorCode, SamplingMaskError
+from .limits import DEFAULT_LIMITS, Limits
+from .model import COMPANIONS, METADATA_KEYS, SamplingMask, concat
+
+__all__ = [
+    "COMPANIONS",
+    "DEFAULT_LIMITS",
+    "ErrorCode",
+    "Limits",
+    "METADATA_KEYS",
+    "SamplingMask",
+    "SamplingMaskError",
+    "concat",
+]
