@@ -132,6 +132,11 @@ def test_check_rows_reads_unaligned_ids(shift: int, monkeypatch: pytest.MonkeyPa
     ids, offsets = ragged(rows)
     raw = np.frombuffer(bytes(shift) + ids.tobytes(), np.uint8)[shift:].view(np.int32)
     assert not raw.flags.aligned
+    raw_offsets = np.frombuffer(bytes(shift) + offsets.tobytes(), np.uint8)[shift:].view(np.int64)
+    assert layouts.row_blocks(raw_offsets) == layouts.row_blocks(offsets)
+    monkeypatch.setattr(layouts, "BLOCK", 1)
+    assert layouts.row_blocks(raw_offsets) == layouts.row_blocks(offsets)
+    monkeypatch.setattr(layouts, "BLOCK", 4)
     assert layouts.check_rows(raw, offsets, 11, sampled=np.array([5, -1, 9, 3, 10], np.int32)) == (False, None)
     assert layouts.check_rows(raw, offsets, 11, sampled=np.array([5, -1, 9, 4, 10], np.int32)) == (False, 3)
     with pytest.raises(SamplingMaskError) as info:

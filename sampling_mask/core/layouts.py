@@ -214,7 +214,18 @@ def row_blocks(offsets: np.ndarray, block: int | None = None) -> list[tuple[int,
     nnz = int(offsets[-1]) if num_rows else 0
     if nnz <= block:
         return [(0, num_rows)] if num_rows else []
-    cuts = np.searchsorted(offsets, np.arange(block, nnz, block, dtype=np.int64), side="right") - 1
+    targets = np.arange(block, nnz, block, dtype=np.int64)
+    if offsets.flags.aligned:
+        cuts = np.searchsorted(offsets, targets, side="right") - 1
+    else:  # searchsorted would first copy all of an unaligned array: search every 64th, then refine
+        coarse = np.searchsorted(np.ascontiguousarray(offsets[::64]), targets, side="right") - 1
+        cuts = np.array(
+            [
+                lo + int(np.searchsorted(np.array(offsets[lo : lo + 65]), t, side="right")) - 1
+                for lo, t in zip((coarse * 64).tolist(), targets.tolist(), strict=True)
+            ],
+            dtype=np.int64,
+        )
     bounds = np.unique(np.concatenate(([0], cuts, [num_rows])))
     return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
 
