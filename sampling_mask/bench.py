@@ -12,9 +12,13 @@ round-robin (A, B, C, A, B, C, ...) so that both see the same machine state. Wor
 5. dense / nested lists / bitmask <-> ragged vs naive per-row baselines.
 6. the reference scorer (``benchmarks/bench_scorer.py`` of a source checkout, needs torch).
 7. scaling from 1k to 1M rows (``--plot PATH`` writes a PNG when matplotlib is installed).
+8. peers: the binary transports engines and trainers use today (vLLM's msgspec lists and raw CSR,
+   prime-rl, SkyRL base64 dense, ``np.save``, zstd, memcpy) next to ours, with issue 16's targets.
+9. decode scaling, 10k to 10M tokens: time and peak extra memory of every form, validated and
+   trusted (``--plot PATH`` also writes ``PATH``'s stem + ``_decode.png``).
 
 ``--quick`` runs tiny sizes (a CI smoke run). Optional packages (pyarrow, msgpack, orjson,
-zstandard, torch, matplotlib) are used when installed; a section or format without them prints
+zstandard, msgspec, torch, matplotlib; ``pip install '.[bench]'``) are used when installed; a section or format without them prints
 one ``skipped:`` line saying why.
 """
 
@@ -276,6 +280,7 @@ def _codecs() -> Any:
 # Formats measured in the transport and bytes sections: (label, format, encode options, needs).
 _PAYLOADS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("msgpack ragged", "msgpack", {}, "msgpack"),
+    ("msgpack ragged int64 offsets", "msgpack", {"offsets_dtype": "int64"}, "msgpack"),
     ("msgpack ragged int32 offsets", "msgpack", {"offsets_dtype": "int32"}, "msgpack"),
     ("msgpack compact", "msgpack", {"layout": "compact"}, "msgpack"),
     ("arrow IPC file", "arrow", {}, "pyarrow"),
@@ -1029,7 +1034,8 @@ def _peak_extra_bytes(fn: Callable[[], Any]) -> int:
 
 
 _SCALING_FORMS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
-    ("msgpack ragged", "msgpack", {}, "msgpack"),
+    ("msgpack ragged (narrow counts)", "msgpack", {}, "msgpack"),
+    ("msgpack int64 offsets", "msgpack", {"offsets_dtype": "int64"}, "msgpack"),
     ("msgpack int32 offsets", "msgpack", {"offsets_dtype": "int32"}, "msgpack"),
     ("msgpack compact", "msgpack", {"layout": "compact"}, "msgpack"),
     ("Arrow stream", "arrows", {}, "pyarrow"),

@@ -70,7 +70,7 @@ def test_peers_and_decode_scaling_figures(quick_run: tuple[dict[str, Any], str, 
         assert "skipped msgspec rows" in text
     assert {"encode_frames, ms", "validated decode, unsorted / ascending rows"} <= set(peers["targets"])
     scaling = results["decode_scaling"]
-    assert set(scaling["time_s"]["msgpack ragged, trusted"]) == {1000, 10_000}
+    assert set(scaling["time_s"]["msgpack int64 offsets, trusted"]) == {1000, 10_000}
     # Trusted msgpack ragged with int64 offsets reads the payload in place: no extra memory to speak of.
     assert scaling["peak_extra_fraction"]["Arrow stream, large lists, trusted"][10_000] < 0.5
     assert plot.with_name(plot.stem + "_decode.png").read_bytes()[:4] == b"\x89PNG"

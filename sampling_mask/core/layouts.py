@@ -120,13 +120,15 @@ def as_int_array(
 
 def counts_to_offsets(counts: np.ndarray, *, field: str = "counts") -> np.ndarray:
     """int64 offsets [T+1] from per-row lengths; negative lengths are ``E_OFFSETS``."""
-    if counts.size and int(counts.min()) < 0:
+    if counts.size and counts.dtype.kind != "u" and int(counts.min()) < 0:
         row = int(np.flatnonzero(counts < 0)[0])
         raise SamplingMaskError(
             ErrorCode.E_OFFSETS, "row length is negative", field=field, row=row, value=int(counts[row])
         )
-    offsets = np.zeros(counts.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
+    offsets = np.empty(counts.size + 1, dtype=np.int64)
+    offsets[0] = 0
+    offsets[1:] = counts  # widen first: a cumsum that casts as it goes runs 20-30x slower
+    np.cumsum(offsets[1:], out=offsets[1:])
     return offsets
 
 
