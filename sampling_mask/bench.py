@@ -805,7 +805,7 @@ def peer_codecs(mask: SamplingMask, dense_masks: dict[int, SamplingMask]) -> dic
         return np.load(buf, allow_pickle=False), np.load(buf, allow_pickle=False)
 
     out["np.save / np.load"] = (np_save, np_load, mask.num_rows)
-    msgspec = _optional("msgspec")
+    msgspec: Any = _optional("msgspec")
     if msgspec is not None:
 
         class VllmSamplingMask(msgspec.Struct):  # vllm 0.32 vllm/outputs.py SamplingMask: token_ids list[list[int]]
@@ -930,7 +930,9 @@ def bench_peers(report: Report, mask: SamplingMask, repeats: int, seed: int, qui
         )
     entries = {**peers, **ours}
     payloads = {label: enc() for label, (enc, _, _) in entries.items()}
-    decode_methods = {label: functools.partial(dec, payloads[label]) for label, (_, dec, _) in entries.items()}
+    decode_methods: dict[str, Callable[[], Any]] = {
+        label: functools.partial(dec, payloads[label]) for label, (_, dec, _) in entries.items()
+    }
     encode_methods = {label: enc for label, (enc, _, _) in entries.items() if "memcpy" not in label}
     data = payloads["ours: msgpack ragged (default), validated"]
     fresh = np.empty(len(data), np.uint8)
@@ -1043,6 +1045,10 @@ _SCALING_FORMS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
 )
 
 
+def _copy_ragged(mask: SamplingMask) -> tuple[np.ndarray, np.ndarray]:
+    return mask.ids.copy(), mask.offsets.copy()
+
+
 def bench_decode_scaling(
     report: Report, base: SamplingMask, sizes: Sequence[int], repeats: int, plot: str | None
 ) -> None:
@@ -1061,9 +1067,7 @@ def bench_decode_scaling(
         mask = mask_only(concat([base] * copies)[:n]) if copies > 1 else mask_only(base[:n])
         mask.is_canonical  # noqa: B018
         decoded = mask.ids.nbytes + mask.offsets.nbytes
-        methods: dict[str, Callable[[], Any]] = {
-            "memcpy of ids + offsets": lambda m=mask: (m.ids.copy(), m.offsets.copy())
-        }
+        methods: dict[str, Callable[[], Any]] = {"memcpy of ids + offsets": functools.partial(_copy_ragged, mask)}
         for label, fmt, opts, _ in forms:
             data = codecs.encode(mask, fmt, **opts)
             methods[f"{label}, validated"] = functools.partial(codecs.decode, data, format=fmt)
