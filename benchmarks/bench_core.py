@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from sampling_mask import SamplingMask, layouts
+from sampling_mask import SamplingMask
+from sampling_mask.core import layouts
 
 
 def row_lengths(num_rows: int, cap: int, rng: np.random.Generator) -> np.ndarray:

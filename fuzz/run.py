@@ -2,6 +2,7 @@
 
     python fuzz/run.py --list
     python fuzz/run.py TARGET --seconds 60 [--corpus DIR] [--rss-limit-mb 2048] [-- LIBFUZZER_FLAGS...]
+    python fuzz/run.py TARGET --seconds 60 --untrusted   # under Limits.for_untrusted_input, memory asserted
     python fuzz/run.py TARGET --replay FILE...          # run inputs once, no fuzzing (no atheris needed)
     python fuzz/run.py --seeds DIR [TARGET...]           # write seed corpora to DIR/<target>/
     python fuzz/run.py --add-regression TARGET FILE...   # copy inputs into fuzz/regressions/<target>/
@@ -57,10 +58,10 @@ def add_regressions(name: str, files: list[str]) -> None:
         print(f"{file} -> {dest.relative_to(HERE.parent)}")
 
 
-def replay(name: str, files: list[str]) -> int:
+def replay(name: str, files: list[str], *, untrusted: bool = False) -> int:
     targets = _targets()
     for file in files:
-        targets.run_one(name, Path(file).read_bytes())  # type: ignore[attr-defined]
+        targets.run_one(name, Path(file).read_bytes(), untrusted=untrusted)  # type: ignore[attr-defined]
         print(f"ok {file}")
     return 0
 
@@ -99,7 +100,7 @@ def fuzz(name: str, args: argparse.Namespace, extra: list[str]) -> int:
             sys.stdout.flush()
             os._exit(0)
         executed += 1
-        run_one(name, data)
+        run_one(name, data, untrusted=args.untrusted)
 
     # libFuzzer ends the process with exit(): nothing runs afterwards, so scratch files go inside
     # the artifacts folder when one is given (the caller cleans it), else in a printed temp folder.
@@ -148,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=None, help="stop after this many inputs (libFuzzer -runs)")
     parser.add_argument("--rss-limit-mb", type=int, default=2048, help="memory blow-up threshold")
     parser.add_argument("--timeout", type=int, default=10, help="seconds one input may take")
+    parser.add_argument(
+        "--untrusted",
+        action="store_true",
+        help="decode under Limits.for_untrusted_input(len(input)) and assert its memory bound per input",
+    )
     parser.add_argument("--corpus", help="corpus folder to read and extend (kept)")
     parser.add_argument("--artifacts", help="folder for crash / timeout / OOM inputs")
     parser.add_argument("--replay", nargs="+", metavar="FILE", help="run these inputs once through TARGET")
@@ -171,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.target) != 1:
         parser.error("name exactly one target (see --list)")
     if args.replay:
-        return replay(args.target[0], args.replay)
+        return replay(args.target[0], args.replay, untrusted=args.untrusted)
     return fuzz(args.target[0], args, extra)
 
 

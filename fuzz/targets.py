@@ -28,6 +28,9 @@ followed by JSON text. Format targets take the payload bytes as they are.
 
 Every target decodes under :data:`LIMITS` (small, so limit checks are reachable) and the registry
 :data:`TARGETS` maps a target name to its function; :func:`seeds` gives valid payloads per target.
+``run_one(name, data, untrusted=True)`` decodes under ``Limits.for_untrusted_input(len(data))``
+instead and asserts that the execution grew peak RSS by at most :func:`untrusted_bound` (Linux:
+the peak is reset through ``/proc/self/clear_refs`` before each execution and read from ``VmHWM``).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from sampling_mask.codecs import json as json_codec
 from sampling_mask.codecs import msgpack as msgpack_codec
 from sampling_mask.core.limits import Limits
 
-__all__ = ["LIMITS", "TARGETS", "check_mask", "dictionary", "run_one", "seeds"]
+__all__ = ["LIMITS", "TARGETS", "check_mask", "dictionary", "run_one", "seeds", "untrusted_bound"]
 
 #: Small limits, so that every limit check is reachable from a few KB of input.
 LIMITS = Limits(
@@ -123,8 +126,10 @@ def check_mask(mask: SamplingMask) -> None:
         canonical = mask.canonical()
         assert canonical.is_canonical and canonical.same_support(mask)
         assert canonical == mask, "canonical() changed the mask"
-        dense = SamplingMask.from_dense(mask.to_dense(), limits=LIMITS)
-        assert _rows_equal(dense, mask), "to_dense / from_dense changed the rows"
+        widest = int(np.diff(mask.offsets).max()) if mask.num_rows else 0
+        if mask.num_rows * widest <= 1 << 20:  # the harness's own view: kept small whatever the limits
+            dense = SamplingMask.from_dense(mask.to_dense(), limits=LIMITS)
+            assert _rows_equal(dense, mask), "to_dense / from_dense changed the rows"
         vocab = mask.vocab_size
         if vocab is not None and mask.num_rows * ((vocab + 7) // 8) <= 1 << 20:
             bits = SamplingMask.from_bitmask(mask.to_bitmask(), vocab, limits=LIMITS)
@@ -344,12 +349,55 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
 }
 
 
-def run_one(name: str, data: bytes) -> None:
-    """Run target ``name`` on ``data``; returns normally on a correct rejection (``SamplingMaskError``)."""
+def untrusted_bound(size: int) -> int:
+    """Bytes an input of ``size`` bytes may grow peak RSS by under ``Limits.for_untrusted_input``."""
+    return max(16 * size, 64 << 20)
+
+
+def _memory_kib() -> dict[str, int]:
+    """``VmRSS`` and ``VmHWM`` (peak) of this process in KiB; empty where /proc is missing."""
+    out = {}
+    with contextlib.suppress(OSError), open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line[:5]] = int(line.split()[1])
+    return out
+
+
+def _reset_peak() -> bool:
+    """Reset the peak RSS to the current RSS (Linux >= 4.0); False where that is not possible."""
     try:
-        TARGETS[name](data)
-    except (_Short, SamplingMaskError):
-        pass
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def run_one(name: str, data: bytes, *, untrusted: bool = False) -> None:
+    """Run target ``name`` on ``data``; returns normally on a correct rejection (``SamplingMaskError``).
+
+    ``untrusted``: under ``Limits.for_untrusted_input(len(data))``, asserting :func:`untrusted_bound`.
+    """
+    global LIMITS
+    if not untrusted:
+        with contextlib.suppress(_Short, SamplingMaskError):
+            TARGETS[name](data)
+        return
+    saved, LIMITS = LIMITS, Limits.for_untrusted_input(len(data))
+    measured = _reset_peak()
+    before = _memory_kib()
+    try:
+        with contextlib.suppress(_Short, SamplingMaskError):
+            TARGETS[name](data)
+    finally:
+        LIMITS = saved
+    after = _memory_kib()
+    if measured and "VmHWM" in after and "VmRSS" in before:
+        grown = (after["VmHWM"] - before["VmRSS"]) * 1024
+        assert grown <= untrusted_bound(len(data)), (
+            f"{name}: peak RSS grew {grown >> 20} MiB on a {len(data)}-byte input (bound {untrusted_bound(len(data)) >> 20} MiB)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------- seeds

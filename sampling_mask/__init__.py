@@ -7,7 +7,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .core import COMPANIONS, DEFAULT_LIMITS, METADATA_KEYS, ErrorCode, Limits, SamplingMask, SamplingMaskError, concat
+from .core import (
+    COMPANIONS,
+    DEFAULT_LIMITS,
+    LOCAL_FILE_LIMITS,
+    METADATA_KEYS,
+    ErrorCode,
+    Limits,
+    SamplingMask,
+    SamplingMaskError,
+    concat,
+)
 
 if TYPE_CHECKING:
     from .codecs import decode, encode, load, save
@@ -36,6 +46,7 @@ __all__ = [
     "COMPANIONS",
     "DEFAULT_LIMITS",
     "ErrorCode",
+    "LOCAL_FILE_LIMITS",
     "Limits",
     "METADATA_KEYS",
     "SPEC_VERSION",

@@ -25,8 +25,15 @@ def _with_keys(keys):
 
 READERS = [
     (vllm.from_completion_output, _with_keys(["sampling_mask", "token_ids"])),
-    (vllm.from_http_choice, _with_keys(["sampling_mask", "token_ids"])),
+    (vllm.from_generate_choice, _with_keys(["sampling_mask", "token_ids"])),
+    (lambda d: (vllm.from_generate_response(d) or [None])[0], _with_keys(["choices"])),
+    (lambda d: (vllm.from_generate_stream([d]) or [None])[0], _with_keys(["choices"])),
+    (vllm.from_generate_logprobs, _with_keys(["content", "logprobs"])),
     (vllm.from_engine_csr, _with_keys(["token_ids", "offsets", "cu_num_generated_tokens"])),
+    (
+        lambda d: vllm.from_engine_tensors(d, d.get("num_sampled_tokens") if isinstance(d, dict) else None),
+        _with_keys(["token_ids", "counts", "packed_mask", "vocab_size", "rows_per_request", "num_sampled_tokens"]),
+    ),
     (vllm.from_flat_logprobs, _with_keys(["start_indices", "end_indices", "token_ids", "logprobs", "ranks"])),
     (
         sglang.from_meta_info,
@@ -35,6 +42,8 @@ READERS = [
         ),
     ),
     (sglang.from_chunked, _with_keys(["lengths", "token_ids", "logprobs"])),
+    (lambda d: sglang.from_stream([d]), _with_keys(["meta_info", "output_ids"])),
+    (sglang.from_chat_choice, _with_keys(["meta_info", "response_token_ids"])),
     (skyrl.from_envelope, _with_keys(["data", "shape", "dtype"])),
     (skyrl.from_dense, _json),
     (prime_rl.from_wire, _with_keys(["ids", "counts"])),

@@ -34,7 +34,7 @@ def test_defect_8_default_field_names_round_trip():
             "rollout_sampling_mask_offsets": CASE["rollout_sampling_mask_offsets"],
         }
     ]
-    assert miles.from_sample(_sample(**fields[0])) == mask.with_companions(vocab_size=None)
+    assert miles.from_sample(_sample(**fields[0])) == mask.replace(vocab_size=None)
 
 
 def test_defect_8_rollout_sampling_mask_with_logprobs_round_trips():
@@ -94,3 +94,16 @@ def test_samples_and_errors():
     with pytest.raises(SamplingMaskError) as err:
         miles.from_samples(3)
     assert err.value.code is ErrorCode.E_SCHEMA
+
+
+def test_defect_8_rollout_sampling_mask_refuses_unnormalized_logprobs():
+    ok = SamplingMask.from_rows([[1, 2], [3]], support_logprobs=np.log([0.25, 0.75, 1.0]))
+    assert len(miles.to_rollout_sampling_masks(ok)) == 1
+    for bad in ([0.25, 0.5, 1.0], [0.25, 0.75, 0.5]):
+        with pytest.raises(SamplingMaskError) as err:
+            miles.to_rollout_sampling_masks(SamplingMask.from_rows([[1, 2], [3]], support_logprobs=np.log(bad)))
+        assert err.value.code is ErrorCode.E_RANGE and err.value.row == bad.index(0.5) // 2
+    nan = SamplingMask.from_rows([[1, 2], [3]], support_logprobs=[np.nan, 0.0, 0.0])
+    with pytest.raises(SamplingMaskError) as err:
+        miles.to_rollout_sampling_masks(nan)
+    assert err.value.row == 0

@@ -95,6 +95,16 @@ def test_defect_7_count_zero_means_no_mask_or_over_cap():
     assert err.value.code is ErrorCode.E_SHAPE
 
 
+def test_verifiers_branch_through_prime_rl_encoding():
+    case = FIXTURES["verifiers_branch"]  # Branch.sampling_mask -> _encode_kept_tokens -> struct msgpack
+    upstream = _raw(case["sampling_mask_msgpack"])
+    mask = prime_rl.from_wire(upstream, num_tokens=len(case["rows"]))
+    assert mask.to_rows() == case["rows"]
+    assert prime_rl.to_msgpack(mask) == upstream
+    # count 0 on the assistant's trainable token 5 (over the cap) vs. count 0 on prompt / tool tokens
+    assert prime_rl.sampled_without_support(mask, case["trainable"]).tolist() == [5]
+
+
 def test_http_wire_round_trip():
     case = CASES["prompt_generated_observation"]
     wire = {"ids": case["verifiers_ids"], "counts": case["verifiers_counts"]}  # kept_tokens.py base64 form

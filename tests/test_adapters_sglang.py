@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -32,10 +35,13 @@ def test_meta_info_round_trip_keeps_sglang_order():
     assert sglang.from_meta_info(out, output_ids=OUTPUT_IDS, vocab_size=64, metadata={"top_k": 2}) == mask
 
 
-def test_response_and_per_row_lengths():
-    response = {"output_ids": OUTPUT_IDS, "meta_info": {**META_INFO, "output_token_sampling_mask_length": [2, 4, 1, 2]}}
-    mask = sglang.from_response(response)
+def test_response_and_its_length_key():
+    mask = sglang.from_response({"output_ids": OUTPUT_IDS, "meta_info": META_INFO})
     assert mask is not None and mask.canonical().to_rows()[1] == [3, 5, 9, 12]
+    per_row = {"meta_info": {**META_INFO, "output_token_sampling_mask_length": [2, 4, 1, 2]}}
+    with pytest.raises(SamplingMaskError) as err:  # 0.5.23 writes one int: the rows so far
+        sglang.from_response(per_row)
+    assert err.value.code is ErrorCode.E_DTYPE
 
 
 def test_missing_mask_raises_or_returns_none():
@@ -50,7 +56,9 @@ def test_missing_mask_raises_or_returns_none():
     ("change", "code", "row"),
     [
         ({"output_token_sampling_mask_length": 5}, ErrorCode.E_SHAPE, None),
-        ({"output_token_sampling_mask_length": [2, 3, 1, 2]}, ErrorCode.E_OFFSETS, 1),
+        ({"output_token_sampling_mask_length": True}, ErrorCode.E_DTYPE, None),
+        ({"output_token_sampling_logprobs": [[0.0], [0.0], [0.0], [0.0]]}, ErrorCode.E_OFFSETS, 0),
+        ({"output_token_sampling_logprobs": [[0.0, -1.0], 0.0, 0.0, 0.0]}, ErrorCode.E_SCHEMA, 0),
         ({"output_token_sampling_logprobs": [0.0]}, ErrorCode.E_SHAPE, None),
         ({"output_token_sampling_mask": [[1, 1]]}, ErrorCode.E_DUPLICATE, 0),
         ({"output_token_sampling_mask": [[1], [2.5]]}, ErrorCode.E_DTYPE, 1),
@@ -73,35 +81,128 @@ def test_sampled_id_outside_its_row():
     assert err.value.code is ErrorCode.E_MISSING_SAMPLED and err.value.row == 2
 
 
-def test_bounded_mode_truncation_is_refused_unless_allowed():
-    meta = {**META_INFO, "output_token_sampling_mask_truncated": True}
-    with pytest.raises(SamplingMaskError) as err:
-        sglang.from_meta_info(meta)
-    assert err.value.field == "output_token_sampling_mask_truncated"
-    mask = sglang.from_meta_info(meta, allow_truncated=True)
-    assert mask is not None and mask.metadata["truncated"] is True
-
-
 def test_chunked_per_row_and_per_id_round_trips():
     mask = sglang.from_meta_info(META_INFO, vocab_size=64)
     per_row = sglang.to_chunked(mask)
     assert per_row["lengths"].dtype == np.int32 and per_row["lengths"].tolist() == [2, 4, 1, 2]
     assert sglang.from_chunked(per_row, vocab_size=64) == mask
     with_support = mask.replace(support_logprobs=np.linspace(-3, 0, mask.nnz, dtype=np.float32))
-    per_id = sglang.to_chunked(with_support, logprobs_per="id")
+    per_id = sglang.to_chunked(with_support, sampling_logprobs_mode="support")
     back = sglang.from_chunked(per_id, vocab_size=64)
     np.testing.assert_array_equal(back.support_logprobs, with_support.support_logprobs)
     assert back.sampled_logprobs is None
 
 
-def test_chunked_ambiguity_needs_logprobs_per():
+def test_chunked_ambiguity_needs_the_mode():
     chunked = {"lengths": [2, 0], "token_ids": [4, 5], "logprobs": [-0.5, -1.0]}
     with pytest.raises(SamplingMaskError) as err:
         sglang.from_chunked(chunked)
     assert err.value.code is ErrorCode.E_SCHEMA and err.value.field == "logprobs"
-    assert sglang.from_chunked(chunked, logprobs_per="id").support_logprobs.tolist() == [-0.5, -1.0]
+    assert sglang.from_chunked(chunked, sampling_logprobs_mode="support").support_logprobs.tolist() == [-0.5, -1.0]
     singletons = {"lengths": [1, 1], "token_ids": [4, 5], "logprobs": [-0.5, -1.0]}
     assert sglang.from_chunked(singletons).sampled_logprobs.tolist() == [-0.5, -1.0]
     with pytest.raises(SamplingMaskError) as err:
         sglang.from_chunked({"lengths": [3], "token_ids": [4, 5]})
     assert err.value.code is ErrorCode.E_OFFSETS
+
+
+# ---------------------------------------------------------------------------- issue 12: SGLang defect 6
+# tests/fixtures/upstream/sglang-0.5.23 was built with SGLang 0.5.23's own SamplingMaskChunk and OpenAI
+# pydantic classes (tests/fixtures/upstream/make_vllm_sglang.py).
+UPSTREAM = Path(__file__).resolve().parent / "fixtures" / "upstream" / "sglang-0.5.23"
+
+
+def _load(name: str):
+    text = (UPSTREAM / name).read_text()
+    return [json.loads(line) for line in text.splitlines()] if name.endswith(".jsonl") else json.loads(text)
+
+
+def test_defect_6_support_mode_logprobs_are_accepted():
+    selected = sglang.from_response(_load("generate_selected.json"), vocab_size=96)
+    support = sglang.from_response(_load("generate_support.json"), vocab_size=96)
+    assert support.same_support(selected) and support.to_rows() == selected.to_rows()
+    assert support.support_logprobs is not None and support.sampled_logprobs is None
+    meta = _load("generate_support.json")["meta_info"]
+    assert sglang.to_meta_info(support, sampling_logprobs_mode="support")["output_token_sampling_logprobs"] == [
+        pytest.approx(row) for row in meta["output_token_sampling_logprobs"]
+    ]
+    # The sampled token's selected logprob is its entry among the support logprobs.
+    rows = support.to_rows()
+    sampled_lp = [
+        support.support_logprobs[support.offsets[t] + rows[t].index(int(y))]
+        for t, y in enumerate(selected.sampled_token_ids)
+    ]
+    np.testing.assert_allclose(sampled_lp, selected.sampled_logprobs, rtol=1e-6)
+    meta_tie = json.loads((UPSTREAM / "meta.json").read_text())
+    assert all(len(rows[t]) > meta_tie["top_k"][t] for t in meta_tie["tie_rows"])  # ties wider than top_k
+    with pytest.raises(SamplingMaskError) as err:
+        sglang.from_response(_load("generate_support.json"), sampling_logprobs_mode="selected")
+    assert err.value.code is ErrorCode.E_SCHEMA
+
+
+def test_defect_6_truncated_flags_are_read_per_row():
+    """``output_token_sampling_mask_truncated`` exists only in the unmerged SGLang PR #34037."""
+    clean = {**META_INFO, "output_token_sampling_mask_truncated": [False, False, False, False]}
+    assert sglang.from_meta_info(clean).metadata == {}
+    meta = {**META_INFO, "output_token_sampling_mask_truncated": [False, True, False, True]}
+    with pytest.raises(SamplingMaskError) as err:
+        sglang.from_meta_info(meta)
+    assert err.value.field == "output_token_sampling_mask_truncated" and err.value.row == 1
+    mask = sglang.from_meta_info(meta, allow_truncated=True)
+    assert mask.metadata["truncated"] is True and mask.metadata["truncated_rows"] == 2
+    with pytest.raises(SamplingMaskError) as err:
+        sglang.from_meta_info({**META_INFO, "output_token_sampling_mask_truncated": [False]})
+    assert err.value.code is ErrorCode.E_SHAPE
+
+
+def test_defect_6_incremental_stream_keeps_a_running_length():
+    chunks = _load("generate_stream.jsonl")
+    assert chunks[1]["meta_info"]["output_token_sampling_mask_length"] != len(
+        chunks[1]["meta_info"]["output_token_sampling_mask"]
+    )
+    with pytest.raises(SamplingMaskError):  # one chunk alone is not a whole response
+        sglang.from_response(chunks[1])
+    streamed = sglang.from_stream(chunks, vocab_size=96)
+    assert streamed == sglang.from_response(_load("generate_selected.json"), vocab_size=96)
+    broken = [chunks[0], {**chunks[2], "meta_info": {**chunks[2]["meta_info"], "output_token_sampling_mask_length": 2}}]
+    with pytest.raises(SamplingMaskError) as err:
+        sglang.from_stream(broken)
+    assert err.value.code is ErrorCode.E_SHAPE and err.value.field == "chunk[1].output_token_sampling_mask_length"
+
+
+def test_defect_6_chat_completion_route():
+    chat = _load("chat_completion.json")
+    (mask,) = sglang.from_chat_response(chat, vocab_size=96)
+    assert mask == sglang.from_response(_load("generate_selected.json"), vocab_size=96)
+    assert mask.sampled_token_ids.tolist() == chat["choices"][0]["response_token_ids"]
+    no_meta = {"choices": [{"index": 0, "message": {"role": "assistant", "content": ""}}]}
+    with pytest.raises(SamplingMaskError) as err:
+        sglang.from_chat_response(no_meta)
+    assert "return_meta_info" in str(err.value)
+    assert sglang.from_chat_response(no_meta, on_missing="none") == [None]
+
+
+def test_round_trips_through_sglang_shapes():
+    for name, mode in (("generate_selected.json", "selected"), ("generate_support.json", "support")):
+        body = _load(name)
+        mask = sglang.from_response(body, vocab_size=96)
+        out = sglang.to_meta_info(mask, sampling_logprobs_mode=mode)
+        assert out["output_token_sampling_mask"] == body["meta_info"]["output_token_sampling_mask"]  # order kept
+        assert out["output_token_sampling_mask_length"] == body["meta_info"]["output_token_sampling_mask_length"]
+        assert sglang.from_meta_info(out, output_ids=body["output_ids"], vocab_size=96) == mask
+    chunk = _load("sampling_mask_chunk.json")
+    mask = sglang.from_chunked(chunk, sampling_logprobs_mode="support")
+    back = sglang.to_chunked(mask, sampling_logprobs_mode="support")
+    assert back["lengths"].tolist() == chunk["lengths"] and back["token_ids"].tolist() == chunk["token_ids"]
+    np.testing.assert_allclose(back["logprobs"], chunk["logprobs"])
+
+
+def test_with_upstream_sglang_chunk():
+    """Ours -> SGLang's own SamplingMaskChunk -> its to_lists -> ours; skipped without sglang (CI)."""
+    module = pytest.importorskip("sglang.srt.sampling.sampling_mask")
+    body = _load("generate_support.json")
+    mask = sglang.from_response(body, vocab_size=96)
+    chunk = module.SamplingMaskChunk(**sglang.to_chunked(mask, sampling_logprobs_mode="support"))
+    rows, logprobs = chunk.to_lists(support_logprobs=True)
+    meta = {"output_token_sampling_mask": rows, "output_token_sampling_logprobs": logprobs}
+    assert sglang.from_meta_info(meta, output_ids=body["output_ids"], vocab_size=96) == mask

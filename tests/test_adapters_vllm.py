@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -57,44 +58,6 @@ def test_completion_output_object_and_dict_agree_with_engine_csr(completion, eng
     assert vllm.from_completion_output(csr_output, vocab_size=completion["vocab_size"]) == from_object
 
 
-def test_compact_buffer_and_bitmask_fallback_match_the_engine(completion, engine):
-    mask = vllm.from_compact(
-        engine["compact_token_ids"], engine["compact_counts"], engine["bitmask"], vocab_size=completion["vocab_size"]
-    )
-    assert mask.to_rows() == completion["sampling_mask"]
-    written = vllm.to_compact(mask, engine["compact_token_ids"].shape[1], completion["vocab_size"])
-    for key in ("compact_token_ids", "compact_counts", "bitmask"):
-        assert np.array_equal(written[key], engine[key]), key
-
-
-def test_engine_csr_requests_round_trip(engine):
-    lists = SimpleNamespace(
-        token_ids=engine["csr_token_ids"], offsets=engine["csr_offsets"], cu_num_generated_tokens=[0, 10, 10, 24]
-    )
-    mask = vllm.from_engine_csr(lists, vocab_size=1000)
-    assert mask.num_segments == 3 and mask.segment(1).num_rows == 0
-    back = vllm.from_engine_csr(vllm.to_engine_csr(mask), vocab_size=1000)
-    assert back == mask
-
-
-def test_http_null_mask_is_an_error_or_none_by_choice(completion):
-    response = {
-        "choices": [
-            {"index": 0, "sampling_mask": completion["sampling_mask"][:3], "token_ids": completion["token_ids"][:3]},
-            {"index": 1, "sampling_mask": None, "finish_reason": "abort"},
-        ]
-    }
-    with pytest.raises(SamplingMaskError) as err:
-        vllm.from_http_response(response)
-    assert err.value.code is ErrorCode.E_SCHEMA and "abort" in str(err.value)
-    first, aborted = vllm.from_http_response(response, on_missing="none")
-    assert aborted is None
-    assert first is not None and vllm.to_http_choice(first) == {
-        "sampling_mask": completion["sampling_mask"][:3],
-        "token_ids": completion["token_ids"][:3],
-    }
-
-
 def test_sampled_ids_must_sit_in_their_rows_and_match_the_row_count():
     with pytest.raises(SamplingMaskError) as err:
         vllm.from_token_ids([[1, 2], [3]], sampled_token_ids=[2, 4])
@@ -127,24 +90,27 @@ def _processed_flat(engine: dict, k: int) -> dict:
 
 def test_flat_logprobs_from_the_fixture_reproduce_the_engine_support(engine):
     k = 80
-    mask = vllm.from_flat_logprobs(_processed_flat(engine, k), top_k=k, sampled_token_ids=engine["sampled_token_ids"])
+    flat = _processed_flat(engine, k)
     counts = np.diff(engine["csr_offsets"])
-    narrow = np.flatnonzero(counts <= k)
-    for t in narrow.tolist():
+    with pytest.raises(SamplingMaskError) as err:  # rows wider than the listing are not cut silently
+        vllm.from_flat_logprobs(flat, sampled_token_ids=engine["sampled_token_ids"])
+    assert err.value.code is ErrorCode.E_SCHEMA and err.value.row == int(np.flatnonzero(counts > k)[0])
+    mask = vllm.from_flat_logprobs(flat, allow_truncated=True, sampled_token_ids=engine["sampled_token_ids"])
+    assert mask.metadata["truncated_rows"] == int(np.count_nonzero(counts > k)) > 0
+    for t in np.flatnonzero(counts <= k).tolist():
         expected = engine["csr_token_ids"][engine["csr_offsets"][t] : engine["csr_offsets"][t + 1]]
         assert sorted(mask.row(t).tolist()) == sorted(expected.tolist()), t
-    assert np.all(mask.row_lengths[counts > k] == k)  # wider rows are cut to top_k columns
     np.testing.assert_allclose(mask.sampled_logprobs, engine["processed_logprobs_of_sampled"], atol=2e-4)
 
 
 FLAT = {
     # pos 0: sampled 7 (rank 1) also first among the top-k: the duplicate is fine; 9 was filtered.
-    # pos 1: sampled 5 (rank 2), all three candidates kept.
+    # pos 1: sampled 5 (rank 2), all three candidates kept; their probabilities sum to 1: complete.
     # pos 2: sampled 4, everything else filtered: a singleton row.
     "start_indices": [0, 4, 8],
     "end_indices": [4, 8, 12],
     "token_ids": [7, 7, 3, 9, 5, 2, 5, 8, 4, 4, 1, 6],
-    "logprobs": [-0.1, -0.1, -2.4, float("-inf"), -1.0, -0.6, -1.0, -2.0, 0.0, 0.0, float("-inf"), float("-inf")],
+    "logprobs": [math.log(p) if p else float("-inf") for p in (0.9, 0.9, 0.1, 0, 0.35, 0.55, 0.35, 0.1, 1, 1, 0, 0)],
     "ranks": [1, 1, 2, 3, 2, 1, 2, 3, 1, 1, 2, 3],
 }
 
@@ -153,23 +119,29 @@ def test_flat_logprobs_hand_written_layout_and_round_trip():
     mask = vllm.from_flat_logprobs(FLAT, vocab_size=16)
     assert mask.to_rows() == [[7, 3], [2, 5, 8], [4]]
     assert mask.sampled_token_ids.tolist() == [7, 5, 4]
-    np.testing.assert_allclose(mask.support_logprobs, [-0.1, -2.4, -0.6, -1.0, -2.0, 0.0])
+    np.testing.assert_allclose(np.exp(mask.support_logprobs), [0.9, 0.1, 0.55, 0.35, 0.1, 1.0], rtol=1e-6)
     again = vllm.from_flat_logprobs(vllm.to_flat_logprobs(mask), vocab_size=16)
     assert again == mask
 
 
-def test_flat_logprobs_top_k_caps_columns():
+def test_flat_logprobs_top_k_never_cuts_a_kept_candidate():
+    # top_k=2 drops candidate 8 of position 1, which survived: the support is wider than top_k.
     with pytest.raises(SamplingMaskError) as err:
-        vllm.from_flat_logprobs(FLAT, top_k=1)  # pos 1: sampled 5 is rank 2, outside one column
-    assert err.value.code is ErrorCode.E_MISSING_SAMPLED and err.value.row == 1
-    assert vllm.from_flat_logprobs(FLAT, top_k=2).to_rows() == [[7, 3], [2, 5], [4]]
+        vllm.from_flat_logprobs(FLAT, top_k=2)
+    assert err.value.code is ErrorCode.E_SCHEMA and err.value.row == 1
+    mask = vllm.from_flat_logprobs(FLAT, top_k=2, allow_truncated=True)
+    assert mask.to_rows() == [[7, 3], [2, 5], [4]]  # position 0 lost only its filtered 9
+    assert mask.metadata["truncated"] is True and mask.metadata["truncated_rows"] == 1
 
 
 MISSING = {
+    # pos 0: sampled 11 (rank 4) missing, but 5 was filtered: the row is complete, so 11 is missing.
+    # pos 1: probabilities 0.8 + 0.2 = 1: complete. pos 2: every candidate filtered.
     "start_indices": [0, 4, 7],
     "end_indices": [4, 7, 10],
     "token_ids": [11, 2, 3, 5, 1, 1, 2, 6, 1, 2],
-    "logprobs": [-3.0, -0.5, -1.0, -2.0, -0.2, -0.2, -1.9, -0.7, float("-inf"), float("-inf")],
+    "logprobs": [-3.0, -0.5, -1.0, float("-inf"), math.log(0.8), math.log(0.8), math.log(0.2), -0.7]
+    + [float("-inf")] * 2,
     "ranks": [4, 1, 2, 3, 1, 1, 2, 2, 1, 2],
 }
 
@@ -180,8 +152,8 @@ def test_missing_sampled_is_an_error_by_default_and_repair_is_counted():
     assert err.value.code is ErrorCode.E_MISSING_SAMPLED and err.value.row == 0 and err.value.value == 11
     mask, repaired = vllm.from_flat_logprobs_repairing(MISSING)
     assert repaired == 2
-    assert mask.to_rows() == [[2, 3, 11], [1, 2], [6]]
-    assert mask.support_logprobs.tolist()[2] == pytest.approx(-3.0)  # the sampled token's own logprob
+    assert mask.to_rows() == [[2, 11], [1, 2], [6]]
+    assert mask.support_logprobs.tolist()[1] == pytest.approx(-3.0)  # the sampled token's own logprob
     _, none_repaired = vllm.from_flat_logprobs_repairing(FLAT)
     assert none_repaired == 0
 
@@ -208,28 +180,6 @@ def test_flat_sampled_ids_cross_check():
     with pytest.raises(SamplingMaskError) as err:
         vllm.from_flat_logprobs(FLAT, sampled_token_ids=[7, 6, 4])
     assert err.value.code is ErrorCode.E_SCHEMA and err.value.row == 1
-
-
-def test_bad_engine_buffers(engine):
-    with pytest.raises(SamplingMaskError) as err:
-        vllm.from_compact(engine["compact_token_ids"], engine["compact_counts"], vocab_size=1000)
-    assert err.value.code is ErrorCode.E_SCHEMA and err.value.row == 6  # the untruncated row needs the bitmask
-    with pytest.raises(SamplingMaskError) as err:
-        vllm.from_compact(engine["compact_token_ids"], engine["compact_counts"], engine["bitmask"][:3], vocab_size=1000)
-    assert err.value.code is ErrorCode.E_SHAPE
-    stray = engine["compact_token_ids"].copy()
-    stray[0, 20] = 5
-    with pytest.raises(SamplingMaskError) as err:
-        vllm.from_compact(stray, engine["compact_counts"], engine["bitmask"], vocab_size=1000)
-    assert err.value.code is ErrorCode.E_PADDING and err.value.row == 0
-    counts = engine["compact_counts"].copy()
-    counts[6] = 999
-    with pytest.raises(SamplingMaskError) as err:
-        vllm.from_compact(engine["compact_token_ids"], counts, engine["bitmask"], vocab_size=1000)
-    assert err.value.code is ErrorCode.E_OFFSETS and err.value.row == 6
-    with pytest.raises(SamplingMaskError) as err:
-        vllm.from_engine_csr({"token_ids": [1, 2], "offsets": [0, 3]})
-    assert err.value.code is ErrorCode.E_OFFSETS
 
 
 @given(rows_lists(vocab_size=300, max_rows=10, max_width=6))
@@ -259,3 +209,224 @@ def test_fast_list_path_is_as_strict_as_the_generic_path(rows):
     fast = outcome(lambda: ragged_from_lists(rows, limits=DEFAULT_LIMITS))
     generic = outcome(lambda: (lambda m: (m.ids, m.offsets))(SamplingMask.from_rows(rows, validate=False)))
     assert fast == generic
+
+
+# ---------------------------------------------------------------------------- issue 12: vLLM defects 1-5
+# The fixtures under tests/fixtures/upstream/vllm-0.32 were built by vLLM 0.32's own classes
+# (tests/fixtures/upstream/make_vllm_sglang.py); those under tests/fixtures/vllm-0.32 by the
+# shared fixture script with vLLM's code.
+UPSTREAM = FIXTURES.parent / "upstream" / "vllm-0.32"
+
+
+@pytest.fixture(scope="module")
+def tensors() -> dict:
+    with np.load(UPSTREAM / "engine_tensors.npz") as z:
+        return {k: z[k] for k in z.files}
+
+
+@pytest.fixture(scope="module")
+def shared_tensors() -> dict:
+    with np.load(FIXTURES / "engine_compact_buffer.npz") as z:
+        return {k: z[k] for k in z.files}
+
+
+@pytest.fixture(scope="module")
+def outputs() -> dict:
+    return json.loads((UPSTREAM / "completion_outputs.json").read_text())
+
+
+def _lists(z: dict) -> dict:
+    return {
+        "token_ids": z["csr_token_ids"],
+        "offsets": z["csr_offsets"],
+        "cu_num_generated_tokens": z["cu_num_generated_tokens"].tolist(),
+    }
+
+
+def test_defect_1_engine_csr_offsets_none_is_one_position(tensors, shared_tensors, outputs):
+    single = vllm.from_engine_csr({"token_ids": tensors["single_token_ids"], "offsets": None}, vocab_size=96)
+    assert single.to_rows() == outputs["engine_lists"]["single_slice"]
+    shared = SimpleNamespace(token_ids=shared_tensors["single_slice_token_ids"], offsets=None)
+    assert vllm.from_engine_csr(shared).num_rows == 1
+    multi = vllm.from_engine_csr({"token_ids": tensors["multi_token_ids"], "offsets": tensors["multi_offsets"]})
+    assert multi.to_rows() == outputs["engine_lists"]["multi_slice"]
+    with pytest.raises(SamplingMaskError) as err:
+        vllm.from_engine_csr({"token_ids": [1, 2], "offsets": [0, 3]})
+    assert err.value.code is ErrorCode.E_OFFSETS
+
+
+def test_defect_2_sampling_mask_lists_as_completion_sampling_mask(tensors, outputs):
+    lists_type = NamedTuple_like()
+    output = SimpleNamespace(
+        sampling_mask=lists_type(tensors["multi_token_ids"], tensors["multi_offsets"]),
+        token_ids=[row[0] for row in outputs["engine_lists"]["multi_slice"]],
+    )
+    mask = vllm.from_completion_output(output, vocab_size=96)
+    assert mask.to_rows() == outputs["engine_lists"]["multi_slice"]
+    one = SimpleNamespace(sampling_mask=lists_type(tensors["single_token_ids"]), token_ids=[17])
+    assert vllm.from_completion_output(one).to_rows() == outputs["engine_lists"]["single_slice"]
+
+
+def NamedTuple_like():
+    """A NamedTuple with SamplingMaskLists' fields and defaults (vllm/v1/outputs.py, 0.32.0)."""
+    from typing import NamedTuple
+
+    class SamplingMaskLists(NamedTuple):
+        token_ids: np.ndarray
+        offsets: np.ndarray | None = None
+        cu_num_generated_tokens: list[int] | None = None
+
+    return SamplingMaskLists
+
+
+@pytest.mark.parametrize("source", ["upstream", "shared"])
+def test_defect_3_engine_tensors_with_junk_wide_rows_and_speculative_slots(source, tensors, shared_tensors):
+    z = tensors if source == "upstream" else shared_tensors
+    mask = vllm.from_engine_tensors(z, z["num_sampled_tokens"])
+    expected = vllm.from_engine_csr(_lists(z), vocab_size=int(z["vocab_size"]))
+    assert mask == expected  # what vLLM's own tolists() gave, segment per request included
+    width = z["token_ids"].shape[1]
+    active = z["counts"] > 0
+    assert (z["counts"] > width).any() and not np.all(z["token_ids"][active][:, -1] == -1)  # junk, wide rows
+    assert mask.num_segments == z["num_sampled_tokens"].size
+    assert mask.num_rows == int(z["num_sampled_tokens"].sum()) < z["counts"].size  # inactive slots skipped
+    with pytest.raises(SamplingMaskError) as err:  # speculative slots need num_sampled_tokens
+        vllm.from_engine_tensors(z)
+    assert err.value.code is ErrorCode.E_SCHEMA and err.value.field == "num_sampled_tokens"
+    wide = int(np.flatnonzero(z["counts"] > width)[0])
+    bad = {**z, "counts": z["counts"].copy()}
+    bad["counts"][wide] -= 1
+    with pytest.raises(SamplingMaskError) as err:
+        vllm.from_engine_tensors(bad, z["num_sampled_tokens"])
+    assert err.value.code is ErrorCode.E_OFFSETS and err.value.row == wide
+    no_bits = {k: v for k, v in z.items() if k != "packed_mask"}
+    with pytest.raises(SamplingMaskError) as err:
+        vllm.from_engine_tensors(no_bits, z["num_sampled_tokens"])
+    assert err.value.code is ErrorCode.E_SCHEMA and err.value.row == wide
+    over = z["num_sampled_tokens"].copy()
+    over[0] = int(z["rows_per_request"]) + 1
+    with pytest.raises(SamplingMaskError) as err:
+        vllm.from_engine_tensors(z, over)
+    assert err.value.code is ErrorCode.E_RANGE and err.value.field == "num_sampled_tokens"
+
+
+def test_defect_3_engine_tensors_round_trip_speculative_and_wide_rows(tensors):
+    mask = vllm.from_engine_tensors(tensors, tensors["num_sampled_tokens"])
+    written = vllm.to_engine_tensors(mask, width=8, rows_per_request=int(tensors["rows_per_request"]))
+    assert np.array_equal(written["counts"], tensors["counts"])  # inactive slots: count 0
+    assert np.array_equal(written["num_sampled_tokens"], tensors["num_sampled_tokens"])
+    assert vllm.from_engine_tensors(written, written["num_sampled_tokens"]) == mask
+    plain = vllm.to_engine_tensors(mask, width=4)  # one slot per row, most rows wider than 4
+    back = vllm.from_engine_tensors(plain)
+    assert back.to_rows() == mask.to_rows() and back.num_segments == 1
+
+
+def test_defect_4_generate_route_body_and_stream_agree(shared_tensors):
+    body = json.loads((UPSTREAM / "generate_response.json").read_text())
+    chunks = [json.loads(line) for line in (UPSTREAM / "generate_stream.jsonl").read_text().splitlines()]
+    with pytest.raises(SamplingMaskError) as err:  # the third choice was aborted
+        vllm.from_generate_response(body)
+    assert err.value.code is ErrorCode.E_SCHEMA and "abort" in str(err.value)
+    first, second, aborted = vllm.from_generate_response(body, on_missing="none", vocab_size=96)
+    assert aborted is None
+    streamed = vllm.from_generate_stream(chunks, vocab_size=96)
+    assert streamed == [first, second]  # delta chunks merged by choice index
+    merged = vllm.merge_generate_stream(chunks)
+    assert [c["finish_reason"] for c in merged] == ["length", "length"]
+    assert len(merged[0]["logprobs"]["content"]) == first.num_rows
+    for choice, mask in zip(body["choices"], (first, second), strict=False):
+        assert vllm.to_generate_choice(mask, choice["index"]) == {
+            k: choice[k] for k in ("index", "sampling_mask", "token_ids")
+        }
+    shared = json.loads((FIXTURES / "generate_response.json").read_text())
+    shared_chunks = [json.loads(line) for line in (FIXTURES / "generate_stream.jsonl").read_text().splitlines()]
+    assert vllm.from_generate_response(shared) == vllm.from_generate_stream(shared_chunks)
+    assert vllm.from_generate_response(shared)[0].row(0).tolist() == shared_tensors["single_slice_token_ids"].tolist()
+
+
+def test_defect_4_stream_chunk_rows_must_match_its_tokens():
+    chunk = {"choices": [{"index": 0, "token_ids": [3, 4], "sampling_mask": [[3]]}]}
+    with pytest.raises(SamplingMaskError) as err:
+        vllm.from_generate_stream([chunk])
+    assert err.value.code is ErrorCode.E_SHAPE and "chunk[0]" in err.value.field
+    gap = {"choices": [{"index": 1, "token_ids": [3], "sampling_mask": [[3]]}]}
+    with pytest.raises(SamplingMaskError) as err:
+        vllm.from_generate_stream([gap])
+    assert err.value.code is ErrorCode.E_SCHEMA
+
+
+def test_defect_4_generate_logprobs_listing(outputs):
+    body = json.loads((UPSTREAM / "generate_response.json").read_text())
+    choice = body["choices"][0]
+    with pytest.raises(SamplingMaskError) as err:  # 3 logprobs; ties make some supports wider
+        vllm.from_generate_logprobs(choice)
+    assert err.value.code is ErrorCode.E_SCHEMA
+    mask = vllm.from_generate_logprobs(choice, allow_truncated=True, vocab_size=96)
+    exact = vllm.from_generate_choice(choice, vocab_size=96)
+    complete = [t for t in range(mask.num_rows) if mask.metadata["truncated_rows"] and len(mask.row(t)) < 3]
+    assert complete, "the fixture has complete rows"
+    for t in range(mask.num_rows):
+        listed, true = set(mask.row(t).tolist()), set(exact.row(t).tolist())
+        assert listed <= true and int(mask.sampled_token_ids[t]) in listed
+    for t in complete:
+        assert set(mask.row(t).tolist()) == set(exact.row(t).tolist())
+    shared = json.loads((FIXTURES / "generate_response.json").read_text())["choices"][0]
+    rows = vllm.from_generate_logprobs(shared, allow_truncated=True).to_rows()
+    assert rows[3] == [926]  # two candidates at -9999.0: filtered, the row is complete
+    assert vllm.from_generate_logprobs(shared, allow_truncated=True).metadata["truncated_rows"] == 3
+
+
+def test_defect_5_flat_logprobs_tie_widened_rows_are_refused_or_flagged(outputs):
+    flat = outputs["flat_logprobs"][0]
+    exact = vllm.from_completion_output(outputs["outputs"][0], vocab_size=96)
+    widths = exact.row_lengths
+    with pytest.raises(SamplingMaskError) as err:
+        vllm.from_flat_logprobs(flat, sampled_token_ids=exact.sampled_token_ids)
+    assert err.value.code is ErrorCode.E_SCHEMA and err.value.row == int(np.flatnonzero(widths > 3)[0])
+    mask = vllm.from_flat_logprobs(flat, allow_truncated=True)
+    assert mask.metadata["truncated_rows"] == int(np.count_nonzero(widths > 3))
+    narrow = np.flatnonzero(widths <= 3)
+    assert narrow.size and all(set(mask.row(t).tolist()) == set(exact.row(t).tolist()) for t in narrow.tolist())
+    # A complete listing round-trips through FlatLogprobs fields.
+    complete = exact.segment(0)[int(narrow[0]) : int(narrow[0]) + 1]
+    row = vllm.from_flat_logprobs(flat, allow_truncated=True)[int(narrow[0]) : int(narrow[0]) + 1]
+    again = vllm.from_flat_logprobs(vllm.to_flat_logprobs(row))
+    assert again.same_support(row) and row.same_support(complete) and "truncated" not in again.metadata
+    np.testing.assert_allclose(again.support_logprobs, row.support_logprobs)
+
+
+def test_round_trip_completion_output_and_lists(outputs, tensors):
+    for output in outputs["outputs"][:2]:
+        mask = vllm.from_completion_output(output, vocab_size=96)
+        assert vllm.to_token_ids(mask) == output["sampling_mask"]["token_ids"]
+        assert np.array_equal(mask.sampled_token_ids, output["token_ids"])
+    assert vllm.from_completion_output(outputs["outputs"][2], on_missing="none") is None
+    csr = vllm.from_engine_csr(_lists(tensors), vocab_size=96)
+    assert csr.to_rows() == outputs["engine_lists"]["rows"]
+    written = vllm.to_engine_csr(csr)
+    assert written["token_ids"].dtype == np.int32 and written["offsets"].dtype == np.int64
+    assert written["cu_num_generated_tokens"] == tensors["cu_num_generated_tokens"].tolist()
+    assert vllm.from_engine_csr(written, vocab_size=96) == csr
+
+
+def test_with_upstream_vllm_classes(tensors, outputs):
+    """Ours -> vLLM's own objects -> ours; skipped without the vllm package (CI)."""
+    v1_outputs = pytest.importorskip("vllm.v1.outputs")
+    sample_output = pytest.importorskip("vllm.v1.worker.gpu.sample.output")
+    protocol = pytest.importorskip("vllm.entrypoints.scale_out.token_in_token_out.protocol")
+    torch = pytest.importorskip("torch")
+    mask = vllm.from_engine_tensors(tensors, tensors["num_sampled_tokens"])
+    lists = v1_outputs.SamplingMaskLists(**vllm.to_engine_csr(mask))
+    assert vllm.from_completion_output(
+        SimpleNamespace(sampling_mask=lists, token_ids=None), vocab_size=96
+    ) == vllm.from_engine_csr(lists, vocab_size=96)
+    assert vllm.from_engine_csr(lists.slice_request(1, 1)).to_rows() == [mask.row(3).tolist()]
+    written = vllm.to_engine_tensors(mask, width=8, rows_per_request=3)
+    upstream = sample_output.SamplingMaskTensors(
+        *(torch.from_numpy(written[k]) for k in ("token_ids", "packed_mask", "counts")),
+        written["vocab_size"],
+        written["rows_per_request"],
+    )
+    assert vllm.from_engine_csr(upstream.tolists(written["num_sampled_tokens"]), vocab_size=96) == mask
+    choice = protocol.GenerateTokensChoice(**vllm.to_generate_choice(mask.segment(0)))
+    assert vllm.from_generate_choice(choice) == vllm.from_generate_choice(vllm.to_generate_choice(mask.segment(0)))

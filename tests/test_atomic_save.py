@@ -179,8 +179,9 @@ def test_save_over_a_directory_or_missing_folder_raises_and_leaves_nothing(tmp_p
     assert not missing.parent.exists()
     folder = tmp_path / "folder.json"
     folder.mkdir()
-    with pytest.raises(OSError):
+    with pytest.raises(SamplingMaskError) as info:
         sampling_mask.save(OLD, folder)
+    assert info.value.code == "E_ENCODING" and "directory" in info.value.message
     assert folder.is_dir() and _leftovers(tmp_path, folder) == []
 
 
@@ -277,7 +278,10 @@ time.sleep(600)
 
 
 def test_killed_stream_writer_leaves_its_complete_batches_readable(tmp_path: Path) -> None:
+    """The writer is atomic: the path keeps the old file; the killed writer's temporary holds its
+    complete batches (then ``E_ENCODING``: no end-of-stream marker), and the next save removes it."""
     path = tmp_path / "log.arrows"
+    sampling_mask.save(OLD, path, format="arrows")
     child = subprocess.Popen(
         [sys.executable, "-c", _STREAM_CHILD, str(path), str(Path(__file__).parent)],
         stdout=subprocess.PIPE,
@@ -289,6 +293,10 @@ def test_killed_stream_writer_leaves_its_complete_batches_readable(tmp_path: Pat
         _kill(child)
     finally:
         _reap(child)
-    got, error = _read_until_error(path)
+    assert sampling_mask.load(path) == OLD
+    (temporary,) = _leftovers(tmp_path, path)
+    got, error = _read_until_error(tmp_path / temporary)
     assert got == BATCHES[:2], f"read {len(got)} batches back"
-    assert error is None or error.value == 2
+    assert error is not None and error.code == "E_ENCODING" and error.value == 2
+    sampling_mask.save(NEW, path, format="arrows")
+    assert _leftovers(tmp_path, path) == [] and sampling_mask.load(path) == NEW

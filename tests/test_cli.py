@@ -20,7 +20,9 @@ import pytest
 import sampling_mask
 import sampling_mask.codecs
 from sampling_mask import SamplingMask
-from sampling_mask.cli import _rebatch, histogram_buckets, support_from_counts
+from sampling_mask.cli._common import Progress
+from sampling_mask.cli.convert import _rebatch
+from sampling_mask.stats import histogram_buckets, summarize, support_from_counts
 
 SCRIPT = shutil.which("sampling-mask")
 
@@ -183,6 +185,11 @@ def test_stats_per_segment_and_plot(files: dict[str, Path], tmp_path: Path) -> N
     human = run("stats", files["arrows"], "--segments", "2")
     assert human.returncode == 0
     assert "3 more segments" in human.stdout
+    # The library gives the same document, from the whole mask or batch by batch.
+    library = {"file": str(files["arrows"]), "format": "arrows", **summarize(mask).to_dict(), "plot": str(png)}
+    assert json.loads(json.dumps(library)) == report
+    halves = summarize([mask.take(np.arange(0, 2)), mask.take(np.arange(2, mask.num_segments))])
+    assert halves.to_dict() == summarize(mask).to_dict()
 
 
 def test_validate_accepts_a_valid_file_with_its_sampled_ids(files: dict[str, Path]) -> None:
@@ -285,9 +292,38 @@ def test_convert_to_whole_file_formats(files: dict[str, Path], tmp_path: Path) -
 def test_convert_shows_progress_on_a_terminal_only(files: dict[str, Path], tmp_path: Path) -> None:
     proc = run("convert", files["arrows"], tmp_path / "m.arrow", stderr_tty=True)
     assert proc.returncode == 0
-    assert "\rconvert " in proc.stderr and "40 rows" in proc.stderr  # the bar, redrawn in place
+    assert "\rconvert" in proc.stderr and "40 rows" in proc.stderr  # the bar, redrawn in place
     quiet = run("-q", "convert", files["arrows"], tmp_path / "n.arrow", stderr_tty=True)
     assert quiet.returncode == 0 and quiet.stderr == ""
+    piped = run("convert", files["arrows"], tmp_path / "o.arrow")
+    assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_progress_uses_tqdm_when_installed(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("tqdm")
+    progress = Progress("convert", 4, enabled=True)
+    assert progress.bar is not None
+    progress.update(3, 30)
+    progress.update(1, 10)
+    progress.close()
+    err = capsys.readouterr().err
+    assert "convert" in err and "4/4" in err and "40 rows" in err
+
+
+def test_progress_without_tqdm_is_one_plain_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm raises ImportError
+    progress = Progress("stats", 4, enabled=True)
+    assert progress.bar is None
+    progress.update(4, 40)
+    progress.close()
+    err = capsys.readouterr().err
+    assert err.startswith("\rstats  4/4 segments, 40 rows") and err.endswith("\n")
+    off = Progress("stats", 4, enabled=False)
+    off.update(4, 40)
+    off.close()
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize(

@@ -41,3 +41,14 @@ def test_node_example_through_the_cli() -> None:
     assert code == 0, text[-3000:]
     assert "conforms to: ragged reader, ragged writer, json-rows reader, json-rows writer\n" in text
     assert "OK:" in text and not any(line.startswith("UNSUPPORTED") for line in text.splitlines())
+
+
+def test_node_example_passes_200_generated_cases_per_class() -> None:
+    """`--generated 200` through `--command`: drawn and mutated payloads agree with the reference."""
+    out = io.StringIO()
+    code = runner.main(["--command", f"{NODE} {EXAMPLE / 'impl.js'}", "--generated", "200", "--seed", "15"], out=out)
+    text = out.getvalue()
+    assert code == 0, text[-3000:]
+    for name in CLAIMS:
+        assert f"PASS        {name}: 200 generated" in text
+    assert text.count("PASS        ") == 6  # readers: valid + mutated payloads; writers: masks

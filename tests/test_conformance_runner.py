@@ -352,3 +352,50 @@ def test_pytest_pyargs_entry_point_runs_the_cases() -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     expected = sum(1 for c in CASES if "counts" in c.id or "packed" in c.id)  # -k matches substrings of ids
     assert f"{expected} passed" in proc.stdout
+
+
+class _DropsTrailingEmptyRows(ReferenceImplementation):
+    """Trims empty rows at the end of a decoded mask; declares the ragged reader class only."""
+
+    classes = ("ragged reader",)
+
+    def decode(self, form: str, payload: Any, limits: Any = None) -> Any:
+        from sampling_mask import SamplingMask
+
+        mask = super().decode(form, payload) if limits is None else super().decode(form, payload, limits)
+        rows = mask.to_rows()
+        while rows and not rows[-1]:
+            rows.pop()
+        return SamplingMask.from_rows(rows, vocab_size=mask.vocab_size, metadata=mask.metadata)
+
+
+def test_generated_cases_find_a_bug_and_print_a_pasteable_minimal_vector(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.setattr(sys.modules[__name__], "DropsTrailingEmptyRows", _DropsTrailingEmptyRows, raising=False)
+    out = io.StringIO()
+    argv = ["--impl", f"{__name__}:DropsTrailingEmptyRows", "--generated", "60", "--seed", "3"]
+    assert runner.main(argv, out=out) == 1
+    text = out.getvalue()
+    assert text.startswith("sampling-mask conformance --generated 60 --seed 3\n")
+    assert "FAIL        ragged reader: valid payload: expected 1 rows, got 0" in text  # shrunk to one empty row
+    assert "rerun with --generated 60 --seed 3" in text
+    vector = json.loads(text.split("ready to paste into a case file:\n", 1)[1].split("\nFAIL", 1)[0].split("\n\n")[0])
+    assert vector["id"] == "ragged.generated-seed-3" and vector["expected"]["mask"]["rows"] == [[]]
+    case = runner.Case(
+        id=vector["id"],
+        form="ragged",
+        op="decode",
+        description="",
+        spec="",
+        level="required",
+        input=vector["input"],
+        expected=vector["expected"],
+        file="",
+    )
+    assert runner.judge(case, ReferenceImplementation().handle(case.request()))[0] == "pass"
+    assert runner.judge(case, _DropsTrailingEmptyRows().handle(case.request()))[0] == "fail"
+    # the same seed draws the same cases: the reference agrees with itself on every one
+    out = io.StringIO()
+    assert runner.main(["--class", "ragged reader", "--generated", "60", "--seed", "3"], out=out) == 0
+    assert "OK: 1 class(es), 60 generated cases per kind" in out.getvalue()

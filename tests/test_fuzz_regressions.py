@@ -1,7 +1,8 @@
 """Every input that ever made a fuzz target fail is replayed through that target.
 
 ``fuzz/regressions/<target>/<file>``: the target must reject the input with ``SamplingMaskError`` or
-accept it and pass its own checks; any other exception fails. Inputs run in a child process, so an
+accept it and pass its own checks; any other exception fails. Each input runs twice: under the
+targets' small limits, and under ``Limits.for_untrusted_input`` with its memory bound asserted. Inputs run in a child process, so an
 input that crashes the interpreter (a segfault in a native library) fails its own case only.
 Needs no atheris: this replays, it does not fuzz.
 """
@@ -26,10 +27,11 @@ sys.path.insert(0, sys.argv[1])
 import targets
 for item in sys.argv[2:]:
     name, _, path = item.partition("=")
+    mode, _, name = name.rpartition(":")
     print(json.dumps({"start": item}), flush=True)
     try:
         with open(path, "rb") as fh:
-            targets.run_one(name, fh.read())
+            targets.run_one(name, fh.read(), untrusted=mode == "untrusted")
         result = {"done": item, "ok": True}
     except BaseException as exc:
         result = {"done": item, "ok": False, "error": "".join(traceback.format_exception(exc))[-3000:]}
@@ -44,7 +46,7 @@ def _cases() -> list[tuple[str, Path]]:
 def _replay(cases: list[tuple[str, Path]]) -> dict[str, str | None]:
     """``{"target=path": None (passed) | failure text}``; a crashed child is restarted after its input."""
     results: dict[str, str | None] = {}
-    pending = [f"{name}={path}" for name, path in cases]
+    pending = [f"{mode}{name}={path}" for name, path in cases for mode in ("", "untrusted:")]
     while pending:
         proc = subprocess.run(
             [sys.executable, "-X", "faulthandler", "-c", _CHILD, str(FUZZ), *pending],
@@ -88,9 +90,10 @@ def test_regressions_exist_and_name_known_targets() -> None:
     assert not unknown, f"regression folders name no fuzz target: {sorted(unknown)}"
 
 
+@pytest.mark.parametrize("mode", ["", "untrusted:"])
 @pytest.mark.parametrize("name,path", _cases(), ids=[f"{n}/{p.name}" for n, p in _cases()])
 def test_regression_input_only_raises_sampling_mask_error(
-    replayed: dict[str, str | None], name: str, path: Path
+    replayed: dict[str, str | None], name: str, path: Path, mode: str
 ) -> None:
-    failure = replayed[f"{name}={path}"]
-    assert failure is None, f"{name} on {path.relative_to(ROOT)}:\n{failure}"
+    failure = replayed[f"{mode}{name}={path}"]
+    assert failure is None, f"{mode}{name} on {path.relative_to(ROOT)}:\n{failure}"

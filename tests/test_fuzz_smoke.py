@@ -3,7 +3,9 @@
 Each target runs in its own process (``fuzz/run.py --seconds``, libFuzzer's ``-rss_limit_mb`` and
 ``-timeout``): an exception other than ``SamplingMaskError``, a crash, a hang or a memory blow-up
 makes the process exit non-zero and fails that target's case. Two targets run at a time (two cores).
-``SAMPLING_MASK_FUZZ_SECONDS`` sets the time per target (default 6). Skipped without atheris.
+``SAMPLING_MASK_FUZZ_SECONDS`` sets the time per target (default 6). Every target runs a second time,
+for half as long, with ``--untrusted``: under ``Limits.for_untrusted_input`` with the memory bound
+asserted per execution. Skipped without atheris.
 """
 
 from __future__ import annotations
@@ -35,15 +37,18 @@ def _names() -> list[str]:
 
 
 NAMES = _names()
+#: Each target as is, then under the untrusted-input preset ("NAME untrusted").
+RUNS = [*NAMES, *(f"{name} untrusted" for name in NAMES)]
 
 
-def _fuzz(name: str) -> tuple[int, str, list[str]]:
+def _fuzz(run: str) -> tuple[int, str, list[str]]:
+    name, _, mode = run.partition(" ")
     with tempfile.TemporaryDirectory() as tmp:
         args = [
             sys.executable,
             str(RUNNER),
             name,
-            f"--seconds={SECONDS}",
+            *(["--untrusted", f"--seconds={max(2, SECONDS // 2)}"] if mode else [f"--seconds={SECONDS}"]),
             f"--rss-limit-mb={RSS_LIMIT_MB}",
             "--timeout=20",
             f"--artifacts={tmp}",
@@ -60,7 +65,7 @@ def _fuzz(name: str) -> tuple[int, str, list[str]]:
 @pytest.fixture(scope="module")
 def runs() -> dict[str, tuple[int, str, list[str]]]:
     with ThreadPoolExecutor(PARALLEL) as pool:
-        return dict(zip(NAMES, pool.map(_fuzz, NAMES), strict=True))
+        return dict(zip(RUNS, pool.map(_fuzz, RUNS), strict=True))
 
 
 def test_every_decoder_has_a_target() -> None:
@@ -70,7 +75,7 @@ def test_every_decoder_has_a_target() -> None:
     assert any(name.startswith("adapter_") for name in NAMES)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", RUNS)
 def test_fuzz_target_finds_nothing(runs: dict[str, tuple[int, str, list[str]]], name: str) -> None:
     code, log, artifacts = runs[name]
     interesting = [line for line in log.splitlines() if not line.startswith("INFO: Instrumenting")]

@@ -2,12 +2,10 @@
 
 Every case is a payload of at most a few KB whose header declares gigabytes or terabytes (rows, nnz,
 dense shape, vocab, base64 length, Arrow lengths, compressed sizes, msgpack lengths). Each must raise
-the listed error code. The cases run in a child process (this file run as a script): it warms every
-decoder up on valid input, then records the peak RSS (``resource.getrusage``) and, on Linux, the peak
-virtual size (``VmPeak``: it also sees a huge allocation never touched) after each case. Each case runs in
-a fork of the warmed-up child, whose high-water marks start afresh, so neither earlier tests in the
-pytest process nor earlier cases can hide a case's peak. The parent asserts the codes and that
-neither peak grew by more than a small bound. POSIX only (``fork``, ``resource``).
+the listed error code. The cases run in a child process (this file run as a script, :mod:`memory_probe`): it warms every
+decoder up on valid input, then runs each case in a fork and records the growth of its peak RSS and,
+on Linux, its peak virtual size (``VmPeak``: it also sees a huge allocation never touched). The
+parent asserts the codes and that neither peak grew by more than a small bound. POSIX only.
 """
 
 from __future__ import annotations
@@ -16,13 +14,13 @@ import base64
 import json
 import os
 import struct
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from memory_probe import child_main, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Peak RSS may grow this much over the warmed-up baseline across all cases together.
@@ -84,6 +82,7 @@ def _arrow_with_vocab(vocab: str) -> bytes:
     import pyarrow as pa
 
     import sampling_mask
+    import sampling_mask.codecs.arrow
 
     table = sampling_mask.codecs.arrow.table_from_mask(sampling_mask.SamplingMask.from_rows([[1]]))
     meta = dict(table.schema.metadata)
@@ -232,7 +231,7 @@ CASES: dict[str, tuple[Callable[[], bytes], Callable[[bytes], Any], set[str]]] =
     "base64 shape [2**26, 64] (16 GiB)": (
         lambda: _json({"data": "AAAA", "shape": [1 << 26, 64], "dtype": "int32"}),
         _decode("base64"),
-        {"E_BYTES"},
+        {"E_BYTES", "E_LIMIT"},  # E_LIMIT: the mask it declares (16 GiB of ids + offsets) is over max_bytes
     ),
     "base64 shape [1, 2**40]": (
         lambda: _json({"data": "AAAA", "shape": [1, 1 << 40], "dtype": "int64"}),
@@ -302,22 +301,6 @@ CASES: dict[str, tuple[Callable[[], bytes], Callable[[bytes], Any], set[str]]] =
 
 
 # ---------------------------------------------------------------------------------------------- child
-def _peaks() -> tuple[int, int]:
-    """(peak RSS in MiB from getrusage, peak virtual size in MiB or 0 where /proc is missing)."""
-    import resource  # POSIX only; the child runs only where fork exists
-
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // (1024 if sys.platform != "darwin" else 1 << 20)
-    vm = 0
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmPeak:"):
-                    vm = int(line.split()[1]) // 1024
-    except OSError:
-        pass
-    return rss, vm
-
-
 def _warm_up() -> None:
     """Run every decoder once on valid input, so lazy imports and pools are in the baseline."""
     import sampling_mask
@@ -336,43 +319,6 @@ def _warm_up() -> None:
     mask.to_bitmask()
 
 
-def _run_case(label: str, data: bytes) -> dict[str, Any]:
-    from sampling_mask import SamplingMaskError
-
-    base_rss, base_vm = _peaks()
-    try:
-        CASES[label][1](data)
-        code = "OK"
-    except SamplingMaskError as exc:
-        code = exc.code.value
-    except BaseException as exc:  # reported, not raised: the parent names the case
-        code = f"{type(exc).__name__}: {exc}"[:300]
-    rss, vm = _peaks()
-    return {"case": label, "code": code, "size": len(data), "rss": rss - base_rss, "vm": vm - base_vm}
-
-
-def child() -> None:
-    """Warm up, then run each case in a fork of this process: a fork starts with fresh peaks
-    (its high-water marks begin at the current size), so one case's peak never hides another's."""
-    payloads = {label: build() for label, (build, _, _) in CASES.items()}
-    _warm_up()
-    for label, data in payloads.items():
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the fork: run one case, report, leave without cleanup
-            os.close(read_end)
-            with os.fdopen(write_end, "w") as out:
-                out.write(json.dumps(_run_case(label, data)))
-            os._exit(0)
-        os.close(write_end)
-        with os.fdopen(read_end) as report:
-            text = report.read()
-        _, status = os.waitpid(pid, 0)
-        event = json.loads(text) if text else {"case": label, "code": f"the fork died (status {status})"}
-        event.setdefault("size", len(data))
-        print(json.dumps(event), flush=True)
-
-
 # ---------------------------------------------------------------------------------------------- parent
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict[str, Any]]:
@@ -380,13 +326,7 @@ def results() -> dict[str, dict[str, Any]]:
         pytest.skip("needs fork")
     pytest.importorskip("pyarrow")
     pytest.importorskip("msgpack")
-    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = {}
-    for line in proc.stdout.splitlines():
-        event = json.loads(line)
-        out[event["case"]] = event
-    return out
+    return run_child(__file__)
 
 
 @pytest.mark.parametrize("label", list(CASES))
@@ -443,4 +383,4 @@ def test_compressed_batch_over_the_limit_is_refused_before_decompression_after_g
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    child()
+    child_main(((label, build, call) for label, (build, call, _) in CASES.items()), _warm_up)

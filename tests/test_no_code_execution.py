@@ -63,7 +63,6 @@ NUMPY_LOADERS = frozenset({"numpy.load"})
 
 #: (path under sampling_mask/, enclosing function) -> why the computed module name is not payload content.
 ALLOWED_DYNAMIC_IMPORTS = {
-    ("cli.py", "_delegate"): "module name from the fixed DELEGATED table of sub-commands",
     ("conformance/protocol.py", "load_python_implementation"): (
         "the operator names the implementation under test on the command line; payloads never reach it"
     ),

@@ -71,6 +71,7 @@ def test_readme_block_runs(line: int, code: str, skip: str | None, tmp_path: Pat
     if skip is not None:
         pytest.skip(f"README line {line}: {skip}")
     args = _as_package(code, tmp_path) if _RELATIVE_IMPORT.search(code) else ["-c", code]
+    args = ["-W", "error::DeprecationWarning:__main__", *args]  # the README shows no deprecated call
     result = subprocess.run(
         [sys.executable, *args], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120
     )

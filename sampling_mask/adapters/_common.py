@@ -49,7 +49,9 @@ def get_field(obj: Any, name: str, default: Any = MISSING, *, where: str | None 
 def int_array(value: Any, dtype: type, *, field: str, ndim: int = 1) -> np.ndarray:
     """A C-contiguous integer array (numpy, torch or lists); see :func:`layouts.as_int_array`."""
     try:
-        host = as_host_array(value)
+        host = as_host_array(value, field=field)
+    except SamplingMaskError:
+        raise
     except (TypeError, ValueError) as exc:
         raise SamplingMaskError(ErrorCode.E_DTYPE, f"not an integer array: {exc}", field=field) from None
     return layouts.as_int_array(host, dtype, field=field, ndim=ndim)

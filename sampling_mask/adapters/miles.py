@@ -99,10 +99,29 @@ def to_sample_fields(mask: SamplingMask) -> list[dict[str, list[int]]]:
     return out
 
 
+def _check_normalized(mask: SamplingMask) -> None:
+    """``RolloutSamplingMask`` refuses logprobs that are not finite, above 0, or whose row mass is not 1
+    (``math.isclose(mass, 1, rel_tol=1e-4, abs_tol=1e-6)``): ``E_RANGE`` naming the row."""
+    lp = mask.support_logprobs
+    if lp is None or mask.num_rows == 0:
+        return
+    lp64 = lp.astype(np.float64)
+    bad_value = ~np.isfinite(lp64) | (lp64 > 1e-6)
+    mass = np.add.reduceat(np.exp(np.where(bad_value, 0.0, lp64)), mask.offsets[:-1])
+    bad_row = np.maximum.reduceat(bad_value, mask.offsets[:-1]) | ~np.isclose(mass, 1.0, rtol=1e-4, atol=1e-6)
+    if bad_row.any():
+        row = int(np.flatnonzero(bad_row)[0])
+        raise SamplingMaskError(
+            ErrorCode.E_RANGE, "support logprobs must be normalized log-probabilities", row=row, field="logprobs"
+        )
+
+
 def to_rollout_sampling_masks(mask: SamplingMask) -> list[dict[str, np.ndarray | None]]:
     """Per segment, the keyword arguments of ``RolloutSamplingMask(ids=, offsets=, logprobs=)``: int32
-    ids, int64 offsets, float32 ``support_logprobs`` (``None`` without). An empty row is ``E_OFFSETS``."""
+    ids, int64 offsets, float32 ``support_logprobs`` (``None`` without). As upstream's constructor,
+    an empty row is refused (``E_OFFSETS``) and so are logprobs that do not normalize per row (``E_RANGE``)."""
     check_rows_nonempty(mask, "rows")
+    _check_normalized(mask)
     out: list[dict[str, np.ndarray | None]] = []
     for b in range(mask.num_segments):
         seg = mask.segment(b)

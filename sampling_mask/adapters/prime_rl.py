@@ -45,6 +45,7 @@ __all__ = [
     "to_payload",
     "to_trainer_tensor",
     "to_wire",
+    "unshift",
 ]
 
 #: prime-rl's capture width (``kept_tokens.py`` ``SAMPLING_MASK_MAX``): wider kept sets ship count 0.
@@ -255,7 +256,7 @@ def from_trainer_tensor(tensor: Any, cu_seqlens: Any = None, **kwargs: Any) -> S
         dense = dense[0]
     shifted = SamplingMask.from_dense(dense, **kwargs)
     if cu_seqlens is not None:
-        shifted = shifted.with_companions(cu_seqlens=cu_seqlens)
+        shifted = shifted.replace(cu_seqlens=cu_seqlens)
     return unshift(shifted)
 
 

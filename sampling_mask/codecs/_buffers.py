@@ -24,6 +24,7 @@ __all__ = [
     "array_from_buffer",
     "base64_decoded_length",
     "decode_base64",
+    "input_view",
     "wire_dtype",
     "wire_dtype_name",
     "wire_shape",
@@ -40,6 +41,29 @@ WIRE_DTYPES: dict[str, np.dtype[Any]] = {
 
 _MAX_DIMS = 8
 _BASE64_ALPHABET = re.compile(rb"[A-Za-z0-9+/]*={0,2}")
+
+
+def input_view(data: Any, *, copy: bool = False) -> memoryview:
+    """A flat read-only byte view of the payload ``data``, or ``E_ENCODING`` when it is not bytes-like.
+
+    Decoded arrays may view it, so a *writable* buffer (``bytearray``, a writable memoryview or
+    array) is copied once first: the caller changing it later cannot change validated ids.
+    ``copy=True`` copies any input (the mask then never keeps the caller's buffer alive).
+    """
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise SamplingMaskError(
+            ErrorCode.E_ENCODING, f"input must be bytes-like, not {type(data).__name__}", value=type(data).__name__
+        ) from None
+    if view.ndim != 1 or view.format not in ("B", "b", "c"):
+        try:
+            view = view.cast("B")
+        except TypeError:  # a non-contiguous view
+            view = memoryview(view.tobytes())
+    if copy or not view.readonly:
+        view = memoryview(view.tobytes())
+    return view
 
 
 def wire_dtype(name: Any, allowed: Collection[str], *, field: str) -> np.dtype[Any]:
@@ -149,4 +173,7 @@ def decode_base64(text: Any, expected_nbytes: int, limits: Limits, *, field: str
         raise SamplingMaskError(ErrorCode.E_ENCODING, f"invalid base64: {exc}", field=field) from None
     if len(out) != expected_nbytes:  # pragma: no cover - guaranteed by the length arithmetic above
         raise SamplingMaskError(ErrorCode.E_BYTES, "base64 length mismatch", field=field, value=len(out))
+    tail = len(out) % 3
+    if tail and binascii.b2a_base64(out[len(out) - tail :], newline=False) != raw[-4:]:
+        raise SamplingMaskError(ErrorCode.E_ENCODING, "base64 padding bits must be zero (non-canonical)", field=field)
     return out

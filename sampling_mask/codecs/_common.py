@@ -10,6 +10,8 @@ the object ``{"float": "NaN" | "Infinity" | "-Infinity"}`` so that JSON stays st
 from __future__ import annotations
 
 import math
+import os
+import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -51,11 +53,21 @@ def check_version(value: Any, *, field: str = VERSION_KEY) -> None:
         )
 
 
+def _outside() -> int:
+    """The ``stacklevel`` of the caller's first frame outside this package, so that a warning names
+    the user's line (Python shows a DeprecationWarning by default only there, in ``__main__``)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(2), 2  # level 1 is our caller, the function that warns
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def compact_layout(layout: str, compact: bool | None, allowed: tuple[str, ...]) -> str:
     """The layout an encoder was asked for: ``layout`` (one of ``allowed``), or the deprecated
     ``compact=True`` spelling of ``layout="compact"`` (warns; removed in the next release)."""
     if compact is not None:
-        warnings.warn('compact=True is deprecated; pass layout="compact"', DeprecationWarning, stacklevel=3)
+        warnings.warn('compact=True is deprecated; pass layout="compact"', DeprecationWarning, stacklevel=_outside())
         if compact:
             layout = "compact"
     if layout not in allowed:

@@ -1,12 +1,18 @@
-"""Bounds on Arrow IPC decompression, checked before pyarrow decompresses anything.
+"""Bounds on Arrow IPC input, read from the message metadata before pyarrow reads a batch.
 
 A compressed IPC record batch stores each body buffer as an 8-byte little-endian *uncompressed
 length* followed by the LZ4-frame / ZSTD data (``-1``: stored uncompressed). pyarrow allocates that
 declared length before it decompresses, so a few bytes can ask for a terabyte. This module reads the
-message metadata (FlatBuffers: ``Message`` -> ``RecordBatch`` / ``DictionaryBatch`` -> ``buffers``,
-``compression``) of every complete message and raises ``E_LIMIT`` when the declared uncompressed
-sizes of one batch add up to more than ``Limits.max_bytes`` (:func:`batch_sizes` reads them,
-:func:`check` compares; the Arrow codec checks each batch just before it reads it).
+message metadata (FlatBuffers: ``Message`` -> ``RecordBatch`` / ``DictionaryBatch`` -> ``nodes``,
+``buffers``, ``compression``; ``Message.custom_metadata`` for the legacy V4
+``ARROW:experimental_compression`` key, which compresses a batch without the ``compression``
+field) of every complete message. The *cost* of a batch is what reading it may allocate: the
+uncompressed sizes its compressed buffers declare plus 16 bytes for every element of every field
+node (offsets widened to int64, ids, companions, and the validation's temporaries); :func:`check` compares a cost with
+``Limits.max_bytes`` (``E_LIMIT``). An IPC file footer listing one block twice, or blocks that
+overlap, is ``E_ENCODING`` (a 200 KB file could otherwise name one batch a thousand times). A
+stream that ends after a complete message without the end-of-stream marker is reported as not
+``complete``.
 
 Invariant: only reads inside the given buffers (every FlatBuffers offset and every body range is
 bounds-checked; a malformed table is left for pyarrow to reject); allocates nothing sized by the
@@ -17,18 +23,29 @@ error, after the complete batches before it).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import Limits
 
-__all__ = ["batch_sizes", "check"]
+__all__ = ["IpcCosts", "batch_costs", "check"]
 
 _HEADER_DICTIONARY_BATCH = 2
 _HEADER_RECORD_BATCH = 3
 _CONTINUATION = 0xFFFFFFFF
 _FILE_MAGIC = b"ARROW1"
+_LEGACY_COMPRESSION_KEY = b"ARROW:experimental_compression"
+#: Bytes a reader may build per field-node element: an offset widened to int64 (or an id, a
+#: companion value) and the validation's temporaries over it.
+_NODE_ELEMENT_BYTES = 16
+
+
+class IpcCosts(NamedTuple):
+    """What reading an IPC file / stream may allocate, from its metadata alone."""
+
+    batches: list[int]  # cost of each record batch, in reading order
+    dictionaries: int  # cost of all dictionary batches together
+    complete: bool  # a stream ends with its end-of-stream marker (a file: always True)
 
 
 class _Malformed(Exception):
@@ -64,6 +81,22 @@ class _Table:
         at = self.pos + off
         return _Table(self.buf, at + _u32(self.buf, at))
 
+    def vector(self, index: int) -> tuple[int, int]:
+        """(position of the first element, count) of a vector of 4-byte table / string offsets."""
+        return self.structs(index, 4)
+
+    def string(self, index: int) -> bytes:
+        """A string field's bytes (empty when absent)."""
+        off = self._field(index)
+        if not off:
+            return b""
+        at = self.pos + off
+        start = at + _u32(self.buf, at)
+        size = _u32(self.buf, start)
+        if start + 4 + size > len(self.buf):
+            raise _Malformed
+        return bytes(self.buf[start + 4 : start + 4 + size])
+
     def structs(self, index: int, size: int) -> tuple[int, int]:
         """(position of the first element, count) of a vector of fixed-size structs."""
         off = self._field(index)
@@ -96,11 +129,19 @@ def _i32(buf: memoryview, pos: int) -> int:
     return _unpack("<i", buf, pos)
 
 
-def _declared_uncompressed(metadata: memoryview, body: memoryview) -> tuple[int, int]:
-    """(message header type, sum of the uncompressed lengths its compressed buffers declare).
+def _legacy_compressed(message: _Table) -> bool:
+    """``Message.custom_metadata`` (field 4) holds the V4 ``ARROW:experimental_compression`` key."""
+    first, count = message.vector(4)
+    for i in range(count):
+        at = first + 4 * i
+        entry = _Table(message.buf, at + _u32(message.buf, at))
+        if entry.string(0) == _LEGACY_COMPRESSION_KEY:  # KeyValue field 0: key
+            return True
+    return False
 
-    The sum is 0 for a batch that is not compressed and for messages that are not batches.
-    """
+
+def _cost(metadata: memoryview, body: memoryview) -> tuple[int, int]:
+    """(message header type, what reading the message may allocate); 0 for messages that are not batches."""
     message = _Table(metadata, _u32(metadata, 0))
     kind = message.scalar(1, "<B", 0)
     if kind not in (_HEADER_DICTIONARY_BATCH, _HEADER_RECORD_BATCH):
@@ -108,10 +149,15 @@ def _declared_uncompressed(metadata: memoryview, body: memoryview) -> tuple[int,
     batch = message.table(2)
     if batch is not None and kind == _HEADER_DICTIONARY_BATCH:
         batch = batch.table(1)  # DictionaryBatch.data
-    if batch is None or batch.table(3) is None:  # RecordBatch field 3: compression (absent: none)
+    if batch is None:
         return kind, 0
-    first, count = batch.structs(2, 16)  # field 2: buffers, struct Buffer {offset: long, length: long}
     total = 0
+    first, count = batch.structs(1, 16)  # field 1: nodes, struct FieldNode {length: long, null_count: long}
+    for i in range(count):
+        total += _NODE_ELEMENT_BYTES * max(_unpack("<q", metadata, first + 16 * i), 0)
+    if batch.table(3) is None and not _legacy_compressed(message):  # field 3: compression (absent: none)
+        return kind, total
+    first, count = batch.structs(2, 16)  # field 2: buffers, struct Buffer {offset: long, length: long}
     for i in range(count):
         offset = _unpack("<q", metadata, first + 16 * i)
         length = _unpack("<q", metadata, first + 16 * i + 8)
@@ -124,66 +170,86 @@ def _declared_uncompressed(metadata: memoryview, body: memoryview) -> tuple[int,
 
 
 def check(total: int, limits: Limits, what: str) -> None:
-    """``E_LIMIT`` when ``total`` declared uncompressed bytes exceed ``limits.max_bytes``."""
+    """``E_LIMIT`` when reading ``what`` may allocate ``total`` bytes, more than ``limits.max_bytes``."""
     if total > limits.max_bytes:
         raise SamplingMaskError(
             ErrorCode.E_LIMIT,
-            f"{what} declares {total} uncompressed bytes, over the limit {limits.max_bytes}",
+            f"{what} declares {total} bytes of arrays (uncompressed), over the limit {limits.max_bytes}",
             field="compression",
             value=total,
         )
 
 
-def _messages(data: memoryview, pos: int, end: int) -> Iterator[tuple[memoryview, memoryview]]:
-    """(metadata, body) of each complete encapsulated message from ``pos`` until end of stream."""
-    while pos + 8 <= end:
+def _messages(data: memoryview, pos: int, end: int) -> tuple[list[tuple[memoryview, memoryview]], bool]:
+    """(metadata, body) of each complete encapsulated message from ``pos``, and whether they end at
+    an end-of-stream marker (a zero length)."""
+    out: list[tuple[memoryview, memoryview]] = []
+    while pos + 4 <= end:
         marker = _u32(data, pos)
         if marker == _CONTINUATION:
+            if pos + 8 > end:
+                return out, False
             length = _i32(data, pos + 4)
             pos += 8
         else:  # pre-0.15 streams: the length without a continuation marker
             length = _i32(data, pos)
             pos += 4
-        if length <= 0 or pos + length > end:
-            return
+        if length == 0:
+            return out, True
+        if length < 0 or pos + length > end:
+            return out, False
         metadata = data[pos : pos + length]
         pos += length
         try:
             body_length = _Table(metadata, _u32(metadata, 0)).scalar(3, "<q", 0)
         except _Malformed:
-            return
+            return out, False
         if body_length < 0 or pos + body_length > end:
-            return
-        yield metadata, data[pos : pos + body_length]
+            return out, False
+        out.append((metadata, data[pos : pos + body_length]))
         pos += body_length
+    return out, False
 
 
-def _stream_sizes(view: memoryview) -> tuple[list[int], int]:
+def _stream_costs(view: memoryview) -> IpcCosts:
     batches: list[int] = []
     dictionaries = 0
-    for metadata, body in _messages(view, 0, len(view)):
+    messages, complete = _messages(view, 0, len(view))
+    for metadata, body in messages:
         try:
-            kind, total = _declared_uncompressed(metadata, body)
+            kind, total = _cost(metadata, body)
         except _Malformed:
-            break
+            return IpcCosts(batches, dictionaries, False)
         if kind == _HEADER_RECORD_BATCH:
             batches.append(total)
         else:
             dictionaries += total
-    return batches, dictionaries
+    return IpcCosts(batches, dictionaries, complete)
 
 
-def _file_sizes(view: memoryview) -> tuple[list[int], int]:
+def _check_blocks(blocks: list[tuple[int, int]]) -> None:
+    """Footer blocks (offset, end) must be distinct and disjoint, else ``E_ENCODING``."""
+    ordered = sorted(blocks)
+    for (start, end), (next_start, _) in zip(ordered, ordered[1:], strict=False):
+        if next_start < end:
+            what = "twice" if next_start == start else "overlapping another"
+            raise SamplingMaskError(
+                ErrorCode.E_ENCODING, f"the file footer lists the block at byte {next_start} {what}", value=next_start
+            )
+
+
+def _file_costs(view: memoryview) -> IpcCosts:
     size = len(view)
     batches: list[int] = []
     dictionaries = 0
     if size < 18 or bytes(view[:6]) != _FILE_MAGIC or bytes(view[size - 6 :]) != _FILE_MAGIC:
-        return batches, dictionaries
+        return IpcCosts(batches, dictionaries, True)
+    blocks: list[tuple[int, int]] = []
     try:
         footer_length = _i32(view, size - 10)
         start = size - 10 - footer_length
         if footer_length <= 0 or start < 8:
-            return batches, dictionaries
+            return IpcCosts(batches, dictionaries, True)
         footer = view[start : size - 10]
         table = _Table(footer, _u32(footer, 0))
         # Footer fields 2 and 3: dictionaries and recordBatches, vectors of
@@ -196,21 +262,23 @@ def _file_sizes(view: memoryview) -> tuple[list[int], int]:
                 meta_length = _unpack("<i", footer, at + 8)
                 body_length = _unpack("<q", footer, at + 16)
                 total = 0
-                if offset >= 0 and meta_length > 0 and body_length >= 0 and offset + meta_length + body_length <= size:
-                    for metadata, body in _messages(view, offset, offset + meta_length + body_length):
-                        total = _declared_uncompressed(metadata, body)[1]
-                        break
+                end = offset + meta_length + body_length
+                if offset >= 0 and meta_length > 0 and body_length >= 0 and end <= size:
+                    blocks.append((offset, end))
+                    messages, _ = _messages(view, offset, end)
+                    if messages:
+                        total = _cost(*messages[0])[1]
                 if field == 2:
                     dictionaries += total
                 else:
                     batches.append(total)
     except _Malformed:
         pass
-    return batches, dictionaries
+    _check_blocks(blocks)
+    return IpcCosts(batches, dictionaries, True)
 
 
-def batch_sizes(data: Any, fmt: str) -> tuple[list[int], int]:
-    """(declared uncompressed bytes of each record batch, in reading order; of all dictionary batches)
-    for IPC file (``"arrow"``) or stream (``"arrows"``) bytes. 0 for an uncompressed batch."""
+def batch_costs(data: Any, fmt: str) -> IpcCosts:
+    """:class:`IpcCosts` of IPC file (``"arrow"``) or stream (``"arrows"``) bytes."""
     view = memoryview(data).cast("B")
-    return _file_sizes(view) if fmt == "arrow" else _stream_sizes(view)
+    return _file_costs(view) if fmt == "arrow" else _stream_costs(view)

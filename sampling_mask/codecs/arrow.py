@@ -38,9 +38,10 @@ import numpy as np
 
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output
 from ..core.model import COMPANIONS, SamplingMask, concat
-from . import _ipc_bounds
+from . import _ipc_bounds, _parquet_bounds
+from ._buffers import input_view
 from ._common import (
     SPEC_MAJOR,
     check_id_order,
@@ -341,20 +342,26 @@ class Writer:
         self._schema: Any = None
         self._writer: Any = None
         self._owned_sink: Any = None
+        self._closed = False
         self.batches_written = 0
 
     @classmethod
     def to_path(cls, path: Any, fmt: str, **opts: Any) -> Writer:
-        """A writer that creates (truncates) the file at ``path`` and closes it on :meth:`close`."""
+        """A writer to a temporary file next to ``path``, renamed over it by :meth:`close` and removed
+        instead when the ``with`` block raises (or on :meth:`abort`): a reader never sees a partial file."""
         import pyarrow as pa
 
-        sink = pa.OSFile(os.fspath(path), "wb")
+        from ._files import atomic_path
+
+        files = contextlib.ExitStack()
+        tmp = files.enter_context(atomic_path(path))
         try:
+            sink = files.enter_context(contextlib.closing(pa.OSFile(tmp, "wb")))
             writer = cls(sink, fmt, **opts)
-        except BaseException:
-            sink.close()
+        except BaseException as exc:
+            files.__exit__(type(exc), exc, exc.__traceback__)
             raise
-        writer._owned_sink = sink
+        writer._owned_sink = files
         return writer
 
     def _open(self, pa: Any) -> None:
@@ -407,21 +414,46 @@ class Writer:
         self.batches_written += 1
 
     def close(self) -> None:
-        """Finish the file (an IPC file needs its footer). A writer that wrote nothing writes nothing."""
+        """Finish the file (an IPC file needs its footer). A writer that wrote nothing writes a valid
+        file with no batches (the empty mask, spec 9.3)."""
+        if self._closed:
+            return
+        self._closed = True
         try:
+            if self._writer is None and self._plan is None:
+                import pyarrow as pa
+
+                empty = SamplingMask(np.zeros(0, np.int32), np.zeros(1, np.int64), cu_seqlens=np.zeros(1, np.int64))
+                plan = _plan(empty, large_lists=self._large_lists, compact=self._compact, id_order=self._id_order)
+                self._schema = _batch(empty, plan, None).schema
+                self._open(pa)
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
-        finally:
-            if self._owned_sink is not None:
-                self._owned_sink.close()
-                self._owned_sink = None
+        except BaseException as exc:
+            self.abort(exc)
+            raise
+        if self._owned_sink is not None:
+            self._owned_sink, files = None, self._owned_sink
+            files.close()
+
+    def abort(self, exc: BaseException | None = None) -> None:
+        """Give up: a file opened with :meth:`to_path` is removed, the old file at the path stays."""
+        self._closed = True
+        self._writer = None
+        if self._owned_sink is not None:
+            self._owned_sink, files = None, self._owned_sink
+            error = exc if exc is not None else RuntimeError("writer aborted")
+            files.__exit__(type(error), error, error.__traceback__)
 
     def __enter__(self) -> Writer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self.abort(exc)
 
 
 def encode(
@@ -542,8 +574,9 @@ def _compact_column(batch: Any, cu_rows: Any, limits: Limits) -> tuple[np.ndarra
     if row_counts.size and min(int(row_counts.min()), int(nnz_counts.min())) < 0:
         raise SamplingMaskError(ErrorCode.E_RANGE, "counts must be >= 0", field=COMPACT_ROWS_COLUMN)
     # Python ints: the sums cannot overflow, and are checked before anything is allocated.
-    check_count(sum(row_counts.tolist()), limits.max_rows, "row count", field=COMPACT_ROWS_COLUMN)
-    check_count(sum(nnz_counts.tolist()), limits.max_nnz, "id count", field=COMPACT_NNZ_COLUMN)
+    total_rows = check_count(sum(row_counts.tolist()), limits.max_rows, "row count", field=COMPACT_ROWS_COLUMN)
+    total_nnz = check_count(sum(nnz_counts.tolist()), limits.max_nnz, "id count", field=COMPACT_NNZ_COLUMN)
+    check_output(limits, total_rows, total_nnz, segments=len(row_counts), field=COMPACT_COLUMN)
     ids_parts, offset_parts = [], [np.zeros(1, np.int64)]
     base = 0
     for b in range(len(blobs)):
@@ -669,10 +702,10 @@ def _join(masks: list[SamplingMask], header: _Header, schema: Any, limits: Limit
     return masks[0] if len(masks) == 1 else concat(masks)
 
 
-def _source(data: Any) -> Any:
+def _source(data: Any, *, copy: bool = False) -> Any:
     import pyarrow as pa
 
-    buf = data if isinstance(data, pa.Buffer) else pa.py_buffer(memoryview(data))
+    buf = data if isinstance(data, pa.Buffer) and not copy else pa.py_buffer(input_view(data, copy=copy))
     return pa.BufferReader(buf)
 
 
@@ -680,8 +713,10 @@ def _map_file(path: Any) -> Any:
     """The file memory-mapped. Missing / unreadable files raise the usual ``OSError``."""
     import pyarrow as pa
 
+    from ._files import check_regular
+
     path = os.fspath(path)
-    if os.stat(path).st_size == 0:
+    if check_regular(path).st_size == 0:
         raise SamplingMaskError(ErrorCode.E_ENCODING, "empty file", field=str(path)[-80:])
     with _arrow_errors("memory map"):
         return pa.memory_map(path)
@@ -703,18 +738,23 @@ def _empty_batch(schema: Any) -> Any:
 
 
 class _BatchSource:
-    """Opens an IPC file / IPC stream / Parquet source and hands out its record batches in order."""
+    """Opens an IPC file / IPC stream / Parquet source and hands out its record batches in order.
+
+    ``costs``: what reading each batch may allocate, known before it is read (:mod:`._ipc_bounds`,
+    :mod:`._parquet_bounds`); ``complete``: False for an IPC stream without its end-of-stream marker.
+    """
 
     def __init__(self, source: Any, fmt: str, limits: Limits, batch_size: int | None) -> None:
         import pyarrow as pa
 
         self.fmt = fmt
         self._limits = limits
-        # Declared uncompressed bytes per batch, read before pyarrow decompresses (and allocates) them.
-        self._declared: list[int] = []
+        self.costs: list[int] = []
+        self.complete = True
         if fmt in ("arrow", "arrows"):
-            self._declared, dictionaries = _ipc_bounds.batch_sizes(_whole(source), fmt)
-            _ipc_bounds.check(dictionaries, limits, "the dictionary batches")
+            costs = _ipc_bounds.batch_costs(_whole(source), fmt)
+            _ipc_bounds.check(costs.dictionaries, limits, "the dictionary batches")
+            self.costs, self.complete = costs.batches, costs.complete
         with _arrow_errors(f"{fmt} input"):
             if fmt == "arrow":
                 self._reader = pa.ipc.open_file(source)
@@ -725,22 +765,23 @@ class _BatchSource:
             else:
                 import pyarrow.parquet as pq
 
+                # Costs first, from our own reading of the footer (see _parquet_bounds).
+                self.costs = _parquet_bounds.row_group_costs(_whole(source))
                 self._reader = pq.ParquetFile(source)
                 self.schema = self._reader.schema_arrow
-                # Uncompressed sizes the footer declares per row group, checked before a group is read.
-                meta = self._reader.metadata
-                self._declared = [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
+                if len(self.costs) != self._reader.num_row_groups:  # pragma: no cover - one footer, two readers
+                    raise SamplingMaskError(ErrorCode.E_ENCODING, "the Parquet footer's row groups disagree")
                 if batch_size is not None:
-                    for index, declared in enumerate(self._declared):
-                        _ipc_bounds.check(declared, limits, f"row group {index}")
+                    for index, cost in enumerate(self.costs):
+                        _ipc_bounds.check(cost, limits, f"row group {index}")
                 self._pieces = None if batch_size is None else self._reader.iter_batches(batch_size=batch_size)
             self.header = _read_header(self.schema, limits)
 
     def batch(self, index: int) -> Any:
         """Batch ``index`` (called with 0, 1, 2, ...), or None after the last one."""
-        if index < len(self._declared) and (self.fmt != "parquet" or self._pieces is None):
+        if index < len(self.costs) and (self.fmt != "parquet" or self._pieces is None):
             what = f"row group {index}" if self.fmt == "parquet" else f"record batch {index}"
-            _ipc_bounds.check(self._declared[index], self._limits, what)
+            _ipc_bounds.check(self.costs[index], self._limits, what)
         if self.fmt == "arrow":
             return self._reader.get_batch(index) if index < self._reader.num_record_batches else None
         if self.fmt == "arrows":
@@ -762,6 +803,13 @@ def _masks(reader: _BatchSource, limits: Limits, validate: bool) -> Iterator[Sam
         with _arrow_errors(f"{reader.fmt} input", batches=done):
             batch = reader.batch(done)
             if batch is None:
+                if not reader.complete:
+                    raise SamplingMaskError(
+                        ErrorCode.E_ENCODING,
+                        "the stream ends without its end-of-stream marker (cut short?)",
+                        field="end-of-stream",
+                        value=done,
+                    )
                 return
             mask = _mask_from_batch(batch, reader.header, limits, validate)
         done += 1
@@ -788,11 +836,14 @@ def iter_masks(
         yield from _masks(_BatchSource(stream, fmt, limits, batch_size), limits, validate)
 
 
-def decode(data: Any, fmt: str = "arrow", *, limits: Limits = DEFAULT_LIMITS, validate: bool = True) -> SamplingMask:
-    """A mask from IPC file / stream / Parquet bytes (views of ``data`` where the format allows)."""
+def decode(
+    data: Any, fmt: str = "arrow", *, limits: Limits = DEFAULT_LIMITS, validate: bool = True, copy: bool = False
+) -> SamplingMask:
+    """A mask from IPC file / stream / Parquet bytes: read-only views of ``data`` where the format
+    allows and ``data`` is immutable, of a private copy when it is writable or ``copy=True``."""
     if fmt not in FORMATS:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{fmt!r} is not an Arrow format", value=fmt)
-    return _read_all(_source(data), fmt, limits, validate)
+    return _read_all(_source(data, copy=copy), fmt, limits, validate)
 
 
 def load(path: Any, fmt: str = "arrow", *, limits: Limits = DEFAULT_LIMITS, validate: bool = True) -> SamplingMask:
@@ -804,6 +855,8 @@ def load(path: Any, fmt: str = "arrow", *, limits: Limits = DEFAULT_LIMITS, vali
 
 def _read_all(source: Any, fmt: str, limits: Limits, validate: bool) -> SamplingMask:
     reader = _BatchSource(source, fmt, limits, None)
+    # The batches are joined into one mask: together they are one decode's output.
+    _ipc_bounds.check(sum(reader.costs), limits, "all record batches together")
     return _join(list(_masks(reader, limits, validate)), reader.header, reader.schema, limits)
 
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
 
 __all__ = ["BLOCK", "LAYOUT", "decode_ragged", "encode_ragged", "encoded_size"]
 
@@ -301,6 +301,7 @@ def decode_ragged(
             raise _error(ErrorCode.E_SCHEMA, f"{name} must be an integer", field=name)
     num_rows = check_count(num_rows, limits.max_rows, "row count", field="num_rows")
     nnz = check_count(nnz, limits.max_nnz, "id count", field="nnz")
+    check_output(limits, num_rows, nnz, field=_FIELD)
     if data.size < num_rows:
         raise _error(
             ErrorCode.E_BYTES, f"{data.size} bytes cannot hold {num_rows} row lengths", field="compact.row_lengths"

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
 from ..core.model import SamplingMask
 from ._buffers import array_from_buffer, decode_base64, wire_dtype, wire_shape
 from ._common import (
@@ -53,7 +53,7 @@ from ._common import (
     parse_id_order,
 )
 
-__all__ = ["FORMATS", "BASE64_DTYPES", "decode", "detect", "encode", "parse"]
+__all__ = ["FORMATS", "BASE64_DTYPES", "decode", "detect", "encode", "parse", "parse_cost"]
 
 FORMATS = ("json", "json-rows", "base64")
 #: dtypes the base64 envelope may declare for a mask (values must fit int32).
@@ -88,8 +88,25 @@ def _reject_constant(name: str) -> Any:
     raise SamplingMaskError(ErrorCode.E_ENCODING, f"{name} is not JSON; write non-finite floats as strings", value=name)
 
 
+#: Upper estimates of what ``json.loads`` builds (CPython): per list or object (with its slot in the
+#: parent and over-allocation), per element (an int or float and its slot), per string (per quote),
+#: per object member (the (key, value) pair the duplicate-key hook sees, and the dict entry).
+_PARSED_BYTES = {"[": 80, "{": 80, ",": 40, '"': 32, ":": 112}
+
+
+def parse_cost(text: str | bytes) -> int:
+    """Bytes of Python objects that parsing ``text`` may build, from counts of its structural
+    characters (a few C-speed scans; an upper estimate, never an allocation)."""
+    if isinstance(text, str):
+        return len(text) + sum(text.count(ch) * size for ch, size in _PARSED_BYTES.items())
+    return len(text) + sum(text.count(ch.encode()) * size for ch, size in _PARSED_BYTES.items())
+
+
 def parse(data: Any, *, limits: Limits = DEFAULT_LIMITS) -> Any:
-    """Strict JSON text (str or UTF-8 bytes) to Python objects, or ``E_ENCODING`` / ``E_LIMIT``."""
+    """Strict JSON text (str or UTF-8 bytes) to Python objects, or ``E_ENCODING`` / ``E_LIMIT``.
+
+    ``E_LIMIT`` also when the Python objects parsing would build (:func:`parse_cost`) exceed
+    ``limits.max_bytes``: ``[[],[],...]`` costs some 25 bytes of objects per byte of text."""
     if isinstance(data, str):
         text = data
     else:
@@ -102,6 +119,7 @@ def parse(data: Any, *, limits: Limits = DEFAULT_LIMITS) -> Any:
             text = str(raw, "utf-8-sig")
         except UnicodeDecodeError as exc:
             raise SamplingMaskError(ErrorCode.E_ENCODING, f"JSON is not UTF-8: {exc.reason}", value=exc.start) from None
+    check_count(parse_cost(text), limits.max_bytes, "JSON parse (estimated bytes of Python objects)")
     try:
         return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
     except SamplingMaskError:
@@ -341,6 +359,7 @@ def _decode_base64(env: dict[str, Any], limits: Limits) -> SamplingMask:
     shape = wire_shape(env["shape"], field="shape", ndim=2)
     check_count(shape[0], limits.max_rows, "row count", field="shape")
     check_count(shape[1], limits.max_width, "dense width", field="shape")
+    check_output(limits, shape[0], shape[0] * shape[1], field="shape")  # [T, 0] still needs T offsets
     nbytes = checked_nbytes(shape, dtype.itemsize, limits, field="data")
     raw = decode_base64(env["data"], nbytes, limits, field="data")
     dense = array_from_buffer(raw, dtype, shape, limits, field="data")

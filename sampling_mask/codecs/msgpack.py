@@ -38,10 +38,10 @@ import numpy as np
 
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output
 from ..core.model import COMPANIONS, SamplingMask
 from . import _msgpack_reader
-from ._buffers import array_from_buffer, wire_dtype, wire_shape
+from ._buffers import array_from_buffer, input_view, wire_dtype, wire_shape
 from ._common import SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order
 
 __all__ = ["LAYOUTS", "decode", "encode", "encode_frames", "encode_into", "is_envelope"]
@@ -92,7 +92,13 @@ def _bin_header(nbytes: int, key: str) -> bytes:
         return struct.pack(">BH", 0xC5, nbytes)
     if nbytes < 1 << 32:
         return struct.pack(">BI", 0xC6, nbytes)
-    raise SamplingMaskError(ErrorCode.E_LIMIT, f"{nbytes} bytes exceed a msgpack bin (4 GiB)", field=key)
+    raise SamplingMaskError(
+        ErrorCode.E_LIMIT,
+        f"{nbytes} bytes exceed a msgpack bin (4 GiB); write large masks as a streaming Arrow file: "
+        "codecs.open_writer(path, format='arrows') or save(mask, 'mask.arrows')",
+        field=key,
+        value=nbytes,
+    )
 
 
 def _frames(env: Mapping[str, Any]) -> list[Any]:
@@ -255,15 +261,19 @@ def _get_count(env: Mapping[str, Any], key: str, limit: int, *, required: bool) 
     return check_count(value, limit, key, field=key)
 
 
-def _ragged_offsets(env: Mapping[str, Any], limits: Limits) -> np.ndarray:
+def _ragged_offsets(env: Mapping[str, Any], nnz: int, limits: Limits) -> np.ndarray:
     """int64 offsets from ``offsets`` (read in place when int64) or from ``counts``; exactly one."""
-    if "counts" not in env:
-        return _index_array(_get_array(env, "offsets", _INDEX_DTYPES, limits, ndim=1))  # type: ignore[arg-type]
-    if "offsets" in env:
+    if "counts" in env and "offsets" in env:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "give offsets or counts, not both", field="counts")
+    if "counts" not in env:
+        raw_offsets = _get_array(env, "offsets", _INDEX_DTYPES, limits, ndim=1)
+        assert raw_offsets is not None
+        check_output(limits, max(raw_offsets.size - 1, 0), nnz, field="offsets")
+        return _index_array(raw_offsets)
     counts = _get_array(env, "counts", _COUNT_DTYPES, limits, ndim=1)
     assert counts is not None
     check_count(counts.size, limits.max_rows, "row count", field="counts")
+    check_output(limits, counts.size, nnz, field="counts")
     return layouts.counts_to_offsets(counts)
 
 
@@ -271,20 +281,27 @@ def _index_array(arr: np.ndarray) -> np.ndarray:
     return arr if arr.dtype == np.int64 else arr.astype(np.int64)
 
 
-def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True) -> SamplingMask:
+def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True, copy: bool = False) -> SamplingMask:
     """A mask from envelope bytes (or the list of frames of :func:`encode_frames`); ids and
-    companions are views of ``data`` (keep it unchanged).
+    companions are read-only views of ``data`` when it is immutable (``bytes``, read-only views), of
+    a private copy when it is writable (``bytearray``...), and always of a copy with ``copy=True``.
 
     ``validate=False`` skips the O(nnz) content checks (trusted producers only); sizes, dtypes and
     byte counts are always checked.
     """
-    env = _msgpack_reader.read(data, max_depth=limits.max_json_depth)
+    if isinstance(data, (list, tuple)):  # frames: each is checked and copied like a whole payload
+        source: Any = [input_view(frame, copy=copy) for frame in data]
+    else:
+        source = input_view(data, copy=copy)
+    env = _msgpack_reader.read(source, max_depth=limits.max_json_depth)
     if not isinstance(env, dict):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "the envelope must be a msgpack map")
     if VERSION_KEY not in env:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing version key", field=VERSION_KEY)
     check_version(env[VERSION_KEY])
-    layout = env.get("layout", "ragged")
+    layout = env.get("layout")
+    if layout is None:  # nil, like every optional key, reads as absent
+        layout = "ragged"
     if layout not in LAYOUTS:
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, f"layout must be one of {list(LAYOUTS)}", field="layout", value=repr(layout)[:80]
@@ -295,12 +312,14 @@ def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True)
     kwargs: dict[str, Any] = {}
     if layout == "ragged":
         ids = _get_array(env, "ids", ("int32",), limits, ndim=1)
-        offsets = _ragged_offsets(env, limits)
+        assert ids is not None
+        offsets = _ragged_offsets(env, ids.size, limits)
     elif layout == "dense":
         dense = _get_array(env, "dense", ("int32",), limits, ndim=2)
         assert dense is not None
         check_count(dense.shape[0], limits.max_rows, "row count", field="dense")
         check_count(dense.shape[1], limits.max_width, "dense width", field="dense")
+        check_output(limits, dense.shape[0], dense.size, field="dense")
         ids, offsets = layouts.dense_to_ragged(dense)
     else:
         from . import compact
@@ -309,6 +328,7 @@ def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True)
         if not isinstance(blob, memoryview):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "compact data must be a msgpack bin", field="compact")
         assert num_rows is not None and nnz is not None
+        check_output(limits, num_rows, nnz, field="compact")
         ids, offsets = compact.decode_ragged(blob, num_rows, nnz, limits=limits)
     assert ids is not None
     if num_rows is not None and offsets.size != num_rows + 1:

@@ -248,10 +248,13 @@ class Book:
     def __init__(self) -> None:
         self.files: dict[str, File] = {}
 
-    def file(self, path: str, form: str, description: str) -> File:
-        f = File(form, description)
-        self.files[f"{SUITE}/{path}"] = f
-        return f
+    def file(self, path: str, form: str, description: str = "") -> File:
+        """The file at ``path``, created with ``description`` on first use (later builders append to it)."""
+        key = f"{SUITE}/{path}"
+        if key not in self.files:
+            self.files[key] = File(form, description)
+        assert self.files[key].form == form, f"{path} holds {self.files[key].form} cases"
+        return self.files[key]
 
 
 def _source() -> dict[str, Any]:
@@ -411,8 +414,9 @@ def dense_cases(book: Book) -> None:
     src = _source()
     picks = ["17", "18", "19"]
     f.add(
-        "vllm-0.32-compact-buffer",
-        "vLLM 0.32's compact buffer for three real rows: ascending ids, -1 past each row's count, width 64.",
+        "vllm-0.32-rows-as-dense",
+        "Three real vLLM 0.32 rows (ascending) as our dense layout, width 64. The -1 padding is ours:"
+        " vLLM's compact buffer leaves undefined bytes past each row's count.",
         "layouts",
         {"dense": arr([src["compact_token_ids"][i] for i in picks]), "vocab_size": src["vocab_size"]},
         ok(mask([src["rows"][i] for i in picks], vocab=src["vocab_size"])),
@@ -547,10 +551,11 @@ def dense_cases(book: Book) -> None:
     )
     bad.add(
         "int64-id-beyond-int32",
-        "An int64 array whose value does not fit int32 must not be truncated.",
+        "An int64 array whose value does not fit int32 must not be truncated: E_RANGE from a reader that "
+        "accepts other integer widths (SPEC 4 MAY), E_DTYPE from one that does not.",
         "model",
         {"dense": arr([[2147483648]], "int64")},
-        err("E_RANGE"),
+        err("E_RANGE", "E_DTYPE"),
     )
     bad.add(
         "rows-over-limit",
@@ -1005,10 +1010,11 @@ def ragged_cases(book: Book) -> None:
     )
     bad.add(
         "int64-id-beyond-int32",
-        "An int64 id array holding 2**31 must not be truncated.",
+        "An int64 id array holding 2**31 must not be truncated (E_RANGE; E_DTYPE from a reader that takes "
+        "int32 ids only).",
         "model",
         {"ids": arr([1 << 31], "int64"), "offsets": arr([0, 1], "int64")},
-        err("E_RANGE"),
+        err("E_RANGE", "E_DTYPE"),
     )
     bad.add(
         "offsets-bytes-short",
@@ -1573,10 +1579,11 @@ def json_rows_cases(book: Book) -> None:
     )
     bad.add(
         "deep-nesting",
-        "5000 nested lists: bounded by max_json_depth, never a stack overflow.",
-        "limits",
+        "5000 nested lists: never a stack overflow. E_LIMIT from a reader that bounds the depth while "
+        "parsing, E_DTYPE (a list inside a row) from one that parses first (SPEC 11.1).",
+        "json-rules",
         {"text": "[" * 5000 + "]" * 5000},
-        err("E_LIMIT"),
+        err("E_LIMIT", "E_DTYPE"),
     )
     bad.add(
         "rows-over-limit",
@@ -2039,6 +2046,29 @@ def scorer_cases(book: Book) -> None:
         tolerance=1e-5,
     )
 
+    rng11 = np.random.default_rng(20261130)  # cases of spec 1.1 draw apart, so older cases keep their inputs
+    padded = np.round(rng11.normal(0.0, 3.0, size=(2, 7)), 3)
+    add(
+        "empty-row-over-padded-vocabulary",
+        "An empty row under the full policy scores over all V' = 7 logit columns, not over V = 5: the padded "
+        "columns here hold finite values, so the two answers differ.",
+        padded,
+        [[1, 3], []],
+        [3, 2],
+        spec="scoring-policies",
+        vocab_size=5,
+    )
+
+    add(
+        "nan-temperature-on-rows-without-value",
+        "A NaN (unknown) temperature is no fault on rows that get no value: an empty row with target -1.",
+        np.round(rng11.normal(0.0, 3.0, size=(2, 4)), 3),
+        [[0, 2], []],
+        [2, -1],
+        [0.5, "NaN"],
+        spec="scoring-policies",
+    )
+
     bad = book.file("invalid/scorer.json", "scorer", "Scoring requests that must be refused.")
     z3 = logits_of(2, 5)
 
@@ -2053,6 +2083,22 @@ def scorer_cases(book: Book) -> None:
             "logits": logits if logits is not None else arr(z3.tolist(), "float64"),
         }
 
+    bad.add(
+        "minus-one-target-on-non-empty-row",
+        "A target of -1 (unknown) is allowed on empty rows only: on a non-empty row it is E_RANGE.",
+        "scoring-policies",
+        payload([[0, 1], [2, 3]], [0, -1]),
+        err("E_RANGE"),
+        op="score",
+    )
+    bad.add(
+        "nan-temperature-on-scored-row",
+        "A NaN temperature (unknown) cannot scale a row that is scored: E_RANGE, as zero or infinity.",
+        "scoring",
+        payload([[0, 1], [2, 3]], [0, 2], temperature=arr(["NaN", 1.0], "float64")),
+        err("E_RANGE"),
+        op="score",
+    )
     bad.add(
         "target-not-in-support",
         "By default a target outside its row's support is an error naming the row.",
@@ -2552,11 +2598,11 @@ def msgpack_cases(book: Book) -> None:
             "A 12-byte bin declaring 2**40 ids.",
         ),
         (
-            "offsets-end-past-nnz",
-            _mhex({**ragged, "offsets": _marray([0, 2, 2, 4], "int64"), "num_rows": None, "nnz": None}),
+            "offsets-end-beyond-ids",
+            _mhex({k: v for k, v in {**ragged, "offsets": _marray([0, 2, 2, 4], "int64")}.items() if k != "nnz"}),
             ("E_OFFSETS",),
             "layouts",
-            "offsets[T] = 4 with 3 ids.",
+            "offsets[T] = 4 with 3 ids (nnz left out: it would be a second fault).",
         ),
         (
             "num-rows-disagrees",
@@ -2661,6 +2707,15 @@ def msgpack_cases(book: Book) -> None:
 _ARROW_SOURCE = "arrow-payloads.json"
 
 
+def _forge_uncompressed_length(ipc: bytes, length: int) -> bytes:
+    """``ipc`` (LZ4-compressed IPC bytes) with the 8-byte uncompressed-length prefix of the one buffer of
+    ``length`` bytes set to 2**40: a decompression bomb by declaration (SPEC 8.4)."""
+    needle = length.to_bytes(8, "little") + bytes.fromhex("04224d18")  # the prefix, then the LZ4 frame magic
+    at = ipc.find(needle)
+    assert at >= 0 and ipc.count(needle) == 1, "the buffer to forge is not unique"
+    return ipc[:at] + (1 << 40).to_bytes(8, "little") + ipc[at + 8 :]
+
+
 def _arrow_payloads() -> dict[str, bytes]:
     """Every Arrow IPC / Parquet payload of the suite, written with pyarrow directly."""
     import io
@@ -2710,12 +2765,14 @@ def _arrow_payloads() -> dict[str, bytes]:
         pq.write_table(t, sink, row_group_size=row_group_size)
         return sink.getvalue()
 
-    def compact_table(segments: list[list[list[int]]], num_rows: list[int], nnz: list[int]) -> Any:
+    def compact_table(
+        segments: list[list[list[int]]], num_rows: list[int], nnz: list[int], count_type: Any = None
+    ) -> Any:
         """The compact Arrow layout: one blob per segment plus its row and id counts."""
         return table(
             {
                 "sampling_mask_compact": pa.array([compact_bytes(seg) for seg in segments], pa.binary()),
-                "sampling_mask_num_rows": pa.array(num_rows, pa.int64()),
+                "sampling_mask_num_rows": pa.array(num_rows, count_type or pa.int64()),
                 "sampling_mask_nnz": pa.array(nnz, pa.int64()),
             },
             meta(vocab_size="10", id_order="ascending", layout="compact"),
@@ -2735,6 +2792,7 @@ def _arrow_payloads() -> dict[str, bytes]:
         },
         meta(vocab_size="10", id_order="unspecified", metadata__top_k="3", metadata__producer='"vllm-0.32"'),
     )
+    hundred = table({"sampling_mask": lists([0, 1], [0, 100], pa.array(range(100), pa.int32()))}, meta())
     user = table(
         {
             "prompt_ids": pa.array([[1, 2, 3], [4]], pa.list_(pa.int64())),
@@ -2819,6 +2877,13 @@ def _arrow_payloads() -> dict[str, bytes]:
         "arrow.compact-negative-count": ipc_file(compact_table([[[1, 5], []], [[7]]], [2, 1], [2, -1])),
         "arrow.compact-blob-disagrees": ipc_file(compact_table([[[1, 5], []], [[7]]], [2, 1], [3, 1])),
         "arrows.unknown-major-version": ipc_stream(issue.replace_schema_metadata(meta(version="2"))),
+        "arrow.vocab-size-plus-sign": ipc_file(issue.replace_schema_metadata(meta(vocab_size="+10"))),
+        "arrow.vocab-size-leading-zero": ipc_file(issue.replace_schema_metadata(meta(vocab_size="010"))),
+        "arrow.compact-num-rows-int32": ipc_file(
+            compact_table([[[1, 5], []], [[7]]], [2, 1], [2, 1], count_type=pa.int32())
+        ),
+        "arrow.compressed-length-bomb": _forge_uncompressed_length(ipc_file(hundred, compression="lz4"), 400),
+        "arrows.compressed-length-bomb": _forge_uncompressed_length(ipc_stream(hundred, compression="lz4"), 400),
         "parquet.unknown-major-version": parquet(issue.replace_schema_metadata(meta(version="2"))),
     }
     # Offsets Arrow itself would refuse to build: assembled from raw buffers.
@@ -3367,6 +3432,219 @@ def compact_cases(book: Book) -> None:
         bad.add(slug, why, "compact", payload, err(*codes), limits=limits)
 
 
+# ------------------------------------------------------------------------------------------ v1.1
+def teeth_cases(book: Book) -> None:
+    """Cases added with spec 1.1: each fails an implementation that ignores one requirement the 1.0
+    cases left unchecked, or settles a choice the 1.0 text left open (SPEC, Change log)."""
+    unsorted = [[5, 1], [], [7]]  # row 0 is not ascending
+    unsorted_model = model(unsorted, vocab_size=10, support_logprobs=[[-0.5, -1.5], [], [0.0]])
+
+    # Writers keep the stored order (4.3) and declare it truthfully (9.2, 10.1, 11.2).
+    for form, payload in (
+        ("dense", {"dense": arr([[5, 1], [-1, -1], [7, -1]])}),
+        ("packed", {"dense": arr([[5, 1], [-1, -1], [7, -1]])}),
+        ("ragged", {"ids": arr([5, 1, 7]), "offsets": arr([0, 2, 2, 3], "int64")}),
+    ):
+        book.file(f"{form}/encode.json", form).add(
+            "encode-keeps-stored-order",
+            "Row 0 is stored as [5, 1]: a writer keeps the stored order, it does not re-sort.",
+            "layouts",
+            model(unsorted, cu_seqlens=[0, 2, 3]) if form == "packed" else model(unsorted),
+            {"payload": payload},
+            op="encode",
+        )
+    text_forms = {"json": "json", "json-rows": "json"}
+    for form, spec in (*text_forms.items(), ("msgpack", "msgpack"), ("arrow", "arrow-metadata")):
+        properties: dict[str, Any] = {"detected": form}
+        if form in ("json", "msgpack"):
+            properties["first_key"] = "sampling_mask"
+        book.file(f"{form}/encode.json", form).add(
+            "encode-unsorted-rows",
+            "Rows that are not ascending: the payload must not declare id_order ascending, keeps every "
+            "support log-prob with its id, and is recognised from its first bytes (the version key first).",
+            spec,
+            unsorted_model if form != "json-rows" else model(unsorted),
+            {"roundtrip": True, "properties": properties},
+            op="encode",
+        )
+    for form, options, spec in (
+        ("msgpack", {"layout": "compact"}, "msgpack"),
+        ("arrow", {"layout": "compact"}, "9.4"),
+        ("parquet", {"layout": "compact"}, "9.4"),
+    ):
+        book.file(f"{form}/encode.json", form).add(
+            "encode-compact-canonicalizes",
+            "The compact layout stores rows as sets: the writer canonicalizes (ids and support log-probs "
+            "permuted together) and declares id_order ascending and the compact layout.",
+            spec,
+            unsorted_model,
+            {"roundtrip": True, "properties": {"id_order": "ascending", "layout": "compact"}},
+            op="encode",
+            options=options,
+        )
+
+    # Compact words are grouped by width (12.2): two blocks of width 2 around a block of width 1.
+    deltas = [3, 0, 2, 1] * 8 + [1, 0] * 16 + [2, 3, 0, 0] * 8
+    row, prev = [], -1
+    for d in deltas:
+        prev += d + 1
+        row.append(prev)
+    data = compact_bytes([row])
+    assert data[1:4] == bytes([2, 1, 2])  # block widths
+    book.file("compact/decode.json", "compact").add(
+        "two-blocks-of-one-width",
+        "Blocks of widths 2, 1, 2: the words of both width-2 blocks are interleaved (word 0 of each, then "
+        "word 1 of each), not stored block by block.",
+        "12.2",
+        _compact([row]),
+        ok(mask([row])),
+    )
+    encode = book.file("compact/encode.json", "compact")
+    encode.add(
+        "encode-two-blocks-of-one-width",
+        "The writer groups words by width: exact bytes for blocks of widths 2, 1, 2.",
+        "12.2",
+        model([row]),
+        {"payload": {"compact": {"dtype": "uint8", "shape": [len(data)], "hex": data.hex()}}},
+        op="encode",
+    )
+    canonical = compact_bytes([[1, 5, 7]])
+    encode.add(
+        "encode-unsorted-row",
+        "A row stored as [7, 1, 5] is written as the set {1, 5, 7}: the layout holds canonical rows.",
+        "12.4",
+        model([[7, 1, 5]]),
+        {"payload": {"compact": {"dtype": "uint8", "shape": [len(canonical)], "hex": canonical.hex()}}},
+        op="encode",
+    )
+
+    # JSON text: UTF-8 everywhere (11.1), float32 range in fields where infinity is not otherwise an error.
+    bad_json = book.file("invalid/json.json", "json")
+    bad_json.add(
+        "invalid-utf8-in-string",
+        "Byte ff inside a metadata string: the syntax is valid, the text is not UTF-8 (no replacement characters).",
+        "json-rules",
+        {"hex": b'{"sampling_mask": 1, "rows": [[1]], "metadata": {"producer": "v\xffllm"}}'.hex()},
+        err("E_ENCODING"),
+    )
+    for slug, field, text in (
+        ("sampled-logprob-beyond-float32", "sampled_logprobs", '"rows": [[1]], "sampled_logprobs": [-1e39]'),
+        ("support-logprob-beyond-float32", "support_logprobs", '"rows": [[1, 2]], "support_logprobs": [[-0.5, -1e39]]'),
+    ):
+        bad_json.add(
+            slug,
+            f"-1e39 in {field}: finite in JSON, beyond float32 (not rounded to -infinity).",
+            "json-rules",
+            {"text": '{"sampling_mask": 1, ' + text + "}"},
+            err("E_RANGE"),
+        )
+    book.file("invalid/base64.json", "base64").add(
+        "invalid-utf8-in-ignored-key",
+        "Byte ff in a string under a key the reader ignores: still not UTF-8.",
+        "json-rules",
+        {"hex": b'{"data": "AQAAAA==", "shape": [1, 1], "dtype": "int32", "note": "\xff"}'.hex()},
+        err("E_ENCODING"),
+    )
+    book.file("invalid/json-rows.json", "json-rows").add(
+        "nesting-beyond-limit-in-rows",
+        "17 nested lists: E_LIMIT from a reader that bounds the depth while parsing, E_DTYPE (a list "
+        "inside a row) from one that parses first.",
+        "json-rules",
+        {"text": "[" * 16 + "1" + "]" * 16},
+        err("E_LIMIT", "E_DTYPE"),
+    )
+
+    # Rows-only writers refuse what they would lose (11.3, 11.4): E_SCHEMA.
+    for form, slug, lossy, spec in (
+        ("json-rows", "encode-would-lose-vocab-size", model([[1]], vocab_size=10), "11.3"),
+        ("json-rows", "encode-would-lose-segments", model([[1], [2]], cu_seqlens=[0, 1, 2]), "11.3"),
+        ("base64", "encode-would-lose-companions", model([[1]], sampled_token_ids=[1]), "11.4"),
+    ):
+        book.file(f"invalid/{form}.json", form).add(
+            slug,
+            f"A rows-only writer never drops information ({slug.rsplit('-lose-', 1)[1]}) silently: it refuses "
+            "with E_SCHEMA.",
+            spec,
+            lossy,
+            err("E_SCHEMA"),
+            op="encode",
+        )
+
+    # nil / null under an optional key reads as absent (10.1, 11.2).
+    book.file("msgpack/decode.json", "msgpack").add(
+        "nil-optional-keys",
+        "nil under an optional key (layout, vocab_size, id_order, num_rows, nnz, cu_seqlens, metadata) reads as absent.",
+        "msgpack",
+        _mhex(
+            {
+                "layout": None,
+                "vocab_size": None,
+                "id_order": None,
+                "num_rows": None,
+                "nnz": None,
+                "ids": _marray([1, 5, 7], "int32"),
+                "offsets": _marray([0, 2, 2, 3], "int64"),
+                "cu_seqlens": None,
+                "metadata": None,
+            }
+        ),
+        ok(mask(ISSUE_ROWS)),
+    )
+    book.file("json/decode.json", "json").add(
+        "null-optional-keys",
+        "null under an optional key (vocab_size, id_order, cu_seqlens, companions, metadata) reads as absent.",
+        "json",
+        {
+            "text": '{"sampling_mask": 1, "vocab_size": null, "id_order": null, "cu_seqlens": null, '
+            '"rows": [[1, 5], [], [7]], "sampled_token_ids": null, "metadata": null}'
+        },
+        ok(mask(ISSUE_ROWS)),
+    )
+
+    # Arrow: strict decimal metadata (9.2), count column types (9.4), compressed-body bound (8.4).
+    bins = _arrow_source()
+    bad_arrow = book.file("invalid/arrow.json", "arrow")
+    for slug, key, why, codes, spec in (
+        (
+            "vocab-size-plus-sign",
+            "vocab-size-plus-sign",
+            'vocab_size "+10": decimal digits have no sign.',
+            ("E_SCHEMA",),
+            "9.2",
+        ),
+        (
+            "vocab-size-leading-zero",
+            "vocab-size-leading-zero",
+            'vocab_size "010": no leading zero.',
+            ("E_SCHEMA",),
+            "9.2",
+        ),
+        (
+            "compact-count-column-int32",
+            "compact-num-rows-int32",
+            "sampling_mask_num_rows is int64; an int32 column is E_DTYPE.",
+            ("E_DTYPE",),
+            "9.4",
+        ),
+        (
+            "compressed-length-beyond-limit",
+            "compressed-length-bomb",
+            "An LZ4 buffer whose prefix declares 2**40 uncompressed bytes: E_LIMIT before decompressing "
+            "(a reader that decompresses first sees a length mismatch instead).",
+            ("E_LIMIT",),
+            "8.4",
+        ),
+    ):
+        bad_arrow.add(slug, why, spec, {"hex": bins[f"arrow.{key}"].hex()}, err(*codes))
+    book.file("invalid/arrows.json", "arrows").add(
+        "compressed-length-beyond-limit",
+        "A stream batch whose LZ4 buffer declares 2**40 uncompressed bytes: E_LIMIT before decompressing.",
+        "8.4",
+        {"hex": bins["arrows.compressed-length-bomb"].hex()},
+        err("E_LIMIT"),
+    )
+
+
 # ------------------------------------------------------------------------------------------ book
 #: Builders of the suite, one per form; :func:`build` runs them in this order.
 BUILDERS: list[Callable[[Book], None]] = [
@@ -3383,6 +3661,7 @@ BUILDERS: list[Callable[[Book], None]] = [
     compact_cases,
     model_cases,
     scorer_cases,
+    teeth_cases,
 ]
 
 

@@ -6,7 +6,9 @@ form folders and invalid ones in ``invalid/``; every error code and every form o
 is covered (each code as the sole expected answer of at least one case, each form by valid and
 invalid cases); at least :data:`MIN_VALID` valid and :data:`MIN_INVALID` invalid cases; typed
 arrays are well formed (in valid cases also their bytes); expected masks are canonical and
-consistent; every ``spec`` reference names a section of spec/v1/SPEC.md (in a checkout).
+consistent; every ``spec`` reference names a section of spec/v1/SPEC.md (in a checkout); and, with
+the JSON Schemas beside SPEC.md, that valid json / msgpack payloads follow them and that an invalid
+one breaks them only where its one expected fault can (one fault per invalid case).
 Needs ``jsonschema`` (the ``test`` extra).
 """
 
@@ -22,10 +24,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..core.errors import ErrorCode, SamplingMaskError
-from .payloads import array_from_json
+from .payloads import array_from_json, limits_from_json, wire_array
 from .suite import FORMS, SUITE_VERSION, case_files, vectors_dir
 
-__all__ = ["MIN_INVALID", "MIN_VALID", "lint", "main"]
+__all__ = ["MIN_INVALID", "MIN_VALID", "SPEC_SCHEMAS", "lint", "main", "schema_instance", "spec_schema_validators"]
 
 MIN_VALID = 60
 MIN_INVALID = 60
@@ -77,6 +79,114 @@ def _spec_sections(root: Path) -> set[str] | None:
     return names
 
 
+#: The spec's JSON Schemas (spec/v1/, beside SPEC.md), by the form whose payloads they describe.
+SPEC_SCHEMAS = {"json": "sampling-mask.schema.json", "msgpack": "msgpack-envelope.schema.json"}
+#: Codes whose faults a schema cannot see, with the schema keywords their one fault may still break.
+#: An invalid case expecting only such codes whose payload breaks its form's schema otherwise has a
+#: second fault (one fault per invalid case, SPEC 7).
+_CONTENT_FAULTS: dict[str, frozenset[str]] = {
+    "E_OFFSETS": frozenset(),
+    "E_SEGMENTS": frozenset(),
+    "E_DUPLICATE": frozenset(),
+    "E_MISSING_SAMPLED": frozenset(),
+    "E_PADDING": frozenset(),
+    "E_WIDTH": frozenset(),
+    "E_BYTES": frozenset(),
+    "E_LIMIT": frozenset(),
+    "E_SHAPE": frozenset({"minItems", "maxItems"}),
+    "E_RANGE": frozenset({"minimum", "maximum"}),
+}
+
+
+def _as_schema_json(value: Any) -> Any:
+    """A decoded msgpack value as the envelope schema reads it: ``bin`` becomes ``{"bin": length}``."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"bin": len(bytes(value))}
+    if isinstance(value, dict):
+        return {k: _as_schema_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_schema_json(v) for v in value]
+    return value
+
+
+def schema_instance(form: str, payload: Any) -> Any:
+    """The JSON value a spec schema checks for a ``json`` / ``msgpack`` case payload; ``None`` when the
+    bytes do not parse (then their fault is the encoding)."""
+    try:
+        if form == "json":
+            text = payload["text"] if "text" in payload else bytes.fromhex(payload["hex"]).decode("utf-8-sig")
+            return json.loads(text)
+        if form == "msgpack":
+            import msgpack
+
+            return _as_schema_json(msgpack.unpackb(bytes.fromhex(payload["hex"]), raw=False, strict_map_key=False))
+    except Exception:  # noqa: BLE001 - bytes that do not parse: their fault is the encoding
+        return None
+    return None
+
+
+def spec_schema_validators(root: Path) -> dict[str, Any]:
+    """Validators of :data:`SPEC_SCHEMAS` found beside SPEC.md in a checkout (empty when absent)."""
+    import jsonschema
+
+    folder = root.resolve().parent / "spec" / SUITE_VERSION
+    out = {}
+    for form, name in SPEC_SCHEMAS.items():
+        if (folder / name).is_file():
+            out[form] = jsonschema.Draft202012Validator(json.loads((folder / name).read_text(encoding="utf-8")))
+    return out
+
+
+_LAYOUT_FORMS = ("dense", "packed", "ragged", "counts", "bitmask", "compact")
+
+
+def _array_problem(case: dict[str, Any], form: str) -> str | None:
+    """For an invalid layout-form case expecting only content codes: a typed array of the payload
+    whose rank, element type, byte length or size is itself a fault of another code."""
+    expected = case["expected"]
+    if form not in _LAYOUT_FORMS or "error" not in expected or case.get("op", "decode") != "decode":
+        return None
+    codes = [expected["error"]] if isinstance(expected["error"], str) else expected["error"]
+    if not isinstance(case["input"], dict) or not all(code in _CONTENT_FAULTS for code in codes):
+        return None
+    limits = limits_from_json(case.get("limits"))
+    for key, spec in case["input"].items():
+        if not (isinstance(spec, dict) and "dtype" in spec and "shape" in spec):
+            continue
+        try:
+            wire_array(spec, key, limits)
+        except SamplingMaskError as exc:
+            if exc.code.value not in codes:
+                return f"more than one fault: besides {' / '.join(codes)}, {key} is {exc.code.value} ({exc})"
+    return None
+
+
+def _schema_problem(case: dict[str, Any], form: str, validators: dict[str, Any]) -> str | None:
+    """Why a case's payload disagrees with its form's spec schema (valid cases: any break; invalid cases
+    expecting only content codes: a break their fault cannot explain), or ``None``."""
+    if form not in validators or case.get("op", "decode") != "decode":
+        return None
+    instance = schema_instance(form, case["input"])
+    expected = case["expected"]
+    if "error" not in expected:
+        if instance is None:
+            return "a valid payload that does not parse"
+        error = next(iter(validators[form].iter_errors(instance)), None)
+        return None if error is None else f"a valid payload breaks {SPEC_SCHEMAS[form]}: {error.message[:160]}"
+    codes = [expected["error"]] if isinstance(expected["error"], str) else expected["error"]
+    if instance is None or not all(code in _CONTENT_FAULTS for code in codes):
+        return None
+    allowed = frozenset().union(*(_CONTENT_FAULTS[code] for code in codes))
+    for error in validators[form].iter_errors(instance):
+        if error.validator not in allowed:
+            where = "/".join(str(p) for p in error.absolute_path) or "(top)"
+            return (
+                f"more than one fault: besides {' / '.join(codes)} the payload breaks "
+                f"{SPEC_SCHEMAS[form]} at {where}: {error.message[:160]}"
+            )
+    return None
+
+
 def lint(root: Path | None = None) -> tuple[list[str], dict[str, Any]]:
     """``(problems, stats)`` of the suite at ``root`` (default: the installed vectors)."""
     root = root or vectors_dir()
@@ -86,6 +196,7 @@ def lint(root: Path | None = None) -> tuple[list[str], dict[str, Any]]:
     schema = json.loads((root / "test-schema.json").read_text(encoding="utf-8"))
     validator = jsonschema.Draft202012Validator(schema)
     sections = _spec_sections(root)
+    spec_validators = spec_schema_validators(root)
     ids: Counter[str] = Counter()
     sole_codes: Counter[str] = Counter()
     forms_valid: Counter[str] = Counter()
@@ -145,6 +256,8 @@ def lint(root: Path | None = None) -> tuple[list[str], dict[str, Any]]:
                 except SamplingMaskError as exc:
                     if "error" not in expected or exc.code in (ErrorCode.E_SHAPE, ErrorCode.E_RANGE):
                         problems.append(f"{rel}: {cid}: malformed typed array at {where}: {exc}")
+            if why := _schema_problem(case, form, spec_validators) or _array_problem(case, form):
+                problems.append(f"{rel}: {cid}: {why}")
             if sections is not None and case["spec"].split("#", 1)[1] not in sections:
                 problems.append(f"{rel}: {cid}: {case['spec']} names no section of spec/v1/SPEC.md")
         for text, n in descriptions.items():
@@ -172,6 +285,7 @@ def lint(root: Path | None = None) -> tuple[list[str], dict[str, Any]]:
         "forms": {f: (forms_valid[f], forms_invalid[f]) for f in sorted(set(forms_valid) | set(forms_invalid))},
         "codes": {c.value: sole_codes[c.value] for c in ErrorCode},
         "spec_checked": sections is not None,
+        "schemas_checked": sorted(spec_validators),
     }
     return problems, stats
 

@@ -39,6 +39,7 @@ __all__ = [
     "mask_from_json",
     "mask_to_json",
     "normalize_mask_json",
+    "wire_array",
 ]
 
 #: Element types a typed array may name (always little-endian).
@@ -365,8 +366,8 @@ def decode_layout(form: str, payload: Any, *, limits: Limits = DEFAULT_LIMITS) -
     kwargs: dict[str, Any] = {"vocab_size": _vocab_size(payload), "metadata": _metadata(payload), "limits": limits}
     for key in ("cu_seqlens", *COMPANIONS):
         if payload.get(key) is not None and key not in required:
-            kwargs[key] = array_from_json(payload[key], field=key, limits=limits)
-    arrays = {key: array_from_json(payload[key], field=key, limits=limits) for key in required}
+            kwargs[key] = wire_array(payload[key], key, limits)
+    arrays = {key: wire_array(payload[key], key, limits) for key in required}
     if form == "dense":
         return SamplingMask.from_dense(arrays["dense"], **kwargs)
     if form == "packed":
@@ -381,6 +382,25 @@ def decode_layout(form: str, payload: Any, *, limits: Limits = DEFAULT_LIMITS) -
     if vocab is None:
         raise _schema("a bitmask payload needs vocab_size", "vocab_size")
     return SamplingMask.from_bitmask(arrays["bitmask"], vocab, **kwargs)
+
+
+#: Dimensions of each array of a layout payload (SPEC 4): any other count is E_SHAPE, even when the
+#: array is empty (the in-memory model is lenient there; a payload on the wire is not).
+_NDIM = {"dense": 2, "bitmask": 2}
+#: Element kinds of each array (numpy kind letters): integers, floats, or uint8 bytes (SPEC 4, 4.5, 5.1).
+_KINDS = {"sampled_logprobs": "f", "temperature": "f", "support_logprobs": "f", "bitmask": "u8", "compact": "u8"}
+
+
+def wire_array(spec: Any, key: str, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
+    """The typed array ``spec`` of layout-payload field ``key``, checked for its rank and element kind."""
+    arr = array_from_json(spec, field=key, limits=limits)
+    ndim = _NDIM.get(key, 1)
+    if arr.ndim != ndim:
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {ndim} dimension(s), got {arr.ndim}", field=key)
+    kind = _KINDS.get(key, "iu")
+    if (arr.dtype != np.uint8) if kind == "u8" else (arr.dtype.kind not in kind):
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"{arr.dtype} is not an allowed element type", field=key)
+    return arr
 
 
 def _decode_compact(payload: Mapping[str, Any], data: np.ndarray, kwargs: dict[str, Any]) -> SamplingMask:
@@ -399,9 +419,11 @@ def _decode_compact(payload: Mapping[str, Any], data: np.ndarray, kwargs: dict[s
 
 
 def encode_layout(form: str, mask: SamplingMask, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A layout payload of ``mask`` (rows ascending); ``options`` may give the dense ``width``."""
+    """A layout payload of ``mask``, rows in their stored order (SPEC 4.3) except in the compact layout,
+    which holds canonical rows (SPEC 12.4); ``options`` may give the dense ``width``."""
     options = options or {}
-    mask = mask.canonical()
+    if form == "compact":
+        mask = mask.canonical()
     out: dict[str, Any] = {}
     if form in ("dense", "packed"):
         out["dense"] = array_to_json(mask.to_dense(options.get("width")))

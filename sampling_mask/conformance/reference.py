@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask
 from .payloads import (
@@ -50,8 +50,6 @@ class Unsupported(Exception):
 
 def payload_bytes(payload: Any) -> bytes:
     """The bytes of a byte-form payload (``text`` is UTF-8, ``hex`` is raw bytes)."""
-    from ..core.errors import ErrorCode
-
     if isinstance(payload, Mapping) and isinstance(payload.get("text"), str) and "hex" not in payload:
         return str(payload["text"]).encode("utf-8", "surrogatepass")
     if isinstance(payload, Mapping) and isinstance(payload.get("hex"), str) and "text" not in payload:
@@ -70,6 +68,25 @@ def _codec(name: str) -> Any:
     if function is None:
         raise Unsupported(f"sampling_mask.{name} is not available in this build")
     return function
+
+
+def _library_options(form: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The protocol's encode options in this library's spelling: ``layout`` names the Arrow compact
+    layout too (``{"layout": "compact"}``), where the library's Arrow encoder may spell it ``compact=True``."""
+    if form not in ("arrow", "arrows", "parquet") or "layout" not in options:
+        return options
+    import inspect
+
+    from ..codecs import arrow
+
+    if "layout" in inspect.signature(arrow.encode).parameters:
+        return options
+    out = dict(options)
+    layout = out.pop("layout")
+    if layout not in ("list", "compact"):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown Arrow layout {layout!r}", field="layout")
+    out["compact"] = layout == "compact"
+    return out
 
 
 class ReferenceImplementation:
@@ -140,7 +157,7 @@ class ReferenceImplementation:
         if form == "model":
             return mask_to_json(mask)
         if form in BYTE_FORMS:
-            data: bytes = _codec("encode")(mask, form, **options)
+            data: bytes = _codec("encode")(mask, form, **_library_options(form, options))
             if BYTE_FORMS[form] == "text":
                 return {"text": data.decode("utf-8")}
             return {"hex": data.hex()}
@@ -174,8 +191,6 @@ def score_payload(payload: Any, limits: Limits = DEFAULT_LIMITS) -> dict[str, An
     a typed float array [T]), ``empty_rows`` (``"full"`` / ``"exclude"``), and either ``logits``
     (typed float array [T, V]) or ``hidden`` [T, d] + ``weight`` [V, d] (+ ``bias`` [V]).
     """
-    from ..core.errors import ErrorCode
-
     try:
         scorer = importlib.import_module("sampling_mask.reference_scorer")
     except ImportError:
@@ -192,6 +207,7 @@ def score_payload(payload: Any, limits: Limits = DEFAULT_LIMITS) -> dict[str, An
     policies = {
         "empty_rows": payload.get("empty_rows", "full"),
         "missing_target": payload.get("missing_target", "error"),
+        "ignore_index": None,  # the spec's targets: -1 on empty rows only, any other negative is E_RANGE
     }
     if "logits" in payload:
         result = scorer.masked_logprobs(

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from ..core.errors import SamplingMaskError
+from .declarations import check_properties
 from .payloads import compare_arrays, compare_masks, mask_from_json, mask_to_json
 from .protocol import (
     DEFAULT_TIMEOUT,
@@ -38,7 +39,7 @@ from .protocol import (
     load_python_implementation,
     response_kind,
 )
-from .reference import ReferenceImplementation
+from .reference import ReferenceImplementation, payload_bytes
 from .suite import (
     FORMS,
     Case,
@@ -262,6 +263,13 @@ def judge(case: Case, response: Any, reference: ReferenceImplementation | None =
             ) or _check_roundtrip(case, value, reference)
     elif "roundtrip" in expected:
         why = _check_roundtrip(case, value, reference)
+        if why is None and "properties" in expected:
+            try:
+                data = payload_bytes(value)
+            except SamplingMaskError as exc:
+                why = f"the payload is not {{text}} or {{hex}}: {exc}"
+            else:
+                why = check_properties(case.form, data, expected["properties"])
     elif "scores" in expected:
         why = _check_scores(expected["scores"], float(expected["tolerance"]), value)
     else:  # pragma: no cover - the schema forbids it
@@ -407,6 +415,15 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"stop after N consecutive crashes or timeouts (default {MAX_CRASHES})",
     )
+    parser.add_argument(
+        "--generated",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead of the vectors: N generated cases and N mutated payloads per claimed class, compared "
+        "with the reference (needs hypothesis)",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="seed of --generated (default: random, printed)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only cases that are not PASS / XFAIL")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     parser.add_argument("--lint", action="store_true", help="check the suite itself and exit")
@@ -486,6 +503,8 @@ def _main(argv: Sequence[str] | None, out: TextIO) -> int:
     implementation = _implementation(args)
     try:
         claimed = args.classes or declared_classes(implementation)
+        if args.generated:
+            return _generated(implementation, args, claimed, out)
         if claimed is not None:
             cases = [c for c in cases if class_matches(c.conformance_class, claimed)]
         if not cases:
@@ -511,6 +530,22 @@ def _main(argv: Sequence[str] | None, out: TextIO) -> int:
         n = write_expected_failures(report, args.write_expected_failures)
         out.write(f"wrote {n} case id(s) to {args.write_expected_failures}\n")
     return 0 if report.ok else 1
+
+
+def _generated(implementation: Implementation, args: argparse.Namespace, claimed: list[str] | None, out: TextIO) -> int:
+    from .generated import run_generated
+
+    try:
+        import hypothesis  # noqa: F401 - the strategies draw with it
+    except ModuleNotFoundError as exc:
+        if exc.name != "hypothesis":
+            raise
+        raise _UsageError(
+            "--generated needs hypothesis, which is not installed (pip install hypothesis)", "E_UNAVAILABLE"
+        ) from None
+    if args.generated < 1:
+        raise _UsageError("--generated N needs N >= 1")
+    return run_generated(implementation, args.generated, seed=args.seed, classes=claimed, forms=args.form, out=out)
 
 
 def _release(implementation: Any) -> None:

@@ -7,13 +7,14 @@ so a server can copy the folder into its own package under any name (``sampling-
 from __future__ import annotations
 
 from .errors import ErrorCode, SamplingMaskError
-from .limits import DEFAULT_LIMITS, Limits
+from .limits import DEFAULT_LIMITS, LOCAL_FILE_LIMITS, Limits
 from .model import COMPANIONS, METADATA_KEYS, SamplingMask, concat
 
 __all__ = [
     "COMPANIONS",
     "DEFAULT_LIMITS",
     "ErrorCode",
+    "LOCAL_FILE_LIMITS",
     "Limits",
     "METADATA_KEYS",
     "SamplingMask",

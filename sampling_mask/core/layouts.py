@@ -9,6 +9,7 @@ the rest assume their inputs were checked.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -43,13 +44,26 @@ _INT32_MAX = np.iinfo(np.int32).max
 
 
 def asarray_checked(value: Any, *, field: str) -> np.ndarray:
-    """``np.asarray(value)``; ragged nesting or unconvertible objects are ``E_SHAPE``, not a bare ValueError."""
+    """``np.asarray(value)``; ragged nesting or unconvertible objects are ``E_SHAPE``, not a bare ValueError;
+    Python lists mixing ``bool`` with ints (which numpy reads as integers) are ``E_DTYPE``."""
     try:
-        return np.asarray(value)
+        arr = np.asarray(value)
     except (ValueError, TypeError, OverflowError) as exc:
         raise SamplingMaskError(
             ErrorCode.E_SHAPE, f"not a rectangular array ({type(exc).__name__})", field=field
         ) from None
+    if arr.dtype.kind in "iu" and arr.size and isinstance(value, (list, tuple)) and _holds_bools(value, arr.ndim):
+        raise SamplingMaskError(ErrorCode.E_DTYPE, "expected integers, not booleans", field=field)
+    return arr
+
+
+def _holds_bools(value: Any, ndim: int) -> bool:
+    """Whether nested lists ``ndim`` deep hold a ``bool`` (numpy reads ``[1, True]`` as integers)."""
+    items = value
+    for _ in range(ndim - 1):
+        items = itertools.chain.from_iterable(items)
+    kinds = set(map(type, items))
+    return bool in kinds or np.bool_ in kinds
 
 
 def as_host_array(value: Any, *, field: str = "array") -> np.ndarray:

@@ -3,6 +3,12 @@
 Sizes are checked as Python integers (no overflow) against a :class:`Limits` instance, and declared
 byte lengths against the real buffer length, *before* numpy allocates anything. Callers that need
 larger masks pass ``limits=DEFAULT_LIMITS.replace(max_rows=...)`` (or any ``Limits``).
+
+``max_bytes`` bounds what one decode *produces* (ids, offsets, ``cu_seqlens`` and companions
+together: :func:`check_output`, computed from the counts the input declares) and every single
+buffer it decompresses, decodes or builds on the way. Presets: :data:`DEFAULT_LIMITS` (the
+defaults), :meth:`Limits.for_untrusted_input` (network payloads: a budget proportional to the
+payload) and :data:`LOCAL_FILE_LIMITS` (trusted local files of a real run).
 """
 
 from __future__ import annotations
@@ -12,7 +18,24 @@ from collections.abc import Iterable
 
 from .errors import ErrorCode, SamplingMaskError
 
-__all__ = ["DEFAULT_LIMITS", "Limits", "check_count", "checked_nbytes"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "LOCAL_FILE_LIMITS",
+    "UNTRUSTED_EXPANSION",
+    "UNTRUSTED_FLOOR_BYTES",
+    "Limits",
+    "check_count",
+    "check_output",
+    "checked_nbytes",
+    "output_nbytes",
+]
+
+#: :meth:`Limits.for_untrusted_input`: a decode may produce this many bytes per input byte ...
+UNTRUSTED_EXPANSION = 12
+#: ... and at least this many, whatever the input size (8 MiB) ...
+UNTRUSTED_FLOOR_BYTES = 8 << 20
+#: ... and never more than this (1 GiB).
+UNTRUSTED_CAP_BYTES = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,15 +47,39 @@ class Limits:
     max_nnz: int = 1 << 32  # total ids (16 GiB of int32)
     max_width: int = 1 << 20  # dense width W, and the widest row
     max_vocab: int = 1 << 24  # vocab_size (16.7M; real vocabularies are <= 262k)
-    max_bytes: int = 1 << 34  # one decoded buffer, decompressed size included (16 GiB)
+    max_bytes: int = 1 << 34  # what one decode produces, and each buffer on the way (16 GiB)
     max_json_depth: int = 16  # nesting depth of JSON / msgpack containers
 
     def replace(self, **changes: int) -> Limits:
         """A copy with some limits changed."""
         return dataclasses.replace(self, **changes)
 
+    @classmethod
+    def for_untrusted_input(cls, input_size: int) -> Limits:
+        """Limits for one payload of ``input_size`` bytes from the network.
+
+        The output budget (``max_bytes``) is ``UNTRUSTED_EXPANSION`` (12) bytes per input byte, at
+        least ``UNTRUSTED_FLOOR_BYTES`` (8 MiB) and at most 1 GiB; counts are capped modestly
+        (2^24 rows, 2^20 segments, 2^28 ids, rows of 2^18 ids, vocabularies of 2^22). Under these
+        limits no input grows a decoder's peak memory by more than max(16 x input size, 64 MiB)
+        (``tests/test_amplification.py``).
+        """
+        size = check_count(input_size, 1 << 62, "input size")
+        budget = min(UNTRUSTED_CAP_BYTES, max(UNTRUSTED_FLOOR_BYTES, UNTRUSTED_EXPANSION * size))
+        return cls(
+            max_rows=min(1 << 24, budget // 8),
+            max_segments=1 << 20,
+            max_nnz=min(1 << 28, budget // 4),
+            max_width=1 << 18,
+            max_vocab=1 << 22,
+            max_bytes=budget,
+            max_json_depth=16,
+        )
+
 
 DEFAULT_LIMITS = Limits()
+#: Trusted local files of a real run: 10M tokens x 512 ids (5.1e9 ids, 20.5 GB) fit with room.
+LOCAL_FILE_LIMITS = Limits(max_rows=1 << 31, max_segments=1 << 26, max_nnz=1 << 35, max_bytes=1 << 38)
 
 
 def check_count(value: int, limit: int, what: str, *, field: str | None = None) -> int:
@@ -59,5 +106,33 @@ def checked_nbytes(shape: Iterable[int], itemsize: int, limits: Limits, *, field
     if total > limits.max_bytes:
         raise SamplingMaskError(
             ErrorCode.E_LIMIT, f"{total} bytes exceed the limit {limits.max_bytes}", field=field, value=total
+        )
+    return total
+
+
+def output_nbytes(rows: int, nnz: int, *, segments: int = 1, per_row: int = 0, per_id: int = 0) -> int:
+    """Bytes of the ragged mask a decode builds: ids int32 [nnz], offsets int64 [rows + 1],
+    ``cu_seqlens`` int64 [segments + 1], plus ``per_row`` / ``per_id`` companion bytes."""
+    return 4 * nnz + 8 * (rows + 1) + 8 * (segments + 1) + per_row * rows + per_id * nnz
+
+
+def check_output(
+    limits: Limits,
+    rows: int,
+    nnz: int,
+    *,
+    segments: int = 1,
+    per_row: int = 0,
+    per_id: int = 0,
+    field: str | None = None,
+) -> int:
+    """:func:`output_nbytes` from declared counts, or ``E_LIMIT`` above ``limits.max_bytes``."""
+    total = output_nbytes(rows, nnz, segments=segments, per_row=per_row, per_id=per_id)
+    if total > limits.max_bytes:
+        raise SamplingMaskError(
+            ErrorCode.E_LIMIT,
+            f"the decoded mask would take {total} bytes ({rows} rows, {nnz} ids), over the limit {limits.max_bytes}",
+            field=field,
+            value=total,
         )
     return total

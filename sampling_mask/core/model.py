@@ -23,7 +23,7 @@ import numpy as np
 
 from . import layouts
 from .errors import ErrorCode, SamplingMaskError
-from .limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
+from .limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
 
 __all__ = ["COMPANIONS", "METADATA_KEYS", "SamplingMask", "concat"]
 
@@ -44,6 +44,8 @@ _METADATA_TYPES: Mapping[str, tuple[type, ...]] = types.MappingProxyType(
 )
 
 _MetadataValue = str | int | float | bool | None
+#: The keywords every ``from_*`` constructor spells out and forwards to ``SamplingMask(...)``.
+_FIELDS = ("cu_seqlens", "vocab_size", *COMPANIONS, "metadata", "validate", "limits")
 #: "Leave this field as it is" in :meth:`SamplingMask.replace` (None means "drop it").
 _KEEP: Any = object()
 
@@ -81,6 +83,17 @@ def _check_metadata(metadata: Mapping[str, Any] | None) -> Mapping[str, _Metadat
             raise SamplingMaskError(
                 ErrorCode.E_SCHEMA, "metadata keys must be strings", field="metadata", value=repr(key)
             )
+        for text in (key, value) if isinstance(value, str) else (key,):
+            if not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:  # a lone surrogate, e.g. from the JSON escape "\ud800"
+                    raise SamplingMaskError(
+                        ErrorCode.E_ENCODING,
+                        "metadata text is not valid Unicode",
+                        field="metadata",
+                        value=ascii(text)[:80],
+                    ) from None
         if isinstance(value, np.generic):
             value = value.item()
         if value is not None and not isinstance(value, (str, int, float, bool)):
@@ -165,7 +178,7 @@ def _rows_to_ragged(rows: Sequence[Any], limits: Limits) -> tuple[np.ndarray, np
     try:
         counts = np.fromiter(map(len, rows), dtype=np.int64, count=num_rows)
     except TypeError:
-        bad = next(i for i, r in enumerate(rows) if not hasattr(r, "__len__") or isinstance(r, (str, bytes, dict)))
+        bad = next(i for i, r in enumerate(rows) if not hasattr(r, "__len__") or isinstance(r, _NOT_ROWS))
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, "row must be a list of ids", field="rows", row=bad, value=repr(rows[bad])[:80]
         ) from None
@@ -175,19 +188,33 @@ def _rows_to_ragged(rows: Sequence[Any], limits: Limits) -> tuple[np.ndarray, np
         flat = np.fromiter(map(operator.index, itertools.chain.from_iterable(rows)), dtype=np.int64, count=nnz)
     except (TypeError, ValueError, OverflowError):
         raise _explain_bad_rows(rows) from None
-    if any(isinstance(r, (str, bytes, dict)) for r in rows):
+    # ... but not booleans (bool is an int subclass), and a row is never text or bytes.
+    if not set(map(type, rows)).isdisjoint(_NOT_ROWS) or bool in set(map(type, itertools.chain.from_iterable(rows))):
         raise _explain_bad_rows(rows)
     return layouts.as_int_array(flat, np.int32, field="rows"), layouts.counts_to_offsets(counts)
+
+
+#: Never a row: text, a mapping, or bytes-like objects (``bytes``, ``bytearray``, ``memoryview``:
+#: their items are bytes, not ids; wrap ids in a list or ``np.frombuffer(..., np.int32)`` instead).
+_NOT_ROWS = (str, bytes, bytearray, memoryview, dict)
 
 
 def _explain_bad_rows(rows: Sequence[Any]) -> SamplingMaskError:
     """Slow path, taken only after the fast path failed: find the first bad row for the message."""
     for i, row in enumerate(rows):
-        if isinstance(row, (str, bytes, dict)):
+        if isinstance(row, _NOT_ROWS):
             return SamplingMaskError(
-                ErrorCode.E_SCHEMA, "row must be a list of ids", field="rows", row=i, value=repr(row)[:80]
+                ErrorCode.E_SCHEMA,
+                "row must be a list of ids (not text, a mapping or bytes)",
+                field="rows",
+                row=i,
+                value=repr(row)[:80],
             )
         for value in row:
+            if isinstance(value, (bool, np.bool_)):
+                return SamplingMaskError(
+                    ErrorCode.E_DTYPE, "ids must be integers, not booleans", field="rows", row=i, value=value
+                )
             try:
                 operator.index(value)
             except TypeError:
@@ -197,6 +224,11 @@ def _explain_bad_rows(rows: Sequence[Any]) -> SamplingMaskError:
             if not -(1 << 63) <= value < (1 << 63):
                 return SamplingMaskError(ErrorCode.E_RANGE, "id does not fit int32", field="rows", row=i, value=value)
     return SamplingMaskError(ErrorCode.E_SCHEMA, "rows must be a sequence of lists of ids", field="rows")
+
+
+def _forwarded(scope: Mapping[str, Any]) -> dict[str, Any]:
+    """The constructor keywords of a ``from_*`` call, taken from its ``locals()`` (its signature)."""
+    return {name: scope[name] for name in _FIELDS}
 
 
 class SamplingMask:
@@ -306,19 +338,7 @@ class SamplingMask:
         ``vocab_size``, the companions (:data:`COMPANIONS`), ``metadata``, ``limits`` and
         ``validate=False`` for arrays already known to be valid.
         """
-        return cls(
-            ids,
-            offsets,
-            cu_seqlens=cu_seqlens,
-            vocab_size=vocab_size,
-            sampled_token_ids=sampled_token_ids,
-            sampled_logprobs=sampled_logprobs,
-            temperature=temperature,
-            support_logprobs=support_logprobs,
-            metadata=metadata,
-            validate=validate,
-            limits=limits,
-        )
+        return cls(ids, offsets, **_forwarded(locals()))
 
     @classmethod
     def from_counts(
@@ -347,19 +367,7 @@ class SamplingMask:
                 f"counts sum to {int(offsets[-1])} but there are {ids_arr.size} ids",
                 field="counts",
             )
-        return cls(
-            ids_arr,
-            offsets,
-            cu_seqlens=cu_seqlens,
-            vocab_size=vocab_size,
-            sampled_token_ids=sampled_token_ids,
-            sampled_logprobs=sampled_logprobs,
-            temperature=temperature,
-            support_logprobs=support_logprobs,
-            metadata=metadata,
-            validate=validate,
-            limits=limits,
-        )
+        return cls(ids_arr, offsets, **_forwarded(locals()))
 
     @classmethod
     def from_rows(
@@ -379,29 +387,18 @@ class SamplingMask:
         """From nested lists (vLLM ``sampling_mask.token_ids``, SGLang, JSON). Row order of ids is kept."""
         if isinstance(rows, np.ndarray) and rows.ndim == 2:
             ids, offsets = cls._dense_to_ragged(rows, limits)
-        elif not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)):
+        elif not isinstance(rows, Sequence) or isinstance(rows, _NOT_ROWS):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "rows must be a sequence of lists of ids", field="rows")
         else:
             ids, offsets = _rows_to_ragged(rows, limits)
-        return cls(
-            ids,
-            offsets,
-            cu_seqlens=cu_seqlens,
-            vocab_size=vocab_size,
-            sampled_token_ids=sampled_token_ids,
-            sampled_logprobs=sampled_logprobs,
-            temperature=temperature,
-            support_logprobs=support_logprobs,
-            metadata=metadata,
-            validate=validate,
-            limits=limits,
-        )
+        return cls(ids, offsets, **_forwarded(locals()))
 
     @staticmethod
     def _dense_to_ragged(dense: Any, limits: Limits) -> tuple[np.ndarray, np.ndarray]:
         arr = layouts.as_int_array(dense, np.int32, field="dense", ndim=2)
         check_count(arr.shape[0], limits.max_rows, "row count", field="dense")
         check_count(arr.shape[1], limits.max_width, "dense width", field="dense")
+        check_output(limits, arr.shape[0], arr.size, field="dense")  # a [T, 0] array still needs T offsets
         return layouts.dense_to_ragged(arr)
 
     @classmethod
@@ -421,19 +418,7 @@ class SamplingMask:
     ) -> SamplingMask:
         """From int32 ``[T, W]``: ids first, then ``-1`` trailing padding; an all ``-1`` row is empty."""
         ids, offsets = cls._dense_to_ragged(dense, limits)
-        return cls(
-            ids,
-            offsets,
-            cu_seqlens=cu_seqlens,
-            vocab_size=vocab_size,
-            sampled_token_ids=sampled_token_ids,
-            sampled_logprobs=sampled_logprobs,
-            temperature=temperature,
-            support_logprobs=support_logprobs,
-            metadata=metadata,
-            validate=validate,
-            limits=limits,
-        )
+        return cls(ids, offsets, **_forwarded(locals()))
 
     @classmethod
     def from_bitmask(
@@ -474,19 +459,8 @@ class SamplingMask:
                 value=arr.shape[1],
             )
         ids, offsets = layouts.bitmask_to_ragged(np.ascontiguousarray(arr), int(vocab_size))
-        return cls(
-            ids,
-            offsets,
-            cu_seqlens=cu_seqlens,
-            vocab_size=int(vocab_size),
-            sampled_token_ids=sampled_token_ids,
-            sampled_logprobs=sampled_logprobs,
-            temperature=temperature,
-            support_logprobs=support_logprobs,
-            metadata=metadata,
-            validate=validate,
-            limits=limits,
-        )
+        vocab_size = int(vocab_size)
+        return cls(ids, offsets, **_forwarded(locals()))
 
     # ------------------------------------------------------------------ validation
     def validate(self, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
@@ -708,7 +682,11 @@ class SamplingMask:
 
     # ------------------------------------------------------------------ conversions
     def to_rows(self) -> list[list[int]]:
-        """Nested Python lists, one per row, ids in stored order."""
+        """Nested Python lists, one per row, ids in stored order.
+
+        The garbage collector is left alone (it is process-wide). A million new lists set off many
+        collections: a caller converting millions of rows at once may wrap the call in
+        ``gc.disable()`` / ``gc.enable()`` itself (several times faster)."""
         flat = self._ids.tolist()
         bounds = self._offsets.tolist()
         return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
@@ -778,12 +756,12 @@ class SamplingMask:
         self,
         *,
         cu_seqlens: Any = _KEEP,
-        vocab_size: Any = _KEEP,
+        vocab_size: int | None = _KEEP,
         sampled_token_ids: Any = _KEEP,
         sampled_logprobs: Any = _KEEP,
         temperature: Any = _KEEP,
         support_logprobs: Any = _KEEP,
-        metadata: Any = _KEEP,
+        metadata: Mapping[str, Any] | None = _KEEP,
         limits: Limits = DEFAULT_LIMITS,
     ) -> SamplingMask:
         """A validated copy with the given fields changed (as :meth:`Limits.replace`); ``None`` drops

@@ -259,11 +259,11 @@ function decodeRagged(payload, limits) {
   return buildMask(ids, offsets, opts, limits);
 }
 
+// Writers keep every row's stored order (SPEC 4.3): ids and support_logprobs go out as stored.
 function encodeRagged(m) {
   const model = toModelJson(m);
-  const ids = model.rows.flat();
-  const offsets = [0];
-  for (const row of model.rows) offsets.push(offsets[offsets.length - 1] + row.length);
+  const ids = Array.from(m.ids);
+  const offsets = Array.from(m.offsets);
   const out = {
     ids: { dtype: "int32", shape: [ids.length], values: ids },
     offsets: { dtype: "int64", shape: [offsets.length], values: offsets },
@@ -276,11 +276,25 @@ function encodeRagged(m) {
       out[name] = { dtype: name === "sampled_token_ids" ? "int32" : "float32", shape: [model[name].length], values: model[name] };
     }
   }
-  if (model.support_logprobs !== undefined) {
-    const flat = model.support_logprobs.flat();
+  const perId = m.companions.support_logprobs;
+  if (perId !== undefined) {
+    const flat = Array.from(perId, (v) => (Number.isNaN(v) ? "NaN" : v === Infinity ? "Infinity" : v === -Infinity ? "-Infinity" : v));
     out.support_logprobs = { dtype: "float32", shape: [flat.length], values: flat };
   }
   return out;
+}
+
+// json-rows carries the rows only: refuse a mask it would lose anything of (SPEC 11.3).
+function encodeJsonRows(m) {
+  const lost = [];
+  if (m.vocab !== null) lost.push("vocab_size");
+  if (m.cu.length !== 2) lost.push("segments");
+  if (Object.keys(m.companions).length) lost.push("companions");
+  if (Object.keys(m.metadata).length) lost.push("metadata");
+  if (lost.length) reject("E_SCHEMA", `json-rows cannot carry ${lost.join(", ")}`, { field: lost[0] });
+  const rows = [];
+  for (let t = 0; t + 1 < m.offsets.length; t++) rows.push(Array.from(m.ids.slice(m.offsets[t], m.offsets[t + 1])));
+  return { text: JSON.stringify(rows) };
 }
 
 // ------------------------------------------------------------------------------------ json-rows form
@@ -438,7 +452,7 @@ function handle(request) {
     if (op === "encode") {
       const m = maskFromModel(request.input, limits);
       if (form === "ragged") return { ok: encodeRagged(m) };
-      return { ok: { text: JSON.stringify(toModelJson(m).rows) } };
+      return { ok: encodeJsonRows(m) };
     }
     throw new Unsupported(`op ${op}`);
   } catch (e) {

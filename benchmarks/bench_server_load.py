@@ -1,0 +1,282 @@
+"""Load test of the example server (examples/mask_server.py) under mixed, partly hostile traffic.
+
+    python benchmarks/bench_server_load.py                      # 32 clients, 20,000 requests
+    python benchmarks/bench_server_load.py --clients 64 --requests 50000 --json out.json
+
+Starts the server on 127.0.0.1 (an ephemeral port, loopback only) in a child process and sends a
+fixed, seeded mix of requests from ``--clients`` threads, one connection each:
+
+- ``valid``: realistic masks (``synthetic.rollout``, 46% singleton rows, mean ~8 ids) of 500 to 4,000
+  rows in msgpack, Arrow IPC file and zstd stream, Parquet, json and json-rows;
+- ``amplification``: every input of issue 18's amplification table (``tests/amplification_payloads.py``);
+- ``truncated``: a valid body cut short (a complete HTTP request); ``corrupted``: 1 to 8 bytes flipped;
+- ``short``: fewer body bytes than Content-Length, then the client closes its side;
+- ``slow``: a valid body sent in 8 pieces 30 ms apart; ``stalled``: half a body, then silence past
+  the server's read timeout.
+
+Every answer is checked: valid and slow bodies get 200 with the mask's own summary (rows, segments,
+ids and a CRC of ids and offsets), amplification inputs their exact error code, truncated and
+corrupted bodies 200 or 400 with a spec error code (a flipped id can still be a valid mask), short
+bodies 400 ``E_BYTES``, stalled ones 408. A 500, a refused or reset connection or a wrong answer is
+an error. Prints throughput, latency percentiles, the server's peak RSS over its idle size, and the
+errors; exit status 1 on any error, a dead server, or a peak above ``--rss-bound-mib``. Stops by
+itself: bounded request count, ``--max-seconds`` for the whole run, and a timeout per request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "tests")]
+
+from amplification_payloads import PAYLOADS  # noqa: E402
+from mask_server import summary  # noqa: E402
+
+import sampling_mask  # noqa: E402
+from sampling_mask.synthetic import rollout  # noqa: E402
+
+#: Share of each kind in the mix (the rest of the requests are valid).
+MIX = {"amplification": 0.08, "truncated": 0.08, "corrupted": 0.08, "short": 0.02, "slow": 0.03, "stalled": 0.004}
+VALID_FORMATS = ("msgpack", "arrow", "arrows", "parquet", "json", "json-rows")
+REQUEST_TIMEOUT = 30.0
+
+
+@dataclass
+class Request:
+    kind: str
+    body: bytes
+    fmt: str | None
+    expect: Any  # a summary dict, an error code, a set of statuses
+
+
+@dataclass
+class Result:
+    kind: str
+    seconds: float
+    error: str | None
+
+
+def _corpus(seed: int) -> tuple[list[Request], list[Request]]:
+    """(valid requests, hostile requests) to draw from."""
+    valid = []
+    for i, fmt in enumerate(VALID_FORMATS * 2):
+        mask = rollout(500 + 700 * i, seed=seed + i)
+        if fmt == "json-rows":
+            mask = sampling_mask.SamplingMask(mask.ids, mask.offsets)
+        opts: dict[str, Any] = {"compression": "zstd"} if fmt == "arrows" else {}
+        body = sampling_mask.encode(mask, fmt, **opts)
+        valid.append(Request("valid", body, fmt, summary(mask)))
+    hostile = [Request("amplification", build(), fmt, code) for build, fmt, code in PAYLOADS.values()]
+    return valid, hostile
+
+
+def _plan(count: int, seed: int) -> list[Request]:
+    rng = random.Random(seed)
+    valid, amplification = _corpus(seed)
+    requests = []
+    kinds = list(MIX)
+    weights = [MIX[k] for k in kinds] + [1 - sum(MIX.values())]
+    for kind in rng.choices([*kinds, "valid"], weights=weights, k=count):
+        base = rng.choice(valid)
+        if kind == "valid":
+            requests.append(base)
+        elif kind == "amplification":
+            requests.append(rng.choice(amplification))
+        elif kind == "truncated":
+            cut = rng.randrange(0, len(base.body))
+            requests.append(Request(kind, base.body[:cut], base.fmt, None))
+        elif kind == "corrupted":
+            body = bytearray(base.body)
+            for _ in range(rng.randint(1, 8)):
+                body[rng.randrange(len(body))] = rng.randrange(256)
+            requests.append(Request(kind, bytes(body), base.fmt, None))
+        else:  # short, slow, stalled: the transport misbehaves, the body is valid
+            requests.append(Request(kind, base.body, base.fmt, base.expect))
+    return requests
+
+
+def _send(port: int, request: Request, read_timeout: float) -> tuple[int, dict[str, Any]]:
+    """One request on its own connection; (status, JSON answer)."""
+    path = "/decode" + (f"?format={request.fmt}" if request.fmt else "")
+    body = request.body
+    declared = len(body) + (100 if request.kind == "short" else 0)
+    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {declared}\r\nConnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=REQUEST_TIMEOUT) as sock:
+        sock.sendall(head.encode())
+        if request.kind == "slow":
+            step = -(-len(body) // 8)
+            for start in range(0, len(body), step):
+                sock.sendall(body[start : start + step])
+                time.sleep(0.03)
+        elif request.kind == "stalled":
+            sock.sendall(body[: len(body) // 2])
+            time.sleep(read_timeout + 1.0)
+        else:
+            sock.sendall(body)
+        if request.kind == "short":
+            sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := sock.recv(1 << 16):
+            chunks.append(chunk)
+    raw = b"".join(chunks)
+    header, _, payload = raw.partition(b"\r\n\r\n")
+    status = int(header.split(b" ", 2)[1])
+    return status, json.loads(payload)
+
+
+def _check(request: Request, status: int, answer: dict[str, Any]) -> str | None:
+    """None when the answer is right, else what is wrong."""
+    kind = request.kind
+    if kind in ("valid", "slow"):
+        return None if status == 200 and answer == request.expect else f"expected the summary, got {status} {answer}"
+    if kind == "amplification":
+        ok = status == 400 and answer.get("code") == request.expect
+        return None if ok else f"expected 400 {request.expect}, got {status} {answer}"
+    if kind in ("truncated", "corrupted"):
+        ok = status == 200 or (status == 400 and str(answer.get("code", "")).startswith("E_"))
+        return None if ok else f"expected 200 or 400 E_*, got {status} {answer}"
+    if kind == "short":
+        return None if status == 400 and answer.get("code") == "E_BYTES" else f"expected 400 E_BYTES, got {status}"
+    return None if status == 408 else f"expected 408, got {status} {answer}"  # stalled
+
+
+def _run_one(port: int, request: Request, read_timeout: float) -> Result:
+    start = time.perf_counter()
+    try:
+        status, answer = _send(port, request, read_timeout)
+        error = _check(request, status, answer)
+    except (OSError, ValueError, IndexError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return Result(request.kind, time.perf_counter() - start, error)
+
+
+def _stats(port: int) -> dict[str, Any]:
+    with socket.create_connection(("127.0.0.1", port), timeout=REQUEST_TIMEOUT) as sock:
+        sock.sendall(b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        raw = b"".join(iter(lambda: sock.recv(1 << 16), b""))
+    return json.loads(raw.partition(b"\r\n\r\n")[2])  # type: ignore[no-any-return]
+
+
+def _start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], int]:
+    command = [
+        sys.executable,
+        str(ROOT / "examples" / "mask_server.py"),
+        "--port=0",
+        f"--read-timeout={args.read_timeout}",
+        f"--decoders={args.decoders}",
+        f"--max-body={args.max_body}",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("listening on"):
+        proc.kill()
+        raise RuntimeError(f"the server did not start: {line!r}")
+    return proc, int(line.rsplit(":", 1)[1])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    requests = _plan(args.requests, args.seed)
+    largest = max(len(r.body) for r in requests)
+    proc, port = _start_server(args)
+    try:
+        for request in requests[:20]:  # warm up imports and pools before the idle size is taken
+            if request.kind == "valid":
+                _run_one(port, request, args.read_timeout)
+        idle = _stats(port)["peak_rss_mib"]
+        stop = threading.Event()
+        timer = threading.Timer(args.max_seconds, stop.set)
+        timer.start()
+        start = time.perf_counter()
+        results: list[Result] = []
+        with ThreadPoolExecutor(args.clients) as pool:
+
+            def one(request: Request) -> Result:
+                if stop.is_set():
+                    return Result(request.kind, 0.0, "not sent: --max-seconds ran out")
+                return _run_one(port, request, args.read_timeout)
+
+            results = list(pool.map(one, requests))
+        wall = time.perf_counter() - start
+        timer.cancel()
+        alive = proc.poll() is None
+        peak = _stats(port)["peak_rss_mib"] if alive else float("nan")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    errors = [r for r in results if r.error]
+    by_kind: dict[str, int] = {}
+    for r in results:
+        by_kind[r.kind] = by_kind.get(r.kind, 0) + 1
+    fast = [r.seconds for r in results if r.kind not in ("slow", "stalled")]
+    valid = [r.seconds for r in results if r.kind == "valid"]
+    bound = args.decoders * max(16 * largest / (1 << 20), 64)
+    return {
+        "requests": len(results),
+        "clients": args.clients,
+        "by_kind": by_kind,
+        "seconds": round(wall, 2),
+        "throughput_rps": round(len(results) / wall, 1),
+        "latency_ms": {
+            "p50": round(1e3 * percentile(fast, 0.50), 2),
+            "p99": round(1e3 * percentile(fast, 0.99), 2),
+            "valid_p50": round(1e3 * percentile(valid, 0.50), 2),
+            "valid_p99": round(1e3 * percentile(valid, 0.99), 2),
+            "valid_mean": round(1e3 * statistics.fmean(valid), 2) if valid else None,
+        },
+        "server_alive": alive,
+        "idle_rss_mib": round(idle, 1),
+        "peak_rss_mib": round(peak, 1),
+        "peak_growth_mib": round(peak - idle, 1),
+        "rss_bound_mib": round(args.rss_bound_mib if args.rss_bound_mib else bound, 1),
+        "largest_body_bytes": largest,
+        "errors": len(errors),
+        "error_examples": sorted({f"{r.kind}: {r.error}"[:300] for r in errors})[:10],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--decoders", type=int, default=4, help="server: decodes at once")
+    parser.add_argument("--read-timeout", type=float, default=2.0, help="server: seconds to send a request")
+    parser.add_argument("--max-body", type=int, default=8 << 20, help="server: largest body")
+    parser.add_argument("--max-seconds", type=float, default=900.0, help="stop sending after this long")
+    parser.add_argument("--rss-bound-mib", type=float, default=0.0, help="default: decoders x max(16 x body, 64 MiB)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    figures = run(args)
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    ok = figures["errors"] == 0 and figures["server_alive"] and figures["peak_growth_mib"] <= figures["rss_bound_mib"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The ``sampling-mask`` command line: demo, inspect, validate, convert, stats, conformance, bench.
+
+One module per command (``cli/<command>.py``: ``add_parser`` and ``run``); ``_common`` holds the output,
+error and argument plumbing, ``_source`` the input files. ``sampling_mask.cli:main`` is the entry point.
+
+Exit status: 0 success; 1 the answer is "no" (``validate`` found the file invalid, a ``demo``
+round trip or check failed); 2 a usage error (a bad flag, a missing file, an unknown extension, a corrupt or
+unreadable input, a missing optional dependency), reported as ONE line on stderr
+``sampling-mask: error: CODE: message``; 3 an internal error (a bug). ``--debug`` adds tracebacks.
+
+CODE is a spec error code (``E_ENCODING``, ``E_SCHEMA``...) when the data is at fault, else one of the
+command line's own: ``E_USAGE`` (flags), ``E_IO`` (a file cannot be read or written), ``E_UNAVAILABLE``
+(an optional part is not installed). Only the standard library and numpy load at import; pyarrow,
+torch and matplotlib load inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from ..core.errors import SamplingMaskError
+from . import bench, conformance, convert, demo, inspect, stats, validate
+from ._common import OPTIONAL_EXTRAS, PROG, CliError, Parser, missing_dependency
+
+__all__ = ["build_parser", "main"]
+
+#: Subcommands handed whole to another module's ``main(argv)``: name -> (entry, help).
+DELEGATED: dict[str, tuple[Callable[[list[str]], int | None], str]] = {
+    "conformance": (conformance.main, conformance.HELP),
+    "bench": (bench.main, bench.HELP),
+}
+
+
+def _delegate(command: str, argv: list[str]) -> int:
+    """``main(argv)`` of the module that owns ``command``; its exit status (argparse's included)."""
+    entry = DELEGATED[command][0]
+    try:
+        status = entry(argv)
+    except SystemExit as exc:  # --help or a usage error inside the delegate's argparse
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 2)
+    return int(status or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command this module runs itself (the delegated ones take their own argv)."""
+    common = Parser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    common.add_argument(
+        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bar or chatter"
+    )
+    from .. import __version__
+
+    parser = Parser(
+        prog=PROG,
+        parents=[common],
+        description="Sampling masks for LLM reinforcement learning: inspect, validate, convert and "
+        "benchmark files in the sampling-mask format (spec v1).",
+        epilog="Exit status: 0 ok, 1 invalid (validate) or a failed round trip (demo), 2 usage error, "
+        "3 internal error.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
+    for command in (demo, inspect, validate, convert, stats):
+        command.add_parser(sub, common)
+    for name, (_entry, help_text) in DELEGATED.items():
+        p = sub.add_parser(name, help=help_text, add_help=False)
+        p.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _split_delegated(argv: Sequence[str]) -> tuple[list[str], str, list[str]] | None:
+    """(global flags, command, rest) when the command is handed to another module, else None."""
+    for i, token in enumerate(argv):
+        if token in ("--debug", "-q", "--quiet"):
+            continue
+        if token in DELEGATED:
+            return list(argv[:i]), token, list(argv[i + 1 :])
+        return None
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (the console script exits with it)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    delegated = _split_delegated(args_list)
+    debug = "--debug" in (delegated[0] if delegated else args_list)
+    try:
+        if delegated is not None:
+            return _delegate(delegated[1], delegated[2])
+        parser = build_parser()
+        try:
+            args = parser.parse_args(args_list)
+        except SystemExit as exc:  # --help, --version and usage errors
+            return exc.code if isinstance(exc.code, int) else 0
+        debug = bool(getattr(args, "debug", False))
+        args.quiet = bool(getattr(args, "quiet", False))
+        status: int = args.func(args)
+        sys.stdout.flush()
+        return status
+    except CliError as exc:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        return 2
+    except SamplingMaskError as exc:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        return 2
+    except ModuleNotFoundError as exc:
+        if exc.name not in OPTIONAL_EXTRAS:
+            return _internal_error(exc, debug)
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        sys.stderr.write(f"{PROG}: error: E_UNAVAILABLE: {missing_dependency(exc.name)}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{PROG}: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``| head``): not an error; silence the flush at exit.
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, traceback on --debug
+        return _internal_error(exc, debug)
+
+
+def _internal_error(exc: BaseException, debug: bool) -> int:
+    if debug:
+        import traceback
+
+        traceback.print_exc()
+    sys.stderr.write(
+        f"{PROG}: internal error: {type(exc).__name__}: {exc} (a bug; rerun with --debug for the traceback)\n"
+    )
+    return 3

@@ -1,0 +1,205 @@
+"""What every command shares: the exit-status conventions, one-line errors, output formatting, progress.
+
+Exit status: 0 success; 1 the answer is "no"; 2 a usage error, reported as ONE line on stderr
+``sampling-mask: error: CODE: message`` (:class:`CliError`); 3 an internal error (a bug).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from ..core.errors import SamplingMaskError
+
+PROG = "sampling-mask"
+#: Formats written and read batch by batch (one record batch / row group at a time).
+STREAMING_FORMATS = ("arrow", "arrows", "parquet")
+#: Formats that carry the rows only (no segments, companions, vocab_size or metadata).
+ROWS_ONLY_FORMATS = ("json-rows", "base64")
+#: Optional dependencies and the extra that installs each.
+OPTIONAL_EXTRAS = {"pyarrow": "arrow", "msgpack": "msgpack", "torch": "torch", "matplotlib": "plot"}
+FORMAT_HELP = "input format when the extension does not say it (arrow, arrows, parquet, msgpack, json, ...)"
+
+
+class CliError(Exception):
+    """An error a person made (or an environment lacking something): one line, exit status 2."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line with the code ``E_USAGE`` (exit 2), not usage + error."""
+
+    def error(self, message: str) -> NoReturn:
+        hint = f" (see {self.prog} --help)"
+        self.exit(2, f"{PROG}: error: E_USAGE: {message}{hint}\n")
+
+
+def add_command(
+    sub: Any, common: argparse.ArgumentParser, name: str, help_text: str, func: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """A subcommand parser that runs ``func(args)``, with the global flags of ``common``."""
+    p: argparse.ArgumentParser = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+    p.set_defaults(func=func)
+    return p
+
+
+def missing_dependency(name: str) -> str:
+    extra = OPTIONAL_EXTRAS[name]
+    return f"this needs {name}, which is not installed (pip install 'sampling-mask[{extra}]')"
+
+
+def warn(text: str) -> None:
+    """One line on stderr: ``sampling-mask: warning: text`` (deprecated flags)."""
+    sys.stderr.write(f"{PROG}: warning: {text}\n")
+
+
+def out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _json_default(value: Any) -> Any:
+    import numpy as np
+
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return finite(float(value))
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def finite(value: float | None) -> float | None:
+    """NaN / inf become None so the JSON output stays strict JSON."""
+    if value is None or not math.isfinite(value):
+        return None
+    return value
+
+
+def print_json(document: Any) -> None:
+    out(json.dumps(document, indent=2, default=_json_default, allow_nan=False))
+
+
+def fmt_num(value: float | int | None, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int) or float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.{digits}f}"
+
+
+def fmt_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    size, unit = n / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{size:.1f} {unit}"
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
+
+
+def fmt_count(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return f"{int(n)}"
+
+
+class Progress:
+    """Segments and rows done, on stderr, only when ``enabled`` (see :func:`progress_enabled`).
+
+    A tqdm bar when tqdm is installed (``pip install 'sampling-mask[progress]'``), else one plain status
+    line redrawn in place at most ten times a second.
+    """
+
+    def __init__(self, label: str, total: int | None, *, enabled: bool) -> None:
+        self.label, self.total, self.enabled = label, total, enabled
+        self.segments = self.rows = 0
+        self.start = self.last = time.perf_counter()
+        self.bar: Any = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                pass
+            else:
+                # COLUMNS / LINES, else the terminal's size, else 80 x 24 (tqdm draws nothing on a 0 x 0 one).
+                size = shutil.get_terminal_size()
+                self.bar = tqdm(
+                    total=total, desc=label, unit=" segments", file=sys.stderr, ncols=size.columns, nrows=size.lines
+                )
+
+    def update(self, segments: int, rows: int) -> None:
+        self.segments += segments
+        self.rows += rows
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{fmt_count(self.rows)} rows", refresh=False)
+            self.bar.update(segments)
+            return
+        now = time.perf_counter()
+        if self.enabled and (self.last == self.start or now - self.last >= 0.1):
+            self.last = now
+            self._draw(now)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{fmt_count(self.rows)} rows", refresh=False)
+            self.bar.close()
+        elif self.enabled:
+            self._draw(time.perf_counter())
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+    def _draw(self, now: float) -> None:
+        done = f"{fmt_count(self.segments)}" + (f"/{fmt_count(self.total)}" if self.total else "")
+        sys.stderr.write(
+            f"\r{self.label}  {done} segments, {fmt_count(self.rows)} rows, {now - self.start:.1f} s\x1b[K"
+        )
+        sys.stderr.flush()
+
+
+def progress_enabled(args: argparse.Namespace) -> bool:
+    """Progress is shown only on a terminal and never with ``-q``."""
+    return not getattr(args, "quiet", False) and sys.stderr.isatty()
+
+
+def error_text(exc: SamplingMaskError) -> str:
+    """The message and its context, without the code prefix (the caller prints the code)."""
+    text = str(exc)
+    prefix = f"{exc.code.value}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def histogram_lines(buckets: list[dict[str, Any]], width: int = 40) -> list[str]:
+    peak = max((b["rows"] for b in buckets), default=0)
+    lines = []
+    for b in buckets:
+        bar = "#" * (math.ceil(b["rows"] / peak * width) if b["rows"] else 0)
+        lines.append(f"{b['sizes']:>11}  {bar:<{width}}  {b['rows']:,} ({b['fraction']:.1%})")
+    return lines
+
+
+def support_line(support: dict[str, Any]) -> str:
+    if not support["rows"]:
+        return "no row has a support"
+    return (
+        f"singletons {support['singleton_fraction']:.1%}  median {fmt_num(support['median'])}  "
+        f"mean {fmt_num(support['mean'])}  p90 {fmt_num(support['p90'])}  p99 {fmt_num(support['p99'])}  "
+        f"max {fmt_num(support['max'])}"
+    )

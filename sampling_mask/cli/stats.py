@@ -1,0 +1,129 @@
+"""``sampling-mask stats FILE``: the support-size distribution overall and per segment (the numbers of
+:mod:`sampling_mask.stats`); ``--plot`` writes a PNG histogram (matplotlib)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..stats import SupportSummary
+from ._common import (
+    FORMAT_HELP,
+    CliError,
+    add_command,
+    finite,
+    fmt_num,
+    histogram_lines,
+    out,
+    print_json,
+    support_line,
+)
+from ._source import (
+    open_input,
+    summarize_file,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def run(args: argparse.Namespace) -> int:
+    """Support-size distribution overall and per segment; optional PNG histogram."""
+    source = open_input(args)
+    if args.plot is not None:
+        _require_matplotlib()
+    summary = summarize_file(source, args, "stats")
+    path, fmt = source.path, source.fmt
+    document = summary.to_dict()
+    if args.plot is not None:
+        _plot(Path(args.plot), summary, path)
+    if args.json:
+        print_json({"file": str(path), "format": fmt, **document, "plot": args.plot})
+        return 0
+    support, per_segment = document["support"], summary.per_segment()
+    out(
+        f"{path}: {summary.rows:,} rows in {summary.segments:,} segments, {summary.nnz:,} ids, "
+        f"{summary.empty_rows:,} empty rows (no support recorded)"
+    )
+    out(f"support size  {support_line(support)}")
+    for line in histogram_lines(document["histogram"]):
+        out(f"  {line}")
+    if summary.segments:
+        _print_segments(per_segment, args.segments)
+    if args.plot is not None:
+        out(f"wrote {args.plot}")
+    return 0
+
+
+def _print_segments(per_segment: dict[str, np.ndarray], limit: int) -> None:
+    import numpy as np
+
+    seg_rows = per_segment["rows"]
+    out(
+        f"segments      rows per segment: min {int(seg_rows.min()):,}  median {fmt_num(float(np.median(seg_rows)))}"
+        f"  max {int(seg_rows.max()):,}"
+    )
+    out(f"  {'segment':>8} {'rows':>8} {'empty':>7} {'ids':>10} {'mean':>7} {'median':>7} {'max':>7}")
+    shown = min(limit, seg_rows.size)
+    for b in range(shown):
+        out(
+            f"  {b:>8} {int(seg_rows[b]):>8,} {int(per_segment['empty_rows'][b]):>7,} {int(per_segment['ids'][b]):>10,}"
+            f" {fmt_num(finite(float(per_segment['mean_support'][b]))):>7}"
+            f" {fmt_num(finite(float(per_segment['median_support'][b]))):>7}"
+            f" {int(per_segment['max_support'][b]):>7,}"
+        )
+    if seg_rows.size > shown:
+        out(f"  ... {seg_rows.size - shown:,} more segments (--segments N shows more, --json shows all)")
+
+
+def _require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise CliError("E_UNAVAILABLE", "--plot needs matplotlib (pip install 'sampling-mask[plot]')") from None
+
+
+def _plot(out: Path, summary: SupportSummary, source: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    counts = summary.length_counts[1:]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    if counts.sum():
+        sizes = np.arange(1, counts.size + 1)
+        # The text histogram's buckets: 1, 2, 3-4, 5-8, ... (edges halfway between sizes).
+        edges = np.concatenate(([0.5, 1.5], 2.0 ** np.arange(1, int(np.log2(counts.size)) + 2) + 0.5))
+        left.hist(sizes, bins=edges, weights=counts, color="#3465a4")
+        left.set_xscale("log", base=2)
+        left.set_yscale("log")
+    left.set_xlabel("support size |S_t| (ids per row)")
+    left.set_ylabel("rows")
+    left.set_title(f"support sizes, {int(counts.sum()):,} rows with a support")
+    per_segment = summary.per_segment()
+    if per_segment and per_segment["rows"].size:
+        means = per_segment["mean_support"]
+        right.hist(means[np.isfinite(means)], bins=40, color="#73d216")
+    right.set_xlabel("mean support size per segment")
+    right.set_ylabel("segments")
+    right.set_title(f"{summary.segments:,} segments")
+    fig.suptitle(source.name)
+    fig.tight_layout()
+    try:
+        fig.savefig(out, format="png", dpi=100)
+    except OSError as exc:
+        raise CliError("E_IO", f"cannot write {str(out)!r}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = add_command(sub, common, "stats", "support-size distribution overall and per segment", run)
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--format", help=FORMAT_HELP)
+    p.add_argument("--plot", metavar="PNG", help="write a PNG histogram (needs matplotlib)")
+    p.add_argument("--segments", type=int, default=20, metavar="N", help="segments listed (default 20)")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
