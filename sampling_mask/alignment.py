@@ -37,7 +37,7 @@ import numpy as np
 from .core import layouts
 from .core.errors import ErrorCode, SamplingMaskError
 from .core.layouts import as_host_array
-from .core.model import SamplingMask, concat
+from .core.model import SamplingMask, as_sampling_mask, concat
 
 __all__ = [
     "append_padding_segment",
@@ -110,6 +110,7 @@ def take_rows(mask: SamplingMask, rows: Any, cu_seqlens: Any) -> SamplingMask:
     ``cu_seqlens`` segments the result. Companions follow their rows (see the module docstring
     for inserted empty rows); vocab_size and metadata are kept.
     """
+    mask = as_sampling_mask(mask)
     rows = layouts.as_int_array(rows, np.int64, field="rows")
     cu = _cu(cu_seqlens)
     if int(cu[-1]) != rows.size:
@@ -151,6 +152,7 @@ def shift_left(mask: SamplingMask) -> SamplingMask:
     """Input-aligned -> label-aligned: row t+1 moves to position t inside each segment; the last
     position of each segment becomes empty. Row 0 of a segment is scored by no logits, so it must
     be empty (``E_SCHEMA`` otherwise: it would be dropped)."""
+    mask = as_sampling_mask(mask)
     cu = mask.cu_seqlens
     starts, ends = cu[:-1], cu[1:]
     nonempty = ends > starts
@@ -171,6 +173,7 @@ def shift_left(mask: SamplingMask) -> SamplingMask:
 def unshift(mask: SamplingMask) -> SamplingMask:
     """Label-aligned -> input-aligned (inverse of :func:`shift_left`). The last row of every
     segment must be empty (``E_SCHEMA`` otherwise)."""
+    mask = as_sampling_mask(mask)
     cu = mask.cu_seqlens
     starts, ends = cu[:-1], cu[1:]
     nonempty = ends > starts
@@ -190,6 +193,7 @@ def unshift(mask: SamplingMask) -> SamplingMask:
 
 def input_aligned(generated: SamplingMask, prompt_lengths: Any) -> SamplingMask:
     """Prepend ``prompt_lengths[b]`` empty rows to segment b of a mask of generated rows only."""
+    generated = as_sampling_mask(generated)
     cu = generated.cu_seqlens
     prompt = _lengths(prompt_lengths, cu.size - 1, field="prompt_lengths")
     gen = np.diff(cu)
@@ -201,6 +205,7 @@ def input_aligned(generated: SamplingMask, prompt_lengths: Any) -> SamplingMask:
 
 def label_aligned(generated: SamplingMask, prompt_lengths: Any) -> SamplingMask:
     """``shift_left(input_aligned(generated, prompt_lengths))``: each prompt must hold >= 1 token."""
+    generated = as_sampling_mask(generated)
     prompt = _lengths(prompt_lengths, generated.num_segments, field="prompt_lengths")
     gen = np.diff(generated.cu_seqlens)
     bad = (prompt < 1) & (gen > 0)
@@ -218,6 +223,7 @@ def label_aligned(generated: SamplingMask, prompt_lengths: Any) -> SamplingMask:
 def pad_segments(mask: SamplingMask, *, multiple: int = 1, lengths: Any = None) -> SamplingMask:
     """Append empty rows to each segment: up to ``lengths[b]`` when given, else up to the next
     multiple of ``multiple`` (e.g. ``2 * cp_world_size``). A target below a segment's length is ``E_RANGE``."""
+    mask = as_sampling_mask(mask)
     cu = mask.cu_seqlens
     current = np.diff(cu)
     if lengths is not None:
@@ -247,6 +253,7 @@ def pad_segments(mask: SamplingMask, *, multiple: int = 1, lengths: Any = None) 
 def append_padding_segment(mask: SamplingMask, total_rows: int) -> SamplingMask:
     """Append one segment of empty rows so the mask has exactly ``total_rows`` rows (a packed
     micro-batch padded to a fixed token count). ``E_RANGE`` when ``total_rows`` is below the row count."""
+    mask = as_sampling_mask(mask)
     total = _count(total_rows, field="total_rows")
     if total < mask.num_rows:
         raise SamplingMaskError(
@@ -258,12 +265,14 @@ def append_padding_segment(mask: SamplingMask, total_rows: int) -> SamplingMask:
 
 def to_packed_dense(mask: SamplingMask, width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(int32 ``[sum(seqlen), W]`` ``-1``-padded, int32 ``cu_seqlens`` ``[B+1]``) for a packed micro-batch."""
+    mask = as_sampling_mask(mask)
     return mask.to_dense(width), mask.cu_seqlens.astype(np.int32)
 
 
 def to_batch_dense(mask: SamplingMask, seq_len: int | None = None, width: int | None = None) -> np.ndarray:
     """int32 ``[B, S, W]``: segment b in ``out[b, :len_b]``, ``-1`` elsewhere. ``S`` defaults to the
     longest segment (``E_SHAPE`` when a segment is longer than ``seq_len``)."""
+    mask = as_sampling_mask(mask)
     cu = mask.cu_seqlens
     seg_len = np.diff(cu)
     longest = int(seg_len.max()) if seg_len.size else 0
@@ -338,6 +347,7 @@ def _shard_cu(cu: np.ndarray, world_size: int, rank: int, mode: CPMode) -> tuple
 
 def shard_mask(mask: SamplingMask, world_size: int, rank: int, mode: CPMode = "contiguous") -> SamplingMask:
     """The rows of ``rank`` as a mask with one segment per sequence (same split as :func:`shard_array`)."""
+    mask = as_sampling_mask(mask)
     rows, cu = _shard_cu(mask.cu_seqlens, world_size, rank, mode)
     return take_rows(mask, rows, cu)
 
@@ -364,6 +374,7 @@ def unshard_mask(shards: Sequence[SamplingMask], cu_seqlens: Any, mode: CPMode =
     cu = _cu(cu_seqlens)
     if not shards:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "need the shards of every rank", field="shards")
+    shards = [as_sampling_mask(shard, field=f"shards[{r}]") for r, shard in enumerate(shards)]
     for r, shard in enumerate(shards):
         expected = context_parallel_rows(cu, len(shards), r, mode).size
         if shard.num_rows != expected:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .core.model import SamplingMask
+from .core.model import SamplingMask, as_sampling_mask
 
 __all__ = ["SupportSummary", "histogram_buckets", "summarize", "support_from_counts"]
 
@@ -41,23 +41,35 @@ class SupportSummary:
 
     def add(self, mask: SamplingMask) -> None:
         """Count one more batch (the next rows and segments of the same file)."""
+        mask = as_sampling_mask(mask)
         lengths = mask.row_lengths
         counts = np.bincount(lengths, minlength=1) if lengths.size else np.zeros(1, dtype=np.int64)
-        if counts.size > self.length_counts.size:
-            counts[: self.length_counts.size] += self.length_counts
-            self.length_counts = counts
-        else:
-            self.length_counts[: counts.size] += counts
         if self.batches == 0:
             self.vocab_size = mask.vocab_size
             self.companions = list(mask.companions)
             self.metadata = dict(mask.metadata)
-        self.rows += mask.num_rows
-        self.segments += mask.num_segments
-        self.nnz += mask.nnz
-        self.batches += 1
-        self.ascending = self.ascending and mask.is_canonical
+        self._count(counts, mask.num_rows, mask.num_segments, mask.nnz, 1, mask.is_canonical)
         self._per_segment.append(_segment_stats(mask))
+
+    def merge(self, other: SupportSummary) -> None:
+        """Count everything ``other`` counted too (for example another file of a dataset)."""
+        if self.batches == 0:
+            self.vocab_size, self.companions, self.metadata = other.vocab_size, other.companions, other.metadata
+        self._count(other.length_counts, other.rows, other.segments, other.nnz, other.batches, other.ascending)
+        self._per_segment += other._per_segment
+
+    def _count(self, counts: np.ndarray, rows: int, segments: int, nnz: int, batches: int, ascending: bool) -> None:
+        if counts.size > self.length_counts.size:
+            counts = counts.copy()
+            counts[: self.length_counts.size] += self.length_counts
+            self.length_counts = counts
+        else:
+            self.length_counts[: counts.size] += counts
+        self.rows += rows
+        self.segments += segments
+        self.nnz += nnz
+        self.batches += batches
+        self.ascending = self.ascending and ascending
 
     @property
     def empty_rows(self) -> int:
@@ -187,6 +199,6 @@ def histogram_buckets(length_counts: np.ndarray) -> list[dict[str, Any]]:
 def summarize(masks: SamplingMask | Iterable[SamplingMask]) -> SupportSummary:
     """The :class:`SupportSummary` of one mask or of the batches of one file, in order."""
     summary = SupportSummary()
-    for mask in [masks] if isinstance(masks, SamplingMask) else masks:
+    for mask in masks if isinstance(masks, Iterable) else [masks]:  # a mask has no __iter__
         summary.add(mask)
     return summary

@@ -29,7 +29,7 @@ from .core import layouts
 from .core.errors import ErrorCode, SamplingMaskError
 from .core.layouts import as_float_array, as_host_array
 from .core.limits import DEFAULT_LIMITS, Limits
-from .core.model import SamplingMask
+from .core.model import SamplingMask, as_sampling_mask
 
 __all__ = ["Trace", "TraceBuilder"]
 
@@ -128,7 +128,8 @@ class TraceBuilder:
         """Append one generation's tokens with their rows (a :class:`SamplingMask`, nested lists or a
         ``-1``-padded ``[n, W]`` array) and logprobs (NaN when None); closes the current step."""
         ids = self._token_ids(token_ids)
-        if isinstance(rows, SamplingMask):
+        if hasattr(rows, "__sampling_mask__"):  # a SamplingMask, or one of another copy (the mask protocol)
+            rows = as_sampling_mask(rows, field="rows")
             row_ids, row_offsets = rows.ids, rows.offsets
         elif isinstance(rows, np.ndarray) or hasattr(rows, "detach"):
             dense = SamplingMask.from_dense(as_host_array(rows), limits=self._limits, validate=False)

@@ -206,3 +206,18 @@ def test_with_upstream_sglang_chunk():
     rows, logprobs = chunk.to_lists(support_logprobs=True)
     meta = {"output_token_sampling_mask": rows, "output_token_sampling_logprobs": logprobs}
     assert sglang.from_meta_info(meta, output_ids=body["output_ids"], vocab_size=96) == mask
+    protocol = pytest.importorskip("sglang.srt.entrypoints.openai.protocol")
+    chat = protocol.ChatCompletionResponse(
+        id="c",
+        model="m",
+        choices=[
+            protocol.ChatCompletionResponseChoice(
+                index=0,
+                message=protocol.ChatMessage(role="assistant", content=""),
+                response_token_ids=mask.sampled_token_ids.tolist(),
+                meta_info=sglang.to_meta_info(mask, sampling_logprobs_mode="support"),
+            )
+        ],
+        usage=protocol.UsageInfo(prompt_tokens=1, completion_tokens=mask.num_rows, total_tokens=mask.num_rows + 1),
+    )
+    assert sglang.from_chat_response(json.loads(chat.model_dump_json()), vocab_size=96) == [mask]

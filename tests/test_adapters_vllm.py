@@ -409,6 +409,26 @@ def test_round_trip_completion_output_and_lists(outputs, tensors):
     assert vllm.from_engine_csr(written, vocab_size=96) == csr
 
 
+def test_round_trip_empty_rows_and_streamed_deltas():
+    mask = SamplingMask.from_rows([[4, 9], [], [1, 2, 3, 5, 8], [7], [], [0]], vocab_size=12, cu_seqlens=[0, 3, 3, 6])
+    tensors = vllm.to_engine_tensors(mask, width=2, rows_per_request=3)
+    assert tensors["num_sampled_tokens"].tolist() == [3, 0, 3]  # the empty segment: all slots inactive
+    assert vllm.from_engine_tensors(tensors, tensors["num_sampled_tokens"]) == mask
+    assert vllm.from_engine_csr(vllm.to_engine_csr(mask), vocab_size=12) == mask
+    one = vllm.to_engine_tensors(mask, width=2)
+    assert vllm.from_engine_tensors(one).to_rows() == mask.to_rows()
+    sampled = SamplingMask.from_rows(
+        [[4, 9], [1, 2, 3, 5, 8], [7], [0], [6, 11]],
+        vocab_size=12,
+        cu_seqlens=[0, 3, 5],
+        sampled_token_ids=[9, 3, 7, 0, 6],
+    )
+    chunks = [  # delta chunks of 2 tokens, choices interleaved, choice 1 ending a chunk early
+        {"choices": [vllm.to_generate_choice(sampled.segment(s)[a : a + 2], index=s)]} for a in (0, 2) for s in (1, 0)
+    ]
+    assert vllm.from_generate_stream(chunks, vocab_size=12) == [sampled.segment(0), sampled.segment(1)]
+
+
 def test_with_upstream_vllm_classes(tensors, outputs):
     """Ours -> vLLM's own objects -> ours; skipped without the vllm package (CI)."""
     v1_outputs = pytest.importorskip("vllm.v1.outputs")
@@ -430,3 +450,28 @@ def test_with_upstream_vllm_classes(tensors, outputs):
     assert vllm.from_engine_csr(upstream.tolists(written["num_sampled_tokens"]), vocab_size=96) == mask
     choice = protocol.GenerateTokensChoice(**vllm.to_generate_choice(mask.segment(0)))
     assert vllm.from_generate_choice(choice) == vllm.from_generate_choice(vllm.to_generate_choice(mask.segment(0)))
+    choices = [vllm.from_completion_output(o, vocab_size=96) for o in outputs["outputs"][:2]]
+    stream = [
+        protocol.GenerateTokensStreamResponse(
+            choices=[protocol.GenerateTokensStreamChoice(**vllm.to_generate_choice(m[a : a + 2], index=i))]
+        ).model_dump_json()
+        for a in range(0, choices[0].num_rows, 2)
+        for i, m in enumerate(choices)
+    ]
+    assert vllm.from_generate_stream([json.loads(c) for c in stream], vocab_size=96) == choices
+    logprobs = pytest.importorskip("vllm.logprobs")
+    outputs_module = pytest.importorskip("vllm.outputs")
+    flat = vllm.from_flat_logprobs(outputs["flat_logprobs"][0], allow_truncated=True)
+    upstream_flat = logprobs.FlatLogprobs(**vllm.to_flat_logprobs(flat))
+    again = vllm.from_flat_logprobs(upstream_flat, allow_truncated=True)
+    assert again.same_support(flat) and np.array_equal(again.sampled_token_ids, flat.sampled_token_ids)
+    exact = vllm.from_completion_output(outputs["outputs"][0], vocab_size=96)
+    completion = outputs_module.CompletionOutput(
+        index=0,
+        text="",
+        token_ids=exact.sampled_token_ids.tolist(),
+        cumulative_logprob=None,
+        logprobs=upstream_flat,
+        sampling_mask=outputs_module.SamplingMask(token_ids=vllm.to_token_ids(exact)),
+    )
+    assert vllm.from_completion_output(completion, vocab_size=96) == exact

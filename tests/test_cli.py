@@ -234,7 +234,67 @@ def test_validate_reports_a_corrupt_file_as_invalid(files: dict[str, Path]) -> N
 def test_validate_never_unpickles_the_sampled_file(files: dict[str, Path]) -> None:
     pickled = files["folder"] / "pickled.npy"
     np.save(pickled, np.array([1, "x", None], dtype=object), allow_pickle=True)
-    assert "allow_pickle=False" in one_error_line(run("validate", files["arrows"], "--sampled", pickled), "E_ENCODING")
+    proc = run("validate", files["arrows"], "--sampled", pickled)
+    assert proc.returncode == 1 and proc.stderr == ""  # bad data, not a usage error
+    assert proc.stdout.startswith(f"invalid: {pickled}: E_ENCODING: ") and "allow_pickle=False" in proc.stdout
+
+
+def test_validate_blames_the_sampled_file_for_its_own_faults(files: dict[str, Path]) -> None:
+    """A sampled-ids file of the wrong length, of floats or of another shape is invalid data (exit 1)
+    named after that file, not after the mask file."""
+    mask = tiny_mask()
+    folder, arrows = files["folder"], files["arrows"]
+    sampled = np.asarray(mask.sampled_token_ids)
+    short, floats, matrix, words = (folder / n for n in ("short.json", "floats.npy", "matrix.npy", "words.json"))
+    short.write_text(json.dumps(sampled[:-1].tolist()))
+    np.save(floats, sampled.astype(np.float64))
+    np.save(matrix, sampled.reshape(1, -1))
+    words.write_text(json.dumps({"ids": sampled.tolist()}))
+    cases = [
+        (short, "E_SHAPE", f"holds {mask.num_rows - 1} sampled ids, but {str(arrows)!r} has more rows"),
+        (floats, "E_DTYPE", "float64"),
+        (matrix, "E_DTYPE", "1-D integer array"),
+        (words, "E_DTYPE", "JSON list of integers"),
+    ]
+    for sidecar, code, needle in cases:
+        proc = run("validate", arrows, "--sampled", sidecar)
+        assert proc.returncode == 1 and proc.stderr == "", (sidecar, proc.stderr)
+        assert proc.stdout.startswith(f"invalid: {sidecar}: {code}: ") and needle in proc.stdout, proc.stdout
+        doc = json.loads(run("validate", arrows, "--sampled", sidecar, "--json").stdout)
+        assert doc["valid"] is False and doc["file"] == str(arrows)
+        assert (doc["error"]["file"], doc["error"]["code"]) == (str(sidecar), code)
+    huge = folder / "huge.json"
+    huge.write_text(json.dumps([1 << 70] * mask.num_rows))
+    proc = run("validate", arrows, "--sampled", huge)
+    assert proc.returncode == 1 and proc.stdout.startswith(f"invalid: {huge}: E_RANGE: ")
+    longer = folder / "long.json"
+    longer.write_text(json.dumps([*sampled.tolist(), 1]))
+    proc = run("validate", arrows, "--sampled", longer)
+    assert proc.returncode == 1 and proc.stdout.startswith(f"invalid: {longer}: E_SHAPE: ")
+    # Still usage errors (exit 2): a sampled-ids file that is missing or of another kind.
+    one_error_line(run("validate", arrows, "--sampled", folder / "missing.json"), "E_IO")
+    one_error_line(run("validate", arrows, "--sampled", folder / "mask.bin"), "E_USAGE")
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (("inspect", "{folder}/missing.arrows", "--json"), "E_IO"),
+        (("validate", "{folder}/missing.arrows", "--json"), "E_IO"),
+        (("stats", "{folder}/missing.arrows", "--json"), "E_IO"),
+        (("inspect", "{corrupt}", "--json"), "E_ENCODING"),
+        (("stats", "{corrupt}", "--json"), "E_ENCODING"),
+        (("stats", "{unknown}", "--json"), "E_SCHEMA"),
+        (("inspect", "{arrows}", "--json", "--no-such-flag"), "E_USAGE"),
+        (("validate", "{arrows}", "--json", "--sampled", "{folder}/missing.npy"), "E_IO"),
+    ],
+)
+def test_json_output_is_json_on_error_paths_too(files: dict[str, Path], args: tuple[str, ...], code: str) -> None:
+    proc = run(*(a.format(**files) for a in args))
+    line = one_error_line(proc, code)  # exit status and the stderr line unchanged
+    doc = json.loads(proc.stdout)
+    assert doc == {"error": {"code": code, "message": line.split(f"{code}: ", 1)[1]}}
+    assert run(*(a.format(**files) for a in args if a != "--json")).stdout == ""  # plain text: stdout stays empty
 
 
 def test_convert_arrow_stream_parquet_and_back(files: dict[str, Path], tmp_path: Path) -> None:

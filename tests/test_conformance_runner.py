@@ -165,14 +165,13 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
         (["-k", "nomatch*"], "no case selected"),
         (["--form", "dense", "--class", "ragged reader"], "no case selected of the classes ['ragged reader']"),
         (["--class", "json-rows reeder"], "unknown class 'json-rows reeder'; did you mean 'json-rows reader'?"),
-        (["--list", "-k", "nomatch*"], None),
+        (["--list", "-k", "nomatch*"], "no case selected: check --form, -k and --level"),
     ):
         out = io.StringIO()
         assert runner.main(argv, out=out) == 2, argv
         err = capsys.readouterr().err
-        if says is not None:
-            assert err.startswith("sampling-mask: error: E_USAGE: ") and says in err and err.count("\n") == 1, err
-            assert out.getvalue() == ""
+        assert err.startswith("sampling-mask: error: E_USAGE: ") and says in err and err.count("\n") == 1, err
+        assert out.getvalue() == ""
 
 
 def test_lint_without_jsonschema_is_one_line_unavailable(
@@ -399,3 +398,28 @@ def test_generated_cases_find_a_bug_and_print_a_pasteable_minimal_vector(monkeyp
     out = io.StringIO()
     assert runner.main(["--class", "ragged reader", "--generated", "60", "--seed", "3"], out=out) == 0
     assert "OK: 1 class(es), 60 generated cases per kind" in out.getvalue()
+
+
+def test_the_cli_subcommand_gives_one_line_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    from sampling_mask.cli import main as cli_main
+
+    assert cli_main(["conformance", "--form", "jsonrows"]) == 2
+    err = capsys.readouterr().err
+    assert err == "sampling-mask: error: E_USAGE: unknown form 'jsonrows'; did you mean 'json-rows'?\n"
+    assert cli_main(["conformance", "--bogus-flag"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("sampling-mask: error: E_USAGE: unrecognized arguments: --bogus-flag") and err.count("\n") == 1
+    )
+
+
+def _supports_nothing(request: dict[str, Any]) -> dict[str, Any]:
+    return {"unsupported": "nothing"}
+
+
+def test_generated_cases_that_check_nothing_are_not_green(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "supports_nothing", _supports_nothing, raising=False)
+    out = io.StringIO()
+    assert runner.main(["--impl", f"{__name__}:supports_nothing", "--generated", "5", "--form", "dense"], out=out) == 2
+    assert "SKIP        dense reader: unsupported" in out.getvalue()
+    assert "nothing checked" in out.getvalue()

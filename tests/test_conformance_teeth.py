@@ -254,6 +254,17 @@ class DecompressesFirst(ReferenceImplementation):
         return super().decode_bytes(form, data, limits)
 
 
+class SliceDropsEmptySegments(ReferenceImplementation):
+    """Slices rows but keeps only the segments that hold a row of the slice."""
+
+    def operate(self, op: str, payload: Any, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
+        out = super().operate(op, payload, limits)
+        if op != "slice":
+            return out
+        cu = out.cu_seqlens
+        return SamplingMask(out.ids, out.offsets, cu_seqlens=np.unique(cu), **dict(out.companions))
+
+
 # (broken implementation, the forms it is run on, a case that must fail, what the failure says)
 BROKEN = [
     (DropsTrailingEmptyRows, ("dense", "ragged", "json-rows"), "dense.trailing-empty-rows", "expected 3 rows, got 1"),
@@ -285,6 +296,7 @@ BROKEN = [
     (ScoresEmptyRowsOverV, ("scorer",), "scorer.empty-row-over-padded-vocabulary", "logprobs[1]"),
     (DenseWriterSorts, ("dense",), "dense.encode-keeps-stored-order", "dense: expected [[5, 1]"),
     (SortsIdsNotTheirLogprobs, ("msgpack",), "msgpack.encode-compact-canonicalizes", "round trip"),
+    (SliceDropsEmptySegments, ("model",), "model.slice-clips-segments", "cu_seqlens"),
     (
         DecompressesFirst,
         ("arrow",),

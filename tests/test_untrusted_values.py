@@ -15,7 +15,7 @@ import pytest
 
 import sampling_mask
 from sampling_mask import SamplingMask, SamplingMaskError
-from sampling_mask.adapters import vllm
+from sampling_mask.adapters import miles, sglang, skyrl, vllm
 
 
 def _code(call: Any) -> str:
@@ -41,6 +41,10 @@ def _code(call: Any) -> str:
         lambda: vllm.from_token_ids([[1], [2]], sampled_token_ids=[1, True]),
         lambda: vllm.from_generate_choice({"sampling_mask": [[True, False]]}),
         lambda: vllm.from_generate_choice({"sampling_mask": [[1], [2]], "token_ids": [1, True]}),
+        lambda: sglang.from_meta_info({"output_token_sampling_mask": [[True, 3]]}),
+        lambda: skyrl.from_dense([[1, True]]),
+        lambda: miles.from_sample({"rollout_sampling_mask_ids": [1, True], "rollout_sampling_mask_offsets": [0, 2]}),
+        lambda: miles.from_sample({"rollout_sampling_mask_ids": [1, 2], "rollout_sampling_mask_offsets": [0, True, 2]}),
     ],
 )
 def test_booleans_are_not_ids_targets_or_counts(call: Any) -> None:

@@ -1,22 +1,31 @@
-"""Vendoring (issue 2, section 5): the core files work copied into another tree under another name.
-
-Inference servers copy the folder ``sampling_mask/core/`` into their own package. Its files may import
-only the standard library, numpy, and each other (relatively).
+"""Vendoring (issue 2 section 5, issue 14 sections 2 and 8): ``sampling-mask vendor`` copies the core folder
+and the chosen codecs into another package; the copy works under another name, imports only what it
+declares, names its release in every file, refuses to overwrite local changes, and its masks are accepted
+by the installed library through the mask protocol.
 """
 
 from __future__ import annotations
 
 import ast
-import shutil
+import importlib
+import json
 import subprocess
 import sys
 import textwrap
+import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-CORE = Path(__file__).resolve().parents[1] / "sampling_mask" / "core"
-CORE_FILES = tuple(sorted(path.name for path in CORE.glob("*.py")))
+import sampling_mask as sm
+from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
+from sampling_mask.cli import main
+from sampling_mask.cli.vendor import CODECS, MANIFEST, header, vendorable_files
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "sampling_mask"
+CORE_FILES = tuple(sorted(path.name for path in (PACKAGE / "core").glob("*.py")))
 VENDORED_NAME = "acme_server_mask"  # nothing like "sampling_mask"
 
 SCRIPT = textwrap.dedent(
@@ -37,7 +46,7 @@ SCRIPT = textwrap.dedent(
         SamplingMask.from_dense(np.array([[5, -1, 1]]))
     except SamplingMaskError as exc:
         assert exc.code is ErrorCode.E_PADDING and exc.row == 0
-        assert type(exc).__module__ == "{VENDORED_NAME}.errors"
+        assert type(exc).__module__ == "{VENDORED_NAME}.core.errors"
     else:
         raise AssertionError("E_PADDING not raised")
     assert "sampling_mask" not in sys.modules, "the vendored copy imported the original package"
@@ -47,26 +56,38 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _vendor(tmp_path: Path) -> Path:
-    target = tmp_path / VENDORED_NAME
-    shutil.copytree(CORE, target, ignore=shutil.ignore_patterns("__pycache__"))
-    return target
+def vendor(dest: Path, package: str, *flags: str) -> int:
+    return main(["-q", "vendor", str(dest), "--package", package, *flags])
 
 
+def _run_isolated(code: str, path: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter that sees ``path`` but neither PYTHONPATH nor this checkout (-I)."""
+    script = f"import sys; sys.path.insert(0, {str(path)!r})\n{code}"
+    return subprocess.run(
+        [sys.executable, "-I", "-c", script], cwd=path, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def vendored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
+    """A copy with both codecs under a fresh name, importable in this process (removed afterwards)."""
+    name = f"acme_{tmp_path.name.replace('-', '_')}"
+    assert vendor(tmp_path / name, name, "--codecs", "json,msgpack") == 0
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield importlib.import_module(name)
+    for module in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+        del sys.modules[module]
+
+
+# ---------------------------------------------------------------------------- the core folder
 def test_core_folder_holds_the_model() -> None:
     assert {"__init__.py", "errors.py", "limits.py", "layouts.py", "model.py"} <= set(CORE_FILES)
 
 
 def test_vendored_core_round_trips_under_another_name(tmp_path: Path) -> None:
-    _vendor(tmp_path)
-    # -I: isolated mode, no PYTHONPATH or user site; cwd (tmp_path) comes first through -c's sys.path.
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n{SCRIPT}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    assert vendor(tmp_path / VENDORED_NAME, VENDORED_NAME) == 0
+    assert not (tmp_path / VENDORED_NAME / "codecs").exists()  # core only unless --codecs
+    result = _run_isolated(SCRIPT, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "vendored ok" in result.stdout
 
@@ -85,17 +106,36 @@ def _imported_modules(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+def _stdlib_or(allowed: set[str], module: str) -> bool:
+    top = module.split(".")[0]
+    return top in sys.stdlib_module_names or top in {"__future__", "numpy"} | allowed
+
+
 @pytest.mark.parametrize("name", CORE_FILES)
 def test_core_files_import_only_stdlib_numpy_and_each_other(name: str) -> None:
     siblings = {Path(f).stem for f in CORE_FILES}
-    for level, module in _imported_modules(CORE / name):
-        top = module.split(".")[0]
+    for level, module in _imported_modules(PACKAGE / "core" / name):
         if level:
-            assert level == 1 and top in siblings, f"{name}: relative import of {module!r} outside the core"
+            assert level == 1 and module.split(".")[0] in siblings, f"{name}: relative import of {module!r} outside"
         else:
-            assert top == "numpy" or top in sys.stdlib_module_names or top == "__future__", (
-                f"{name} imports {module!r}: the vendored core may use only the stdlib and numpy"
-            )
+            assert _stdlib_or(set(), module), f"{name} imports {module!r}: the core may use only the stdlib and numpy"
+
+
+@pytest.mark.parametrize("codec", sorted(CODECS))
+def test_codec_files_import_only_what_the_vendor_table_declares(codec: str) -> None:
+    """Each codec's modules import the stdlib, numpy, its declared packages, the core, and each other only:
+    a copy holding exactly those files imports nothing missing."""
+    modules, packages = CODECS[codec]
+    stems = {Path(m).stem for m in modules}
+    for name in modules:
+        for level, module in _imported_modules(PACKAGE / "codecs" / name):
+            where = f"codecs/{name} ({codec})"
+            if level == 1:
+                assert module.split(".")[0] in stems, f"{where}: imports {module!r}, not in the codec's file list"
+            elif level == 2:
+                assert module == "core" or module.startswith("core."), f"{where}: imports ..{module}"
+            else:
+                assert level == 0 and _stdlib_or(set(packages), module), f"{where}: undeclared import {module!r}"
 
 
 def test_import_scan_sees_a_forbidden_import(tmp_path: Path) -> None:
@@ -103,3 +143,222 @@ def test_import_scan_sees_a_forbidden_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import numpy\ndef f():\n    import torch\nfrom ..codecs import arrow\n", encoding="utf-8")
     assert sorted(_imported_modules(bad)) == [(0, "numpy"), (0, "torch"), (2, "codecs")]
+
+
+# ---------------------------------------------------------------------------- licence and headers
+def test_licence_file_is_apache_2_and_matches_pyproject() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+    assert (PACKAGE / "LICENSE").read_bytes() == text.encode()  # the copy vendor ships (a link in the checkout)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["license"] == {"text": "Apache-2.0"}
+
+
+@pytest.mark.parametrize("rel", vendorable_files())
+def test_every_vendorable_file_names_its_release_and_licence(rel: str) -> None:
+    first = (PACKAGE / rel).read_text(encoding="utf-8").partition("\n")[0] + "\n"
+    assert first == header(rel, sm.__version__, vendored=False)
+    assert f"sampling-mask {sm.__version__}, Apache-2.0" in first and f"sampling_mask/{rel}" in first
+
+
+def test_copied_files_say_where_and_which_release_they_came_from(tmp_path: Path) -> None:
+    dest = tmp_path / "mask"
+    assert vendor(dest, "server.mask", "--codecs", "msgpack") == 0
+    manifest = json.loads((dest / MANIFEST).read_text())
+    assert manifest["version"] == sm.__version__ and manifest["codecs"] == ["msgpack"]
+    assert manifest["package"] == "server.mask" and manifest["source"] == "sampling-mask"
+    for rel in vendorable_files(("msgpack",)):
+        assert (dest / rel).read_text().startswith(header(rel, sm.__version__, vendored=True)), rel
+        assert manifest["files"][rel] == __import__("hashlib").sha256((dest / rel).read_bytes()).hexdigest()
+    assert not (dest / "codecs" / "json.py").exists()  # only what msgpack needs
+    readme = (dest / "README.md").read_text()
+    assert f"sampling-mask {sm.__version__}" in readme and "from server.mask.codecs import msgpack" in readme
+    assert (dest / "LICENSE").read_text().startswith((ROOT / "LICENSE").read_text()[:200])
+
+
+# ---------------------------------------------------------------------------- refusing to lose work
+def test_vendor_refuses_to_overwrite_local_changes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dest = tmp_path / "mask"
+    assert vendor(dest, "mask", "--codecs", "json,msgpack") == 0
+    assert vendor(dest, "mask", "--codecs", "json,msgpack") == 0  # an unchanged copy updates quietly
+    model = dest / "core" / "model.py"
+    model.write_text(model.read_text() + "\n# a local patch\n")
+    capsys.readouterr()
+    assert vendor(dest, "mask", "--codecs", "json") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sampling-mask: error: E_IO: refusing to overwrite local changes") and "core/model.py" in err
+    assert "a local patch" in model.read_text() and (dest / "codecs" / "msgpack.py").exists()  # nothing touched
+    assert vendor(dest, "mask", "--codecs", "json", "--force") == 0
+    assert "a local patch" not in model.read_text()
+    assert not (dest / "codecs" / "msgpack.py").exists() and (dest / "codecs" / "json.py").exists()
+
+
+def test_vendor_refuses_a_folder_it_did_not_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dest = tmp_path / "mask"
+    dest.mkdir()
+    (dest / "mine.py").write_text("x = 1\n")
+    assert vendor(dest, "mask") == 2
+    assert f"no {MANIFEST}" in capsys.readouterr().err and not (dest / "core").exists()
+    assert vendor(dest, "mask", "--force") == 0
+    assert (dest / "mine.py").read_text() == "x = 1\n"  # --force writes the copy, keeps other files
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--package", "server.other"), "must end with"),
+        (("--package", "class"), "not a dotted Python module name"),
+        (("--package", "mask", "--codecs", "arrow"), "not vendorable"),
+        (("--package", "mask", "--codecs", "yaml"), "unknown codec 'yaml'"),
+    ],
+)
+def test_vendor_usage_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], needle: str
+) -> None:
+    assert main(["vendor", str(tmp_path / "mask"), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sampling-mask: error: E_USAGE: ") and needle in err and err.count("\n") == 1
+    assert not (tmp_path / "mask").exists()
+
+
+# ---------------------------------------------------------------------------- a server using the copy
+SERVER = textwrap.dedent(
+    """
+    import sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    from acme.sm import SamplingMask
+    from acme.sm.codecs import json as json_codec, msgpack as msgpack_codec
+
+    mask = SamplingMask.from_rows([[5, 1], [], [7, 2, 9]], vocab_size=10, cu_seqlens=[0, 2, 3],
+                                  sampled_token_ids=[5, -1, 9], metadata={"top_k": 3})
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = msgpack_codec.encode(mask) if self.path == "/msgpack" else json_codec.encode(mask)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)  # loopback only
+    server.timeout = 30  # handle_request gives up rather than hang
+    print(server.server_address[1], flush=True)
+    for _ in range(2):
+        server.handle_request()
+    server.server_close()
+    assert "sampling_mask" not in sys.modules, "the server imported the installed library"
+    print("served", flush=True)
+    """
+)
+
+
+def test_a_stdlib_http_server_encodes_with_the_copy_and_the_library_decodes(tmp_path: Path) -> None:
+    pytest.importorskip("msgpack")
+    (tmp_path / "acme").mkdir()
+    (tmp_path / "acme" / "__init__.py").write_text("")
+    assert vendor(tmp_path / "acme" / "sm", "acme.sm", "--codecs", "msgpack,json") == 0
+    script = f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n{SERVER}"
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        bodies = {
+            fmt: urllib.request.urlopen(f"http://127.0.0.1:{port}/{fmt}", timeout=30).read()
+            for fmt in ("msgpack", "json")
+        }
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "served" in out, err
+    expected = SamplingMask.from_rows(
+        [[5, 1], [], [7, 2, 9]],
+        vocab_size=10,
+        cu_seqlens=[0, 2, 3],
+        sampled_token_ids=[5, -1, 9],
+        metadata={"top_k": 3},
+    )
+    assert sm.decode(bodies["msgpack"], format="msgpack") == expected
+    assert sm.decode(bodies["json"], format="json") == expected
+
+
+# ---------------------------------------------------------------------------- the mask protocol
+def test_a_vendored_mask_is_accepted_by_encode_adapters_and_alignment(vendored: object) -> None:
+    fields = {"vocab_size": 10, "cu_seqlens": [0, 2, 4], "sampled_token_ids": [-1, 5, -1, 7]}
+    theirs = vendored.SamplingMask.from_rows([[], [5, 1], [], [7]], **fields)  # type: ignore[attr-defined]
+    ours = SamplingMask.from_rows([[], [5, 1], [], [7]], **fields)  # type: ignore[arg-type]
+    assert type(theirs) is not SamplingMask
+    assert sm.as_sampling_mask(theirs) == ours
+    assert sm.decode(sm.encode(theirs, "json"), format="json") == ours
+    from sampling_mask.adapters import vllm
+    from sampling_mask.alignment import shift_left
+
+    assert vllm.to_token_ids(theirs) == vllm.to_token_ids(ours)
+    assert shift_left(theirs) == shift_left(ours)
+    assert sm.concat([theirs, ours]) == sm.concat([ours, ours])
+    # ... and the installed library's masks are accepted by the copy (same protocol).
+    assert vendored.as_sampling_mask(ours) == theirs  # type: ignore[attr-defined]
+
+
+def test_a_vendored_mask_is_accepted_by_the_scorer(vendored: object) -> None:
+    torch = pytest.importorskip("torch")
+    from sampling_mask.reference_scorer import masked_logprobs
+
+    rows = [[5, 1], [], [7, 2]]
+    theirs = vendored.SamplingMask.from_rows(rows, vocab_size=10, sampled_token_ids=[5, -1, 2])  # type: ignore[attr-defined]
+    ours = SamplingMask.from_rows(rows, vocab_size=10, sampled_token_ids=[5, -1, 2])
+    logits = torch.randn(3, 10, generator=torch.Generator().manual_seed(0))
+    got, want = masked_logprobs(logits, theirs), masked_logprobs(logits, ours)
+    assert torch.allclose(got.logprobs, want.logprobs, equal_nan=True)
+    assert bool(torch.isfinite(got.logprobs[[0, 2]]).all())
+
+
+class _NotAMask:
+    ids = np.array([1], dtype=np.int32)  # array attributes alone are not the protocol
+
+
+class _BadProtocol:
+    def __init__(self, fields: dict[str, object]) -> None:
+        self.fields = fields
+
+    def __sampling_mask__(self) -> dict[str, object]:
+        return self.fields
+
+
+def _fields(**changes: object) -> dict[str, object]:
+    base = SamplingMask.from_rows([[5, 1], [7]], vocab_size=10).__sampling_mask__()
+    base.update(changes)
+    return {k: v for k, v in base.items() if v is not ...}
+
+
+@pytest.mark.parametrize(
+    ("obj", "code"),
+    [
+        (_NotAMask(), ErrorCode.E_SCHEMA),
+        (_BadProtocol(_fields(protocol=2)), ErrorCode.E_VERSION),
+        (_BadProtocol(_fields(offsets=...)), ErrorCode.E_SCHEMA),
+        (_BadProtocol(_fields(colour=np.zeros(2))), ErrorCode.E_SCHEMA),
+        (_BadProtocol(_fields(ids=np.array([5, 5, 7], dtype=np.int32))), ErrorCode.E_DUPLICATE),
+    ],
+)
+def test_anything_else_is_refused_with_an_error_code_everywhere(obj: object, code: ErrorCode) -> None:
+    with pytest.raises(SamplingMaskError) as encoded:
+        sm.encode(obj, "json")  # type: ignore[arg-type]
+    assert encoded.value.code is code
+    from sampling_mask.adapters import skyrl
+
+    with pytest.raises(SamplingMaskError) as adapted:
+        skyrl.to_dense(obj, top_k=2)  # type: ignore[arg-type]
+    assert adapted.value.code is code
+    torch = pytest.importorskip("torch")
+    from sampling_mask.reference_scorer import masked_logprobs
+
+    with pytest.raises(SamplingMaskError) as scored:
+        masked_logprobs(torch.zeros(2, 10), obj, targets=[5, 7])  # type: ignore[arg-type]
+    expected = ErrorCode.E_DTYPE if isinstance(obj, _NotAMask) else code  # not a mask: read as a dense tensor
+    assert scored.value.code is expected

@@ -24,7 +24,7 @@ import numpy as np
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.layouts import as_float_array
 from ..core.limits import DEFAULT_LIMITS, Limits
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 from ._common import (
     check_response_length,
     check_rows_nonempty,
@@ -91,6 +91,7 @@ def from_samples(
 def to_sample_fields(mask: SamplingMask) -> list[dict[str, list[int]]]:
     """Per segment, ``{"rollout_sampling_mask_ids": [...], "rollout_sampling_mask_offsets": [...]}``
     (PR #2595's ``Sample`` fields); an empty row is ``E_OFFSETS``."""
+    mask = as_sampling_mask(mask)
     check_rows_nonempty(mask, "rows")
     out = []
     for b in range(mask.num_segments):
@@ -120,6 +121,7 @@ def to_rollout_sampling_masks(mask: SamplingMask) -> list[dict[str, np.ndarray |
     """Per segment, the keyword arguments of ``RolloutSamplingMask(ids=, offsets=, logprobs=)``: int32
     ids, int64 offsets, float32 ``support_logprobs`` (``None`` without). As upstream's constructor,
     an empty row is refused (``E_OFFSETS``) and so are logprobs that do not normalize per row (``E_RANGE``)."""
+    mask = as_sampling_mask(mask)
     check_rows_nonempty(mask, "rows")
     _check_normalized(mask)
     out: list[dict[str, np.ndarray | None]] = []

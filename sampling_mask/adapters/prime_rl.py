@@ -29,7 +29,7 @@ from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.layouts import as_float_array
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 from ._common import array_from_base64, array_from_bytes, array_to_base64, get_field, int_array
 
 __all__ = [
@@ -151,6 +151,7 @@ def to_payload(mask: SamplingMask, *, logprobs: bool = True) -> list[bytes | Non
     ``logprobs`` is the float32 bytes of ``support_logprobs`` (``None`` without them or with
     ``logprobs=False``). Pass it to ``msgspec.convert(payload, SamplingMask)``. Every row is written
     as it is (see :func:`empty_rows_over_cap` for prime-rl's capture cap)."""
+    mask = as_sampling_mask(mask)
     ids, counts = _counts(mask)
     lp = mask.support_logprobs if logprobs else None
     return [ids.tobytes(), counts.tobytes(), None if lp is None else np.ascontiguousarray(lp, "<f4").tobytes()]
@@ -160,6 +161,7 @@ def to_msgpack(mask: SamplingMask, *, logprobs: bool = True) -> bytes:
     """The bytes ``msgspec.msgpack.encode`` (msgspec 0.23) gives for the struct of :func:`to_payload`:
     a 3-element array of ``bin`` values, ``nil`` for absent logprobs (``omit_defaults`` does not drop
     a trailing default of an ``array_like`` struct)."""
+    mask = as_sampling_mask(mask)
     parts = [b"\x93"]
     for name, value in zip(_FIELDS, to_payload(mask, logprobs=logprobs), strict=True):
         parts += [b"\xc0"] if value is None else [_bin_header(len(value), name), value]
@@ -169,6 +171,7 @@ def to_msgpack(mask: SamplingMask, *, logprobs: bool = True) -> bytes:
 def to_wire(mask: SamplingMask) -> dict[str, str]:
     """``{"ids": base64 int32, "counts": base64 int32}`` of a one-sample mask (the HTTP form of
     ``kept_tokens.serialize_kept_tokens``, which sends ``None`` instead when every count is 0)."""
+    mask = as_sampling_mask(mask)
     ids, counts = _counts(mask)
     return {"ids": array_to_base64(ids, "int32"), "counts": array_to_base64(counts, "int32")}
 
@@ -176,6 +179,7 @@ def to_wire(mask: SamplingMask) -> dict[str, str]:
 def empty_rows_over_cap(mask: SamplingMask, cap: int = CAPTURE_CAP) -> tuple[SamplingMask, np.ndarray]:
     """Opt-in repair that reproduces prime-rl's capture: rows wider than ``cap`` become empty (count 0,
     "no mask"). Returns the new mask and the indices of the rows emptied (the count of the repair)."""
+    mask = as_sampling_mask(mask)
     lengths = mask.row_lengths
     over = np.flatnonzero(lengths > int(cap))
     if over.size == 0:
@@ -201,6 +205,7 @@ def sampled_without_support(mask: SamplingMask, trainable: Any) -> np.ndarray:
     """Row indices where the token is trainable (``TrainingSample.mask`` true: model-sampled) but the
     row is empty: count 0 there means the kept set was wider than the capture cap or the position was
     not truncated, not a prompt token. prime-rl scores these rows over the full vocabulary."""
+    mask = as_sampling_mask(mask)
     flags = np.asarray(alignment.as_host_array(trainable, field="trainable"))
     if flags.ndim != 1 or flags.size != mask.num_rows:
         raise SamplingMaskError(
@@ -215,6 +220,7 @@ def shift_left(mask: SamplingMask) -> SamplingMask:
     (segments are the packed samples, kept as ``cu_seqlens``). Position t gets row t+1, across
     sample boundaries; the last position is empty. Row 0 must be empty (``E_SCHEMA``): no logits
     score it, and prime-rl drops it."""
+    mask = as_sampling_mask(mask)
     n = mask.num_rows
     if n and mask.row_lengths[0] > 0:
         raise SamplingMaskError(
@@ -228,6 +234,7 @@ def shift_left(mask: SamplingMask) -> SamplingMask:
 
 def unshift(mask: SamplingMask) -> SamplingMask:
     """Inverse of :func:`shift_left`; the last packed row must be empty (``E_SCHEMA``)."""
+    mask = as_sampling_mask(mask)
     n = mask.num_rows
     if n and mask.row_lengths[-1] > 0:
         raise SamplingMaskError(
@@ -240,6 +247,7 @@ def to_trainer_tensor(mask: SamplingMask, *, width: int | None = None) -> np.nda
     """The trainer's ``kept`` tensor after ``shift_tensor_left``: int32 ``[1, N, K]``, ``-1`` padded,
     from the token-aligned rows of one packed micro batch (all samples concatenated). K defaults to
     ``max(max count, 1)`` as in prime-rl's ``DataLoader``."""
+    mask = as_sampling_mask(mask)
     shifted = shift_left(mask)
     if width is None:
         width = max(int(shifted.row_lengths.max(initial=0)), 1)
@@ -279,7 +287,8 @@ def context_parallel_rows(num_rows: int, world_size: int, rank: int) -> np.ndarr
 def shard(value: Any, world_size: int, rank: int) -> Any:
     """``rank``'s part of a label-aligned packed mask (one segment) or of a ``[1, N, ...]`` / ``[N, ...]``
     array, exactly as prime-rl's ``shard_for_cp`` splits the labels."""
-    if isinstance(value, SamplingMask):
+    if hasattr(value, "__sampling_mask__"):  # a SamplingMask, or one of another copy (the mask protocol)
+        value = as_sampling_mask(value)
         rows = context_parallel_rows(value.num_rows, world_size, rank)
         return alignment.take_rows(value, rows, [0, rows.size])
     arr = alignment.as_host_array(value, field="array")

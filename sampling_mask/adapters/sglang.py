@@ -55,7 +55,7 @@ import numpy as np
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 from ._common import get_field, int_array, ragged_from_lists
 
 __all__ = [
@@ -275,6 +275,7 @@ def to_meta_info(
     """``output_token_sampling_mask`` (stored order), ``output_token_sampling_mask_length`` and, when
     the mask has them, ``output_token_sampling_logprobs``: ``sampled_logprobs`` (selected) or
     ``support_logprobs`` as one list per row (support)."""
+    mask = as_sampling_mask(mask)
     out: dict[str, Any] = {MASK: mask.to_rows(), LENGTH: mask.num_rows}
     if sampling_logprobs_mode == "selected" and mask.sampled_logprobs is not None:
         out[LOGPROBS] = mask.sampled_logprobs.tolist()
@@ -335,6 +336,7 @@ def to_chunked(
 ) -> dict[str, np.ndarray]:
     """``SamplingMaskChunk`` fields: ``lengths`` int32, ``token_ids`` int32 and ``logprobs`` float32
     from ``sampled_logprobs`` (selected) or ``support_logprobs`` (support) when the mask has them."""
+    mask = as_sampling_mask(mask)
     ids, counts = mask.to_counts()
     out = {"lengths": counts, "token_ids": np.array(ids)}
     source = mask.sampled_logprobs if sampling_logprobs_mode == "selected" else mask.support_logprobs

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 from ._common import array_from_base64, array_to_base64, get_field, int_array
 
 __all__ = ["from_dense", "from_envelope", "from_packed", "to_dense", "to_envelope", "to_packed"]
@@ -46,6 +46,7 @@ def from_dense(values: Any, *, cu_seqlens: Any = None, limits: Limits = DEFAULT_
 
 def to_dense(mask: SamplingMask, top_k: int) -> np.ndarray:
     """int32 ``[T, top_k]``, stored (rank) order then ``-1``; ``E_WIDTH`` when a row is wider."""
+    mask = as_sampling_mask(mask)
     return mask.to_dense(top_k)
 
 
@@ -56,6 +57,7 @@ def from_packed(values: Any, cu_seqlens: Any, **kwargs: Any) -> SamplingMask:
 
 def to_packed(mask: SamplingMask, top_k: int) -> tuple[np.ndarray, np.ndarray]:
     """(``values`` int32 ``[T, top_k]``, ``cu_seqlens`` int32 ``[B+1]``)."""
+    mask = as_sampling_mask(mask)
     return mask.to_dense(top_k), mask.cu_seqlens.astype(np.int32)
 
 
@@ -97,5 +99,6 @@ def from_envelope(
 
 def to_envelope(mask: SamplingMask, top_k: int) -> dict[str, Any]:
     """``{"data", "shape": [T, top_k], "dtype": "int32"}`` of :func:`to_dense`."""
+    mask = as_sampling_mask(mask)
     dense = to_dense(mask, top_k)
     return {"data": array_to_base64(dense, "int32"), "shape": list(dense.shape), "dtype": "int32"}

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 from ._common import (
     array_from_base64,
     array_from_bytes,
@@ -110,6 +110,7 @@ def _int32_offsets(mask: SamplingMask) -> np.ndarray:
 def to_meta_info(mask: SamplingMask) -> dict[str, str]:
     """``{"top_p_token_ids": base64 int32, "top_p_token_offsets": base64 int32}`` of a one-request mask
     (what ``_encode_top_p_token_ids`` writes)."""
+    mask = as_sampling_mask(mask)
     return {
         IDS_KEYS[0]: array_to_base64(mask.ids, "int32"),
         OFFSETS_KEYS[0]: array_to_base64(_int32_offsets(mask), "int32"),
@@ -118,6 +119,7 @@ def to_meta_info(mask: SamplingMask) -> dict[str, str]:
 
 def to_sample_fields(mask: SamplingMask) -> list[dict[str, list[int]]]:
     """Per segment, ``{"rollout_top_p_token_ids": [...], "rollout_top_p_token_offsets": [...]}``."""
+    mask = as_sampling_mask(mask)
     out = []
     for b in range(mask.num_segments):
         seg = mask.segment(b)

@@ -61,11 +61,12 @@ import numpy as np
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 from ._common import get_field, int_array, ragged_from_lists
 
 __all__ = [
     "FILTERED_LOGPROB",
+    "MASS_TOLERANCE",
     "from_completion_output",
     "from_engine_csr",
     "from_engine_tensors",
@@ -173,6 +174,7 @@ def from_completion_output(
 
 def to_token_ids(mask: SamplingMask) -> list[list[int]]:
     """``SamplingMask.token_ids`` / ``choices[i].sampling_mask``: ascending rows as nested lists."""
+    mask = as_sampling_mask(mask)
     return mask.canonical().to_rows()
 
 
@@ -302,6 +304,7 @@ def from_generate_stream(
 def to_generate_choice(mask: SamplingMask, index: int = 0) -> dict[str, Any]:
     """The mask fields of a generate choice: ``index``, ``sampling_mask`` and, with sampled ids,
     ``token_ids`` (what ``GenerateTokensChoice`` validates)."""
+    mask = as_sampling_mask(mask)
     out: dict[str, Any] = {"index": index, "sampling_mask": to_token_ids(mask)}
     if mask.sampled_token_ids is not None:
         out["token_ids"] = mask.sampled_token_ids.tolist()
@@ -340,6 +343,7 @@ def from_engine_csr(
 def to_engine_csr(mask: SamplingMask) -> dict[str, Any]:
     """``SamplingMaskLists`` fields: ``token_ids`` int32, ``offsets`` int64 (ascending rows) and
     ``cu_num_generated_tokens`` (``list[int]``, the segments)."""
+    mask = as_sampling_mask(mask)
     canon = mask.canonical()
     return {
         "token_ids": np.array(canon.ids, dtype=np.int32),
@@ -484,6 +488,7 @@ def to_engine_tensors(mask: SamplingMask, width: int, *, rows_per_request: int =
     and inactive slots are 0 here (vLLM leaves them undefined). ``rows_per_request == 1``: one slot
     per row; otherwise one request per segment, each at most ``rows_per_request`` rows. Needs
     ``vocab_size``."""
+    mask = as_sampling_mask(mask)
     if mask.vocab_size is None:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "to_engine_tensors needs vocab_size", field="vocab_size")
     if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
@@ -879,6 +884,7 @@ def to_flat_logprobs(mask: SamplingMask) -> dict[str, list[Any]]:
     """``FlatLogprobs`` fields from a mask with ``sampled_token_ids``, ``sampled_logprobs`` and
     ``support_logprobs``: entry 0 the sampled token (rank = its position in the row + 1), then the row
     in stored order ranked 1..n. Filtered candidates are not known to the mask and are not written."""
+    mask = as_sampling_mask(mask)
     for name in ("sampled_token_ids", "sampled_logprobs", "support_logprobs"):
         if name not in mask.companions:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, f"to_flat_logprobs needs the {name} companion", field=name)

@@ -1,4 +1,4 @@
-"""The ``sampling-mask`` command line: demo, inspect, validate, convert, stats, conformance, bench.
+"""The ``sampling-mask`` command line: demo, inspect, validate, convert, stats, vendor, conformance, bench.
 
 One module per command (``cli/<command>.py``: ``add_parser`` and ``run``); ``_common`` holds the output,
 error and argument plumbing, ``_source`` the input files. ``sampling_mask.cli:main`` is the entry point.
@@ -23,8 +23,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ..core.errors import SamplingMaskError
-from . import bench, conformance, convert, demo, inspect, stats, validate
-from ._common import OPTIONAL_EXTRAS, PROG, CliError, Parser, missing_dependency
+from . import bench, conformance, convert, demo, inspect, stats, validate, vendor
+from ._common import OPTIONAL_EXTRAS, PROG, CliError, Parser, error_text, missing_dependency, print_json
 
 __all__ = ["build_parser", "main"]
 
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
-    for command in (demo, inspect, validate, convert, stats):
+    for command in (demo, inspect, validate, convert, stats, vendor):
         command.add_parser(sub, common)
     for name, (_entry, help_text) in DELEGATED.items():
         p = sub.add_parser(name, help=help_text, add_help=False)
@@ -85,17 +85,22 @@ def _split_delegated(argv: Sequence[str]) -> tuple[list[str], str, list[str]] | 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (the console script exits with it)."""
+    """Run the command line; returns the exit status (the console script exits with it).
+
+    Errors are one line on stderr; with ``--json`` the same code and message are also printed on
+    stdout as ``{"error": {"code": ..., "message": ...}}``, so stdout is JSON on every path.
+    """
     args_list = list(sys.argv[1:] if argv is None else argv)
     delegated = _split_delegated(args_list)
     debug = "--debug" in (delegated[0] if delegated else args_list)
+    as_json = delegated is None and "--json" in args_list
     try:
         if delegated is not None:
             return _delegate(delegated[1], delegated[2])
         parser = build_parser()
         try:
             args = parser.parse_args(args_list)
-        except SystemExit as exc:  # --help, --version and usage errors
+        except SystemExit as exc:  # --help and --version
             return exc.code if isinstance(exc.code, int) else 0
         debug = bool(getattr(args, "debug", False))
         args.quiet = bool(getattr(args, "quiet", False))
@@ -103,28 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         return status
     except CliError as exc:
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        sys.stderr.write(f"{PROG}: error: {exc}\n")
-        return 2
+        return _report(exc.code, exc.message, debug=debug, as_json=as_json)
     except SamplingMaskError as exc:
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        sys.stderr.write(f"{PROG}: error: {exc}\n")
-        return 2
+        return _report(exc.code.value, error_text(exc), debug=debug, as_json=as_json)
     except ModuleNotFoundError as exc:
         if exc.name not in OPTIONAL_EXTRAS:
-            return _internal_error(exc, debug)
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        sys.stderr.write(f"{PROG}: error: E_UNAVAILABLE: {missing_dependency(exc.name)}\n")
-        return 2
+            return _internal_error(exc, debug=debug, as_json=as_json)
+        return _report("E_UNAVAILABLE", missing_dependency(exc.name), debug=debug, as_json=as_json)
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
@@ -135,15 +125,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
         return 0
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, traceback on --debug
-        return _internal_error(exc, debug)
+        return _internal_error(exc, debug=debug, as_json=as_json)
 
 
-def _internal_error(exc: BaseException, debug: bool) -> int:
+def _report(code: str, message: str, *, debug: bool, as_json: bool, status: int = 2) -> int:
+    """One line ``sampling-mask: error: CODE: message`` on stderr (``internal error: message`` for a bug,
+    status 3), and with ``--json`` the error as JSON on stdout; returns ``status``."""
     if debug:
         import traceback
 
         traceback.print_exc()
-    sys.stderr.write(
-        f"{PROG}: internal error: {type(exc).__name__}: {exc} (a bug; rerun with --debug for the traceback)\n"
-    )
-    return 3
+    line = f"internal error: {message}" if status == 3 else f"error: {code}: {message}"
+    sys.stderr.write(f"{PROG}: {line}\n")
+    if as_json:
+        print_json({"error": {"code": code, "message": message}})
+    return status
+
+
+def _internal_error(exc: BaseException, *, debug: bool, as_json: bool) -> int:
+    message = f"{type(exc).__name__}: {exc} (a bug; rerun with --debug for the traceback)"
+    return _report("E_INTERNAL", message, debug=debug, as_json=as_json, status=3)

@@ -38,11 +38,10 @@ class CliError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line with the code ``E_USAGE`` (exit 2), not usage + error."""
+    """argparse, but a usage error is a :class:`CliError` ``E_USAGE`` (one line, exit 2), not usage + error."""
 
     def error(self, message: str) -> NoReturn:
-        hint = f" (see {self.prog} --help)"
-        self.exit(2, f"{PROG}: error: E_USAGE: {message}{hint}\n")
+        raise CliError("E_USAGE", f"{message} (see {self.prog} --help)")
 
 
 def add_command(

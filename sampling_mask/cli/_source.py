@@ -118,6 +118,29 @@ def _map_readonly(path: Path) -> Any:
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+def input_paths(pattern: str) -> list[Path] | None:
+    """The files a directory (searched recursively) or a glob names, sorted; None for a single path.
+
+    A directory keeps the files whose extension names a format (hidden files and ``_``-prefixed ones,
+    such as ``_SUCCESS``, are left out). Nothing found is ``E_IO``.
+    """
+    import glob
+
+    path = Path(pattern)
+    if path.is_dir():
+        extensions = tuple(load_codecs().EXTENSIONS)
+        found = sorted(
+            p for p in path.rglob("*") if p.is_file() and p.suffix in extensions and not p.name.startswith((".", "_"))
+        )
+    elif not path.exists() and glob.has_magic(pattern):
+        found = sorted(Path(p) for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+    else:
+        return None
+    if not found:
+        raise CliError("E_IO", f"no mask files in {pattern!r}")
+    return found
+
+
 def open_input(args: argparse.Namespace, name: str = "file") -> Source:
     path = Path(getattr(args, name))
     check_input(path)

@@ -20,7 +20,9 @@ from ._common import (
     support_line,
 )
 from ._source import (
+    input_paths,
     open_input,
+    read_batches,
     summarize_file,
 )
 
@@ -30,9 +32,12 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     """Support-size distribution overall and per segment; optional PNG histogram."""
-    source = open_input(args)
     if args.plot is not None:
         _require_matplotlib()
+    paths = input_paths(args.file)
+    if paths is not None:
+        return _run_many(args, paths)
+    source = open_input(args)
     summary = summarize_file(source, args, "stats")
     path, fmt = source.path, source.fmt
     document = summary.to_dict()
@@ -54,6 +59,49 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         out(f"wrote {args.plot}")
     return 0
+
+
+def _run_many(args: argparse.Namespace, paths: list[Path]) -> int:
+    """Per file: counts and support sizes (or the file's error); then the whole set together."""
+    total = SupportSummary()
+    files: list[dict[str, Any]] = []
+    for path in paths:
+        summary = SupportSummary()
+        try:
+            source = open_input(argparse.Namespace(**{**vars(args), "file": str(path)}))
+            for batch in read_batches(source):
+                summary.add(batch)
+        except CliError as exc:
+            files.append({"file": str(path), "error": {"code": exc.code, "message": exc.message}})
+            if not args.json:
+                out(f"{path}: {exc.code}: {exc.message}")
+            continue
+        total.merge(summary)
+        document = summary.to_dict()
+        keys = ("rows", "segments", "nnz", "empty_rows", "support")
+        files.append({"file": str(path), "format": source.fmt, **{k: document[k] for k in keys}})
+        if not args.json:
+            out(
+                f"{path}: {summary.rows:,} rows, {summary.segments:,} segments, {summary.nnz:,} ids; "
+                f"support {support_line(document['support'])}"
+            )
+    document = {k: v for k, v in total.to_dict().items() if k != "per_segment"}
+    failed = sum("error" in f for f in files)
+    if args.plot is not None:
+        _plot(Path(args.plot), total, Path(args.file))
+    if args.json:
+        print_json({"files": files, "total": document, "failed_files": failed, "plot": args.plot})
+    else:
+        out(
+            f"total: {len(files) - failed:,} of {len(files):,} files, {total.rows:,} rows in {total.segments:,} "
+            f"segments, {total.nnz:,} ids, {total.empty_rows:,} empty rows"
+        )
+        out(f"support size  {support_line(document['support'])}")
+        for line in histogram_lines(document["histogram"]):
+            out(f"  {line}")
+        if args.plot is not None:
+            out(f"wrote {args.plot}")
+    return 0 if failed == 0 else 1
 
 
 def _print_segments(per_segment: dict[str, np.ndarray], limit: int) -> None:
@@ -122,7 +170,7 @@ def _plot(out: Path, summary: SupportSummary, source: Path) -> None:
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = add_command(sub, common, "stats", "support-size distribution overall and per segment", run)
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", help="a mask file, or a directory / glob of them (per file, then in total)")
     p.add_argument("--format", help=FORMAT_HELP)
     p.add_argument("--plot", metavar="PNG", help="write a PNG histogram (needs matplotlib)")
     p.add_argument("--segments", type=int, default=20, metavar="N", help="segments listed (default 20)")

@@ -21,6 +21,7 @@ from ._common import (
 from ._source import (
     Source,
     check_input,
+    input_paths,
     open_input,
 )
 
@@ -30,26 +31,40 @@ if TYPE_CHECKING:
     from ..core.model import SamplingMask
 
 
+class _SidecarError(SamplingMaskError):
+    """Bad data in the ``--sampled`` file, or a length that disagrees with the mask: reported naming
+    that file (exit 1, like any invalid data)."""
+
+
 def _read_sampled(path: Path) -> np.ndarray:
-    """Sampled ids from a ``.npy`` integer array (no pickle) or a ``.json`` list of integers."""
+    """Sampled ids from a ``.npy`` integer array (no pickle) or a ``.json`` list of integers.
+
+    A missing file or another extension is a usage error (:class:`CliError`); content that is not a
+    1-D integer array is :class:`_SidecarError`."""
     import numpy as np
 
     check_input(path)
     suffix = path.suffix.lower()
+    if suffix not in (".npy", ".json"):
+        raise CliError("E_USAGE", f"--sampled takes a .npy or a .json file, not {str(path)!r}")
+    field = "sampled_token_ids"
     try:
-        if suffix == ".npy":
-            arr = np.load(path, allow_pickle=False)
-        elif suffix == ".json":
-            data = json.loads(path.read_bytes())
-            if not isinstance(data, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in data):
-                raise CliError("E_DTYPE", f"{str(path)!r} must hold a JSON list of integers (the sampled ids)")
-            arr = np.array(data, dtype=np.int64) if data else np.zeros(0, dtype=np.int64)
-        else:
-            raise CliError("E_USAGE", f"--sampled takes a .npy or a .json file, not {str(path)!r}")
-    except (ValueError, OSError) as exc:
-        raise CliError("E_ENCODING", f"cannot read sampled ids from {str(path)!r}: {exc}") from None
+        data = np.load(path, allow_pickle=False) if suffix == ".npy" else json.loads(path.read_bytes())
+    except OSError as exc:
+        raise CliError("E_IO", f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise _SidecarError("E_ENCODING", f"not a .npy array or JSON list: {exc}", field=field) from None
+    if isinstance(data, np.ndarray):
+        arr = data
+    elif isinstance(data, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in data):
+        too_big = next((v for v in data if not -(1 << 63) <= v < 1 << 63), None)
+        if too_big is not None:
+            raise _SidecarError("E_RANGE", "a sampled id does not fit int64", field=field, value=too_big)
+        arr = np.array(data, dtype=np.int64) if data else np.zeros(0, dtype=np.int64)
+    else:
+        raise _SidecarError("E_DTYPE", "must hold a JSON list of integers (the sampled ids)", field=field)
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise CliError("E_DTYPE", f"{str(path)!r} must hold a 1-D integer array, got {arr.dtype} {list(arr.shape)}")
+        raise _SidecarError("E_DTYPE", f"must hold a 1-D integer array, got {arr.dtype} {list(arr.shape)}", field=field)
     return arr
 
 
@@ -120,9 +135,10 @@ def _error_report(
 
 
 def _check_file(
-    source: Source, vocab_size: int | None, sampled: np.ndarray | None, position: _Position
+    source: Source, vocab_size: int | None, sampled: np.ndarray | None, sidecar: str | None, position: _Position
 ) -> tuple[int | None, dict[str, Any] | None]:
-    """Every check, batch by batch; (the file's vocab_size, the first error as data or None)."""
+    """Every check, batch by batch; (the file's vocab_size, the first error as data or None). An error
+    in the sampled ids' file ``sidecar`` carries ``file``: that file's name."""
     batch: SamplingMask | None = None
     file_vocab: int | None = None
     try:
@@ -140,9 +156,9 @@ def _check_file(
             if sampled is not None:
                 part = sampled[position.rows : position.rows + batch.num_rows]
                 if part.size != batch.num_rows:
-                    raise SamplingMaskError(
+                    raise _SidecarError(
                         "E_SHAPE",
-                        f"the sampled-ids file holds {sampled.size} ids but the mask has more rows",
+                        f"holds {sampled.size} sampled ids, but {str(source.path)!r} has more rows",
                         field="sampled_token_ids",
                         value=sampled.size,
                     )
@@ -153,56 +169,92 @@ def _check_file(
             position.batches += 1
             batch = None
         if sampled is not None and sampled.size != position.rows:
-            raise SamplingMaskError(
+            raise _SidecarError(
                 "E_SHAPE",
-                f"the sampled-ids file holds {sampled.size} ids for {position.rows} rows",
+                f"holds {sampled.size} sampled ids for the {position.rows} rows of {str(source.path)!r}",
                 field="sampled_token_ids",
                 value=sampled.size,
             )
+    except _SidecarError as exc:
+        return file_vocab, {"file": sidecar, **exc.to_dict()}
     except SamplingMaskError as exc:
         return file_vocab, _error_report(exc, source, position, batch)
     return file_vocab, None
+
+
+def _validate(args: argparse.Namespace) -> dict[str, Any]:
+    """The report on ``args.file``: {file, format, valid, checked} plus counts or the first error."""
+    source = open_input(args)
+    checked = ["structure"] + (["vocab_size"] if args.vocab_size is not None else [])
+    checked += ["sampled_token_ids"] if args.sampled is not None else []
+    position = _Position()
+    error: dict[str, Any] | None
+    try:
+        sampled = _read_sampled(Path(args.sampled)) if args.sampled is not None else None
+    except _SidecarError as exc:
+        vocab, error = None, {"file": args.sampled, **exc.to_dict()}
+    else:
+        vocab, error = _check_file(source, args.vocab_size, sampled, args.sampled, position)
+    doc: dict[str, Any] = {"file": str(source.path), "format": source.fmt, "valid": error is None, "checked": checked}
+    if error is None:
+        doc.update(rows=position.rows, segments=position.segments, nnz=position.nnz, vocab_size=vocab)
+    else:
+        doc["error"] = error
+    return doc
+
+
+def _line(doc: dict[str, Any]) -> str:
+    """One line for a report of :func:`_validate`."""
+    error = doc.get("error")
+    if error is None:
+        return (
+            f"valid: {doc['file']} ({doc['format']}, {plural(doc['rows'], 'row')}, "
+            f"{plural(doc['segments'], 'segment')}, {plural(doc['nnz'], 'id')}; checked {', '.join(doc['checked'])})"
+        )
+    keys = ("record_batch", "segment", "row", "row_in_segment", "field")
+    where = [f"{k.replace('_', ' ')} {error[k]}" for k in keys if k in error]
+    if "value" in error:
+        where.append(f"offending value {error['value']!r}")
+    culprit = error.get("file", doc["file"])  # the sampled ids' file when it is at fault
+    return f"invalid: {culprit}: {error['code']}: {error['message']}" + (f" ({', '.join(where)})" if where else "")
 
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when the file (and the given vocab size / sampled ids) is valid, else 1 with the first error.
 
     Streaming formats are checked record batch by record batch; rows and segments in the report are
-    numbered across the whole file.
+    numbered across the whole file. A directory or glob is checked file by file, each reported.
     """
-    source = open_input(args)
-    sampled = _read_sampled(Path(args.sampled)) if args.sampled is not None else None
-    checked = ["structure"] + (["vocab_size"] if args.vocab_size is not None else [])
-    checked += ["sampled_token_ids"] if sampled is not None else []
-    position = _Position()
-    vocab, error = _check_file(source, args.vocab_size, sampled, position)
-    path, fmt = source.path, source.fmt
-    valid = error is None
-    if args.json:
-        doc: dict[str, Any] = {"file": str(path), "format": fmt, "valid": valid, "checked": checked}
-        if valid:
-            doc.update(rows=position.rows, segments=position.segments, nnz=position.nnz, vocab_size=vocab)
+    paths = input_paths(args.file)
+    if paths is None:
+        doc = _validate(args)
+        if args.json:
+            print_json(doc)
         else:
-            doc["error"] = error
-        print_json(doc)
-    elif error is None:
-        out(
-            f"valid: {path} ({fmt}, {plural(position.rows, 'row')}, {plural(position.segments, 'segment')}, "
-            f"{plural(position.nnz, 'id')}; "
-            f"checked {', '.join(checked)})"
-        )
+            out(_line(doc))
+        return 0 if doc["valid"] else 1
+    if args.sampled is not None:
+        raise CliError("E_USAGE", "--sampled checks one file, not a directory or glob")
+    docs = []
+    for path in paths:
+        try:
+            doc = _validate(argparse.Namespace(**{**vars(args), "file": str(path)}))
+        except CliError as exc:  # a file no format is known for, for instance
+            doc = {"file": str(path), "valid": False, "error": {"code": exc.code, "message": exc.message}}
+        docs.append(doc)
+        if not args.json:
+            out(_line(doc))
+    invalid = sum(not d["valid"] for d in docs)
+    if args.json:
+        print_json({"files": docs, "valid": invalid == 0, "invalid_files": invalid})
     else:
-        keys = ("record_batch", "segment", "row", "row_in_segment", "field")
-        where = [f"{k.replace('_', ' ')} {error[k]}" for k in keys if k in error]
-        if "value" in error:
-            where.append(f"offending value {error['value']!r}")
-        out(f"invalid: {path}: {error['code']}: {error['message']}" + (f" ({', '.join(where)})" if where else ""))
-    return 0 if valid else 1
+        out(f"{plural(len(docs), 'file')} checked, {invalid} invalid")
+    return 0 if invalid == 0 else 1
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = add_command(sub, common, "validate", "check every invariant of the spec; exit 0 valid, 1 invalid", run)
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", help="a mask file, or a directory / glob of them (checked one by one)")
     p.add_argument("--format", help=FORMAT_HELP)
     p.add_argument("--vocab-size", type=int, metavar="N", help="also check every id is < N")
     p.add_argument(

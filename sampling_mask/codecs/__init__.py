@@ -30,7 +30,7 @@ from typing import Any
 
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 from . import _files
 
 __all__ = [
@@ -44,8 +44,10 @@ __all__ = [
     "format_for_path",
     "iter_masks",
     "load",
+    "open_dataset",
     "open_writer",
     "save",
+    "write_dataset",
 ]
 
 FORMATS = ("arrow", "arrows", "parquet", "msgpack", "json", "json-rows", "base64")
@@ -124,6 +126,7 @@ def detect_format(data: Any) -> str:
 
 def encode(mask: SamplingMask, format: str, **opts: Any) -> bytes:
     """``mask`` as bytes in ``format`` (one of :data:`FORMATS`); ``opts`` go to that codec's ``encode``."""
+    mask = as_sampling_mask(mask)
     module = _module(format)
     if format == "msgpack":
         return module.encode(mask, **opts)  # type: ignore[no-any-return]
@@ -203,6 +206,7 @@ def save(mask: SamplingMask, path: str | os.PathLike[str], *, format: str | None
     a path that exists and is not a regular file is refused (``E_ENCODING``). ``save(path, mask)``
     (the old order) is deprecated."""
     mask, path = _mask_first(mask, path)
+    mask = as_sampling_mask(mask)
     fmt = format_for_path(path) if format is None else format
     _module(fmt)
     if fmt in _ARROW_FORMATS:
@@ -270,7 +274,9 @@ def iter_masks(
     batch_size: int | None = None,
 ) -> Iterator[SamplingMask]:
     """Stream the masks of a file (or bytes): one per Arrow record batch / Parquet row group, so a large
-    file never sits in memory whole. Formats without batches yield their one mask."""
+    file never sits in memory whole. Formats without batches yield their one mask. A damaged or cut
+    stream raises after the complete batches before the damage (``value``: how many), also when it
+    is cut exactly between batches (no end-of-stream marker: ``E_ENCODING``, field ``end-of-stream``)."""
     fmt: str
     if isinstance(path, (bytes, bytearray, memoryview)):
         fmt = _sniff(path) if format is None else format
@@ -304,3 +310,6 @@ def open_writer(path: str | os.PathLike[str], *, format: str | None = None, **op
     from . import arrow
 
     return arrow.Writer.to_path(path, fmt, **opts)
+
+
+from .dataset import open_dataset, write_dataset  # noqa: E402 - needs open_writer above

@@ -39,7 +39,7 @@ import numpy as np
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output
-from ..core.model import COMPANIONS, SamplingMask, concat
+from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask, concat
 from . import _ipc_bounds, _parquet_bounds
 from ._buffers import input_view
 from ._common import (
@@ -293,6 +293,7 @@ def table_from_mask(
     ``layout``: ``"ragged"`` (list columns) or ``"compact"``; ``extra_columns``: name -> one value per
     segment (any ``pyarrow.array`` input). ``compact=True`` is the deprecated spelling of ``layout="compact"``.
     """
+    mask = as_sampling_mask(mask)
     import pyarrow as pa
 
     is_compact = compact_layout(layout, compact, LAYOUTS) == "compact"
@@ -379,6 +380,7 @@ class Writer:
 
     def write(self, mask: SamplingMask, *, extra_columns: Mapping[str, Any] | None = None) -> None:
         """Append ``mask`` as one record batch."""
+        mask = as_sampling_mask(mask)
         import pyarrow as pa
 
         first = self._plan is None
@@ -468,6 +470,7 @@ def encode(
 ) -> bytes:
     """``mask`` as one record batch of an IPC file / stream, or one row group of Parquet (``layout``:
     ``"ragged"`` or ``"compact"``; ``compact=True`` is its deprecated spelling)."""
+    mask = as_sampling_mask(mask)
     import pyarrow as pa
 
     layout = compact_layout(layout, compact, LAYOUTS)
@@ -827,7 +830,8 @@ def iter_masks(
     """One mask per record batch (Parquet: per row group, or per ``batch_size`` segments).
 
     ``source``: a path (memory-mapped) or bytes. An error after some batches says how many complete
-    batches came before it (``value``); those were already yielded.
+    batches came before it (``value``); those were already yielded. A stream without its
+    end-of-stream marker is such an error, after its last complete batch (it was cut).
     """
     if fmt not in FORMATS:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{fmt!r} is not an Arrow format", value=fmt)

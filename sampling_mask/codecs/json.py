@@ -1,3 +1,4 @@
+# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/codecs/json.py, vendorable (README: Vendoring)
 """JSON forms: our lossless document (``"json"``), bare nested lists (``"json-rows"``) and the SkyRL
 base64 dense envelope (``"base64"``). Spec: spec/v1/SPEC.md, section ``json``.
 
@@ -39,7 +40,7 @@ import numpy as np
 
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 from ._buffers import array_from_buffer, decode_base64, wire_dtype, wire_shape
 from ._common import (
     SPEC_MAJOR,
@@ -255,6 +256,7 @@ def encode(mask: SamplingMask, fmt: str = "json", *, allow_loss: bool = False, w
     """UTF-8 JSON bytes in form ``fmt``. ``"json-rows"`` and ``"base64"`` keep only the rows (and their
     order); they refuse a mask with segments, vocab_size, companions or metadata unless ``allow_loss``.
     ``width``: the dense width of ``"base64"`` (default: the widest row)."""
+    mask = as_sampling_mask(mask)
     if fmt == "json":
         doc: dict[str, Any] = {VERSION_KEY: SPEC_MAJOR, "vocab_size": mask.vocab_size, "id_order": id_order_of(mask)}
         if mask.num_segments != 1:

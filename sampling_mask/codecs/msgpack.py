@@ -1,3 +1,4 @@
+# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/codecs/msgpack.py, vendorable (README: Vendoring)
 """The msgpack envelope (format ``"msgpack"``): one map, arrays as raw little-endian ``bin``.
 
 Wire format (spec/v1/SPEC.md, section ``msgpack``)::
@@ -39,7 +40,7 @@ import numpy as np
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output
-from ..core.model import COMPANIONS, SamplingMask
+from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
 from . import _msgpack_reader
 from ._buffers import array_from_buffer, input_view, wire_dtype, wire_shape
 from ._common import SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order
@@ -150,6 +151,7 @@ def encode(
 
 def _envelope(mask: SamplingMask, *, layout: str, offsets_dtype: str | None, width: int | None) -> dict[str, Any]:
     """The envelope as a dict of msgpack values and :class:`_Array` views, in wire order."""
+    mask = as_sampling_mask(mask)
     if layout not in LAYOUTS:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"layout must be one of {list(LAYOUTS)}", value=layout)
     if offsets_dtype is not None and offsets_dtype not in _INDEX_DTYPES:

@@ -3483,6 +3483,115 @@ def teeth_cases(book: Book) -> None:
             options=options,
         )
 
+    # The optional operations of 3.6, for implementations that offer them (class "model operations").
+    ops = book.file("model/operations.json", "model", "Concatenation, row slices and take (SPEC 3.6).")
+    a = model([[1], [2, 3]], cu_seqlens=[0, 1, 2], vocab_size=10)
+    b = model([[4]], vocab_size=10)
+    ops.add(
+        "concatenate",
+        "Rows and segments one after another: cu = [0] ++ (cu_i[1:] + rows before).",
+        "3.6",
+        {"masks": [a, b]},
+        ok(mask([[1], [2, 3], [4]], cu=[0, 1, 2, 3], vocab=10)),
+        op="concatenate",
+    )
+    ops.add(
+        "concatenate-adopts-vocab-size",
+        "A mask without V adopts the others' V when its ids are below it.",
+        "3.6",
+        {"masks": [a, model([[5]])]},
+        ok(mask([[1], [2, 3], [5]], cu=[0, 1, 2, 3], vocab=10)),
+        op="concatenate",
+    )
+    four = model([[1], [2], [3], [4]], cu_seqlens=[0, 2, 2, 4], support_logprobs=[[-1.0], [-2.0], [-3.0], [-4.0]])
+    ops.add(
+        "slice-clips-segments",
+        "M[1:3]: segments sharing a row are clipped, the empty segment at 2 is kept, companions follow.",
+        "3.6",
+        {"mask": four, "start": 1, "stop": 3},
+        ok(mask([[2], [3]], cu=[0, 1, 1, 2], support_logprobs=[[-2.0], [-3.0]])),
+        op="slice",
+    )
+    ops.add(
+        "slice-whole-mask",
+        "M[0:T] = M.",
+        "3.6",
+        {"mask": four, "start": 0, "stop": 4},
+        ok(mask([[1], [2], [3], [4]], cu=[0, 2, 2, 4], support_logprobs=[[-1.0], [-2.0], [-3.0], [-4.0]])),
+        op="slice",
+    )
+    ops.add(
+        "slice-empty-keeps-empty-segments-at-its-position",
+        "M[2:2] keeps only the empty segments sitting at row 2.",
+        "3.6",
+        {"mask": four, "start": 2, "stop": 2},
+        ok(mask([], cu=[0, 0], support_logprobs=[])),
+        op="slice",
+    )
+    ops.add(
+        "take-reorders-and-repeats",
+        "take([2, 0, 2]): segments in that order, repeats allowed.",
+        "3.6",
+        {"mask": four, "segments": [2, 0, 2]},
+        ok(
+            mask(
+                [[3], [4], [1], [2], [3], [4]],
+                cu=[0, 2, 4, 6],
+                support_logprobs=[[-3.0], [-4.0], [-1.0], [-2.0], [-3.0], [-4.0]],
+            )
+        ),
+        op="take",
+    )
+    ops.add(
+        "take-negative-index",
+        "An index in [-B, 0) counts from the end.",
+        "3.6",
+        {"mask": four, "segments": [-1]},
+        ok(mask([[3], [4]], cu=[0, 2], support_logprobs=[[-3.0], [-4.0]])),
+        op="take",
+    )
+    bad_ops = book.file("invalid/model.json", "model")
+    op_cases: list[tuple[str, str, dict[str, Any], tuple[str, ...], str]] = [
+        (
+            "concatenate-different-vocab-sizes",
+            "concatenate",
+            {"masks": [a, model([[4]], vocab_size=12)]},
+            ("E_SCHEMA",),
+            "Every mask has the same V.",
+        ),
+        (
+            "concatenate-adopted-vocab-size-too-small",
+            "concatenate",
+            {"masks": [model([[1]], vocab_size=5), model([[7]])]},
+            ("E_RANGE",),
+            "A mask without V adopts V = 5, and its id 7 is not below it.",
+        ),
+        (
+            "concatenate-different-companions",
+            "concatenate",
+            {"masks": [model([[1]], sampled_token_ids=[1]), model([[2]])]},
+            ("E_SCHEMA",),
+            "Every mask carries the same companions.",
+        ),
+        (
+            "concatenate-different-metadata",
+            "concatenate",
+            {"masks": [model([[1]], metadata={"top_k": 2}), model([[2]], metadata={"top_k": 3})]},
+            ("E_SCHEMA",),
+            "Every mask carries the same metadata.",
+        ),
+        ("take-index-out-of-range", "take", {"mask": four, "segments": [3]}, ("E_SEGMENTS",), "Segment 3 of B = 3."),
+        (
+            "take-negative-index-out-of-range",
+            "take",
+            {"mask": four, "segments": [-4]},
+            ("E_SEGMENTS",),
+            "Segment -4 of B = 3.",
+        ),
+    ]
+    for slug, op, payload, codes, why in op_cases:
+        bad_ops.add(slug, why, "3.6", payload, err(*codes), op=op)
+
     # Compact words are grouped by width (12.2): two blocks of width 2 around a block of width 1.
     deltas = [3, 0, 2, 1] * 8 + [1, 0] * 16 + [2, 3, 0, 0] * 8
     row, prev = [], -1

@@ -2,8 +2,8 @@
 
 Request (conformance/README.md, "Runner protocol")::
 
-    {"id": CASE_ID, "op": "decode" | "encode" | "validate" | "score", "form": FORM,
-     "input": PAYLOAD, "options": {...}?, "limits": {...}?}
+    {"id": CASE_ID, "op": "decode" | "encode" | "validate" | "score" | "concatenate" | "slice" | "take",
+     "form": FORM, "input": PAYLOAD, "options": {...}?, "limits": {...}?}
 
 Response: an object with exactly one of these keys (``id`` may be echoed)::
 
@@ -54,7 +54,7 @@ RESPONSE_KINDS = ("ok", "rejected", "unsupported", "error")
 DESCRIBE: dict[str, Any] = {"id": "describe", "op": "describe"}
 #: Seconds a ``--command`` program has for each answer (the first answer after the first start gets
 #: :data:`STARTUP_GRACE` more, for an interpreter or JIT warming up).
-DEFAULT_TIMEOUT = 5.0
+DEFAULT_TIMEOUT = 10.0
 STARTUP_GRACE = 30.0
 
 

@@ -27,6 +27,7 @@ from .payloads import (
     mask_from_json,
     mask_to_json,
 )
+from .suite import OPERATIONS
 
 __all__ = ["BYTE_FORMS", "ReferenceImplementation", "Unsupported", "payload_bytes"]
 
@@ -71,22 +72,11 @@ def _codec(name: str) -> Any:
 
 
 def _library_options(form: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The protocol's encode options in this library's spelling: ``layout`` names the Arrow compact
-    layout too (``{"layout": "compact"}``), where the library's Arrow encoder may spell it ``compact=True``."""
-    if form not in ("arrow", "arrows", "parquet") or "layout" not in options:
-        return options
-    import inspect
-
-    from ..codecs import arrow
-
-    if "layout" in inspect.signature(arrow.encode).parameters:
-        return options
-    out = dict(options)
-    layout = out.pop("layout")
-    if layout not in ("list", "compact"):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown Arrow layout {layout!r}", field="layout")
-    out["compact"] = layout == "compact"
-    return out
+    """The protocol's encode options in this library's spelling: the Arrow layout the protocol calls
+    ``list`` (its schema-metadata name, SPEC 9.2) is the library's ``ragged``."""
+    if form in ("arrow", "arrows", "parquet") and options.get("layout") == "list":
+        return {**options, "layout": "ragged"}
+    return options
 
 
 class ReferenceImplementation:
@@ -115,6 +105,8 @@ class ReferenceImplementation:
                 return {"ok": self.encode(form, mask, dict(request.get("options") or {}))}
             if op == "score":
                 return {"ok": self.score(form, payload, dict(request.get("options") or {}), limits)}
+            if op in OPERATIONS and form == "model":
+                return {"ok": mask_to_json(self.operate(op, payload, limits))}
             raise Unsupported(f"op {op!r}")
         except SamplingMaskError as exc:
             return {"rejected": exc.to_dict()}
@@ -162,6 +154,30 @@ class ReferenceImplementation:
                 return {"text": data.decode("utf-8")}
             return {"hex": data.hex()}
         raise Unsupported(f"form {form!r}")
+
+    def operate(self, op: str, payload: Any, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
+        """SPEC 3.6 on model masks: ``concatenate`` ``{"masks": [MODEL, ...]}``, ``slice``
+        ``{"mask": MODEL, "start": a, "stop": b}``, ``take`` ``{"mask": MODEL, "segments": [b, ...]}``."""
+        from ..core.model import concat
+
+        if not isinstance(payload, Mapping):
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, f"a {op} payload is an object")
+        if op == "concatenate":
+            masks = payload.get("masks")
+            if not isinstance(masks, list):
+                raise SamplingMaskError(ErrorCode.E_SCHEMA, "masks is a list of model masks", field="masks")
+            return concat([mask_from_json(m, limits=limits) for m in masks])
+        mask = mask_from_json(payload.get("mask"), limits=limits)
+        if op == "take":
+            segments = payload.get("segments")
+            if not isinstance(segments, list) or not all(type(b) is int for b in segments):
+                raise SamplingMaskError(ErrorCode.E_SCHEMA, "segments is a list of integers", field="segments")
+            return mask.take(np.asarray(segments, dtype=np.int64))
+        start, stop = payload.get("start"), payload.get("stop")
+        if type(start) is not int or type(stop) is not int or not 0 <= start <= stop <= mask.num_rows:
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "0 <= start <= stop <= T", field="start")
+        sliced: SamplingMask = mask[start:stop]
+        return sliced
 
     def score(self, form: str, payload: Any, options: dict[str, Any], limits: Limits | None = None) -> dict[str, Any]:
         """Masked log-probs and entropy of a ``scorer`` payload (see :func:`score_payload`)."""
@@ -229,8 +245,11 @@ def score_payload(payload: Any, limits: Limits = DEFAULT_LIMITS) -> dict[str, An
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through a subprocess in the tests
+    import contextlib
     import sys
 
     from .protocol import serve
 
+    with contextlib.suppress(ImportError):  # load torch now, inside the runner's start-up grace
+        importlib.import_module("sampling_mask.reference_scorer")
     sys.exit(serve(ReferenceImplementation()))

@@ -119,7 +119,7 @@ class Report:
         return [r for r in self.results if r.outcome != "pass"]
 
     def class_verdicts(self, every: Sequence[Case]) -> dict[str, str]:
-        """Per class run: ``conforms`` (every case of the class passed), ``conforms (required cases)``
+        """Per class run (SPEC 16): ``conforms fully`` (every case of the class passed), ``conforms``
         (every required one did), ``partial run`` (some of its required cases were not run) or
         ``does not conform (N required cases not passing)``."""
         ran = {r.case.id for r in self.results}
@@ -135,9 +135,9 @@ class Report:
             elif all(r.outcome == "pass" for r in mine) and len(mine) == sum(
                 1 for c in every if c.conformance_class == name
             ):
-                verdicts[name] = "conforms"
+                verdicts[name] = "conforms fully"
             else:
-                verdicts[name] = "conforms (required cases)"
+                verdicts[name] = "conforms (recommended cases not all run or passing)"
         return verdicts
 
     def summary_table(self) -> str:
@@ -493,9 +493,11 @@ def _main(argv: Sequence[str] | None, out: TextIO) -> int:
     _check_names("class", args.classes, conformance_classes(every))
     cases = select(every, forms=args.form, patterns=args.case, level=args.level)
     if args.list:
+        if not cases:
+            raise _UsageError("no case selected: check --form, -k and --level")
         for case in cases:
             out.write(f"{case.id}\t{case.op}\t{case.level}\t{case.conformance_class}\t{case.description}\n")
-        return 0 if cases else 2
+        return 0
     try:
         expected = ExpectedFailures.read(args.expected_failures) if args.expected_failures else ExpectedFailures()
     except OSError as exc:
@@ -568,7 +570,7 @@ def _summary(report: Report, every: Sequence[Case], out: TextIO) -> None:
     out.write(f"claimed: {claims}\n")
     out.write(f"conforms to: {', '.join(conforms) if conforms else 'nothing'}\n")
     for name, verdict in verdicts.items():
-        if not verdict.startswith("conforms") or verdict.endswith("(required cases)"):
+        if verdict != "conforms fully":
             out.write(f"  {name}: {verdict}\n")
     unsupported = [r for r in report.results if r.status == "UNSUPPORTED"]
     failed = [r for r in report.failures() if r.status != "UNSUPPORTED"]

@@ -18,6 +18,7 @@ __all__ = [
     "Case",
     "ExpectedFailures",
     "FORMS",
+    "OPERATIONS",
     "ROLES",
     "SUITE_VERSION",
     "case_files",
@@ -50,7 +51,17 @@ FORMS = (
 
 #: The role an op puts an implementation in: a conformance class is ``"<form> <role>"``
 #: (``"json-rows reader"``, ``"msgpack writer"``), except ``"scorer"`` for the scoring rule.
-ROLES = {"decode": "reader", "validate": "reader", "encode": "writer", "score": "scorer"}
+ROLES = {
+    "decode": "reader",
+    "validate": "reader",
+    "encode": "writer",
+    "score": "scorer",
+    "concatenate": "operations",
+    "slice": "operations",
+    "take": "operations",
+}
+#: The optional operations of SPEC 3.6 (form ``model``, class ``model operations``).
+OPERATIONS = ("concatenate", "slice", "take")
 
 
 def vectors_dir() -> Path:
@@ -96,7 +107,8 @@ class Case:
 
     @property
     def conformance_class(self) -> str:
-        """``"<form> reader"`` (decode, validate), ``"<form> writer"`` (encode) or ``"scorer"``."""
+        """``"<form> reader"`` (decode, validate), ``"<form> writer"`` (encode), ``"scorer"``, or
+        ``"model operations"`` (concatenate, slice, take)."""
         role = ROLES.get(self.op, self.op)
         return role if role == "scorer" else f"{self.form} {role}"
 

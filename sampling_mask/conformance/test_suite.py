@@ -6,9 +6,12 @@ The implementation under test comes from the environment (default: the reference
 - ``SAMPLING_MASK_CONFORMANCE_COMMAND="CMD"`` a program speaking JSON lines (started once per run);
 - ``SAMPLING_MASK_CONFORMANCE_EXPECTED_FAILURES=FILE`` its expected-failures list;
 - ``SAMPLING_MASK_CONFORMANCE_VECTORS=DIR`` another suite root;
-- ``SAMPLING_MASK_CONFORMANCE_EXAMPLES=N`` hypothesis examples per property (default 20).
+- ``SAMPLING_MASK_CONFORMANCE_EXAMPLES=N`` hypothesis examples per property (default 20);
+- ``SAMPLING_MASK_CONFORMANCE_CLASSES="json-rows reader,ragged *"`` the conformance classes claimed
+  (default: what the implementation declares in answer to ``describe``; every class when nothing).
 
-A listed case that fails is ``xfail``; a listed case that passes fails, as does a stale list entry.
+A case of a class not claimed is skipped. A listed case that fails is ``xfail``; a listed case that
+passes fails, as does a stale list entry.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ import pytest
 from .properties import NotSupported, check_decode, check_encode_round_trip, check_same_result, check_scorer_identities
 from .protocol import CommandImplementation, Implementation, load_python_implementation, response_kind
 from .reference import ReferenceImplementation
-from .runner import judge
-from .suite import ExpectedFailures, load_cases
+from .runner import declared_classes, judge
+from .suite import ExpectedFailures, class_matches, load_cases
 
 _ENV = "SAMPLING_MASK_CONFORMANCE_"
 _VECTORS = os.environ.get(_ENV + "VECTORS")
@@ -53,9 +56,20 @@ def implementation() -> Iterator[Implementation]:
         close()
 
 
+@pytest.fixture(scope="module")
+def claimed(implementation: Implementation) -> list[str] | None:
+    """The classes claimed: the environment's list, else the implementation's ``describe`` answer."""
+    listed = os.environ.get(_ENV + "CLASSES")
+    if listed:
+        return [c.strip() for c in listed.split(",") if c.strip()]
+    return declared_classes(implementation)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_case(implementation: Implementation, case: Any) -> None:
+def test_case(implementation: Implementation, claimed: list[str] | None, case: Any) -> None:
     """One vector: the implementation's answer must be the expected one."""
+    if claimed is not None and not class_matches(case.conformance_class, claimed):
+        pytest.skip(f"class {case.conformance_class!r} not claimed")
     try:
         response = implementation.handle(case.request())
     except Exception as exc:  # noqa: BLE001 - reported like the runner does

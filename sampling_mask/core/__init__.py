@@ -1,3 +1,4 @@
+# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/core/__init__.py, vendorable (README: Vendoring)
 """The vendorable core of sampling-mask (spec v1): the in-memory model and its validation.
 
 Everything in this folder imports only the standard library, numpy and its own modules (relatively),
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from .errors import ErrorCode, SamplingMaskError
 from .limits import DEFAULT_LIMITS, LOCAL_FILE_LIMITS, Limits
-from .model import COMPANIONS, METADATA_KEYS, SamplingMask, concat
+from .model import COMPANIONS, MASK_PROTOCOL_VERSION, METADATA_KEYS, SamplingMask, as_sampling_mask, concat
 
 __all__ = [
     "COMPANIONS",
@@ -16,8 +17,10 @@ __all__ = [
     "ErrorCode",
     "LOCAL_FILE_LIMITS",
     "Limits",
+    "MASK_PROTOCOL_VERSION",
     "METADATA_KEYS",
     "SamplingMask",
     "SamplingMaskError",
+    "as_sampling_mask",
     "concat",
 ]

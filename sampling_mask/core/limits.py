@@ -1,3 +1,4 @@
+# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/core/limits.py, vendorable (README: Vendoring)
 """Resource limits checked before any allocation whose size comes from untrusted input.
 
 Sizes are checked as Python integers (no overflow) against a :class:`Limits` instance, and declared
@@ -21,6 +22,7 @@ from .errors import ErrorCode, SamplingMaskError
 __all__ = [
     "DEFAULT_LIMITS",
     "LOCAL_FILE_LIMITS",
+    "UNTRUSTED_CAP_BYTES",
     "UNTRUSTED_EXPANSION",
     "UNTRUSTED_FLOOR_BYTES",
     "Limits",

@@ -1,3 +1,4 @@
+# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/core/model.py, vendorable (README: Vendoring)
 """The core model: :class:`SamplingMask`, an immutable ragged mask with optional companions.
 
 A mask is T rows, one per token position; row t is a *set* S_t of vocabulary ids (int32), stored
@@ -25,7 +26,10 @@ from . import layouts
 from .errors import ErrorCode, SamplingMaskError
 from .limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
 
-__all__ = ["COMPANIONS", "METADATA_KEYS", "SamplingMask", "concat"]
+__all__ = ["COMPANIONS", "MASK_PROTOCOL_VERSION", "METADATA_KEYS", "SamplingMask", "as_sampling_mask", "concat"]
+
+#: Version of the mask protocol: :meth:`SamplingMask.__sampling_mask__` and :func:`as_sampling_mask`.
+MASK_PROTOCOL_VERSION = 1
 
 #: Optional per-row / per-id arrays and their dtypes. ``support_logprobs`` is per id (aligned with ids).
 COMPANIONS: Mapping[str, np.dtype[Any]] = types.MappingProxyType(
@@ -858,6 +862,21 @@ class SamplingMask:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __sampling_mask__(self) -> dict[str, Any]:
+        """The mask protocol: this mask's fields by name, for :func:`as_sampling_mask` in another copy of
+        this library (a vendored one) or in another implementation. Keys: ``protocol``
+        (:data:`MASK_PROTOCOL_VERSION`), ``ids``, ``offsets``, ``cu_seqlens`` (read-only numpy arrays, not
+        copies), ``vocab_size``, ``metadata`` (a dict), and each companion the mask carries."""
+        return {
+            "protocol": MASK_PROTOCOL_VERSION,
+            "ids": self._ids,
+            "offsets": self._offsets,
+            "cu_seqlens": self._cu_seqlens,
+            "vocab_size": self._vocab_size,
+            "metadata": dict(self._metadata),
+            **self._companions,
+        }
+
     def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
         """Pickle protocol 5 hands the arrays out of band (``pickle.PickleBuffer``): Ray and
         multiprocessing move them without copies. We never unpickle untrusted data ourselves."""
@@ -888,6 +907,55 @@ def _unpickle(
     return out
 
 
+_PROTOCOL_FIELDS = frozenset({"protocol", "ids", "offsets", "cu_seqlens", "vocab_size", "metadata", *COMPANIONS})
+
+
+def as_sampling_mask(obj: Any, *, limits: Limits = DEFAULT_LIMITS, field: str = "mask") -> SamplingMask:
+    """``obj`` itself when it is a :class:`SamplingMask`; else a validated mask rebuilt from
+    ``obj.__sampling_mask__()`` (a mask from a vendored copy of this library, or any object that
+    implements the mask protocol; the arrays are shared, not copied); else ``E_SCHEMA``.
+
+    Every public function of the library that takes a mask passes it through here. A protocol version
+    other than :data:`MASK_PROTOCOL_VERSION` is ``E_VERSION``; a missing or unknown field is ``E_SCHEMA``
+    (nothing is dropped); invalid contents raise what the constructor raises.
+    """
+    if isinstance(obj, SamplingMask):
+        return obj
+    export = getattr(type(obj), "__sampling_mask__", None)
+    if export is None:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA,
+            f"expected a SamplingMask or an object with __sampling_mask__(), got {type(obj).__name__}",
+            field=field,
+        )
+    fields = export(obj)
+    if not isinstance(fields, Mapping):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "__sampling_mask__() must return a mapping", field=field)
+    if fields.get("protocol") != MASK_PROTOCOL_VERSION:
+        raise SamplingMaskError(
+            ErrorCode.E_VERSION,
+            f"mask protocol {fields.get('protocol')!r}; this library reads {MASK_PROTOCOL_VERSION}",
+            field=f"{field}.protocol",
+            value=repr(fields.get("protocol"))[:80],
+        )
+    unknown = sorted(str(k) for k in fields if k not in _PROTOCOL_FIELDS)
+    if unknown:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown mask protocol field {unknown[0]!r}", field=field)
+    for name in ("ids", "offsets", "cu_seqlens"):
+        if name not in fields:
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, f"missing mask protocol field {name!r}", field=field)
+    companions = {k: v for k, v in fields.items() if k in COMPANIONS}
+    return SamplingMask(
+        fields["ids"],
+        fields["offsets"],
+        cu_seqlens=fields["cu_seqlens"],
+        vocab_size=fields.get("vocab_size"),
+        metadata=fields.get("metadata"),
+        limits=limits,
+        **companions,
+    )
+
+
 def concat(masks: Sequence[SamplingMask]) -> SamplingMask:
     """Rows and segments of ``masks`` one after another.
 
@@ -896,6 +964,7 @@ def concat(masks: Sequence[SamplingMask]) -> SamplingMask:
     """
     if not masks:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "concat needs at least one mask")
+    masks = [as_sampling_mask(m, field=f"masks[{i}]") for i, m in enumerate(masks)]
     vocabs: set[int] = {m.vocab_size for m in masks if m.vocab_size is not None}
     if len(vocabs) > 1:
         raise SamplingMaskError(

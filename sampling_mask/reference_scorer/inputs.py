@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.model import SamplingMask
+from ..core.model import SamplingMask, as_sampling_mask
 
 __all__ = [
     "EMPTY_ROW_POLICIES",
@@ -127,6 +127,8 @@ def _check_ids(rows: torch.Tensor, ids: torch.Tensor, vocab_size: int, *, field:
 
 def row_support(mask: MaskLike, num_rows: int, vocab_size: int, device: torch.device) -> RowSupport:
     """The mask as pairs on ``device``; checks it has ``num_rows`` rows and ids below ``vocab_size``."""
+    if hasattr(mask, "__sampling_mask__"):  # a SamplingMask, or one of another copy (the mask protocol)
+        mask = as_sampling_mask(mask)
     if isinstance(mask, SamplingMask):
         if mask.num_rows != num_rows:
             raise SamplingMaskError(

@@ -1,0 +1,242 @@
+"""``sampling-mask vendor DEST --package NAME [--codecs json,msgpack]``: copy the core (and codecs) into a
+server's own package, so it needs no dependency on sampling-mask.
+
+DEST becomes the package NAME (NAME's last part must be DEST's folder name)::
+
+    DEST/__init__.py      the core's public names, SAMPLING_MASK_VERSION, SPEC_VERSION
+    DEST/core/            sampling_mask/core/ (stdlib + numpy only)
+    DEST/codecs/          the chosen codec modules and the helpers they import (relative imports only)
+    DEST/LICENSE          Apache-2.0
+    DEST/README.md        source, version, contents, how to update
+    DEST/VENDORED.json    the manifest: version, package, codecs, sha256 of every file written
+
+Every copied file's first line names the release and the file it came from. Running the command again
+updates the copy: it rewrites the files of the manifest and removes those no longer chosen. A file
+changed since it was written (its sha256 differs from the manifest's), or a DEST holding files but no
+manifest, is refused (``E_IO``, exit 2) unless ``--force``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import keyword
+from pathlib import Path
+from typing import Any
+
+from ._common import CliError, add_command, out
+
+#: Codec -> (modules of sampling_mask/codecs/ it needs, packages beyond numpy it imports).
+CODECS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "json": (("json.py", "_buffers.py", "_common.py"), ()),
+    "msgpack": (("msgpack.py", "_msgpack_reader.py", "compact.py", "_buffers.py", "_common.py"), ("msgpack",)),
+}
+#: Formats that cannot be vendored, and why.
+NOT_VENDORABLE = {
+    "arrow": "it needs pyarrow and the library's codec entry point; depend on 'sampling-mask[arrow]' instead",
+}
+MANIFEST = "VENDORED.json"
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def header(relpath: str, version: str, *, vendored: bool) -> str:
+    """The first line of a vendorable file (``relpath`` under sampling_mask/) in the source or in a copy."""
+    where = (
+        f"vendored from sampling_mask/{relpath} by `sampling-mask vendor`; do not edit"
+        if vendored
+        else f"sampling_mask/{relpath}, vendorable (README: Vendoring)"
+    )
+    return f"# sampling-mask {version}, Apache-2.0 (see LICENSE): {where}\n"
+
+
+def vendorable_files(codecs: tuple[str, ...] = tuple(CODECS)) -> list[str]:
+    """Paths under sampling_mask/ that a copy with ``codecs`` takes: the core folder, then the codec modules."""
+    core = sorted(f"core/{p.name}" for p in (_PACKAGE / "core").glob("*.py"))
+    modules = sorted({f"codecs/{m}" for codec in codecs for m in CODECS[codec][0]})
+    return core + modules
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _parse_codecs(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    chosen: list[str] = []
+    for name in (part.strip() for part in text.split(",")):
+        if name in NOT_VENDORABLE:
+            raise CliError("E_USAGE", f"--codecs {name}: not vendorable: {NOT_VENDORABLE[name]}")
+        if name not in CODECS:
+            raise CliError("E_USAGE", f"--codecs: unknown codec {name!r}; choose from {', '.join(CODECS)}")
+        if name not in chosen:
+            chosen.append(name)
+    return tuple(sorted(chosen))
+
+
+def _check_package(name: str, dest: Path) -> None:
+    parts = name.split(".")
+    if not all(p.isidentifier() and not keyword.iskeyword(p) for p in parts):
+        raise CliError("E_USAGE", f"--package {name!r} is not a dotted Python module name")
+    if parts[-1] != dest.name:
+        raise CliError("E_USAGE", f"--package {name!r} must end with DEST's folder name {dest.name!r}")
+
+
+def _previous_files(dest: Path, force: bool) -> dict[str, str]:
+    """``{relpath: sha256}`` of the copy already in ``dest`` (empty when none); refuses local changes."""
+    if not dest.exists():
+        return {}
+    if not dest.is_dir():
+        raise CliError("E_IO", f"{str(dest)!r} exists and is not a folder")
+    manifest = dest / MANIFEST
+    if not manifest.exists():
+        if any(dest.iterdir()) and not force:
+            raise CliError(
+                "E_IO", f"{str(dest)!r} holds files but no {MANIFEST}: not a vendored copy; pass --force to write there"
+            )
+        return {}
+    try:
+        files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise TypeError("files must map paths to sha256")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        if force:
+            return {}
+        raise CliError("E_IO", f"cannot read {str(manifest)!r} ({exc}); pass --force to rewrite the copy") from None
+    safe = {rel: digest for rel, digest in files.items() if _inside(dest, rel)}
+    changed = [
+        rel for rel, digest in safe.items() if (dest / rel).is_file() and _sha256((dest / rel).read_bytes()) != digest
+    ]
+    if changed and not force:
+        raise CliError(
+            "E_IO",
+            f"refusing to overwrite local changes in {str(dest)!r}: {', '.join(sorted(changed))} differ from the "
+            "vendored copy (keep your change elsewhere, or pass --force to discard it)",
+        )
+    return safe
+
+
+def _inside(dest: Path, rel: str) -> bool:
+    """A manifest path that names a file inside ``dest`` (never an absolute path or ``..``)."""
+    path = Path(rel)
+    return not path.is_absolute() and ".." not in path.parts and bool(path.parts)
+
+
+def _generated(name: str, version: str, codecs: tuple[str, ...]) -> dict[str, str]:
+    """DEST/__init__.py, DEST/codecs/__init__.py and DEST/README.md."""
+    from .. import SPEC_VERSION
+    from ..core import __all__ as core_names
+
+    stamp = f"# sampling-mask {version}, Apache-2.0 (see LICENSE): written by `sampling-mask vendor`; do not edit\n"
+    names = ", ".join(sorted(core_names))
+    listed = "".join(f'    "{n}",\n' for n in sorted([*core_names, "SAMPLING_MASK_VERSION", "SPEC_VERSION"]))
+    codec_text = ", ".join(codecs) if codecs else "none"
+    files = {
+        "__init__.py": (
+            f'{stamp}"""sampling-mask {version} (format spec v{SPEC_VERSION}) vendored as ``{name}``: the core model'
+            f"; codecs: {codec_text}.\n\nSee README.md in this folder. Update with ``sampling-mask vendor``, never by hand.\n"
+            f'"""\n\nfrom .core import {names}\n\nSAMPLING_MASK_VERSION = "{version}"\nSPEC_VERSION = {SPEC_VERSION}\n\n'
+            f"__all__ = [\n{listed}]\n"
+        ),
+        "README.md": _readme(name, version, codecs),
+    }
+    if codecs:
+        usage = "\n".join(f"- ``{name}.codecs.{c}``: ``encode(mask)`` / ``decode(data)``" for c in codecs)
+        files["codecs/__init__.py"] = f'{stamp}"""Vendored codecs (import each module directly):\n\n{usage}\n"""\n'
+    return files
+
+
+def _readme(name: str, version: str, codecs: tuple[str, ...]) -> str:
+    lines = [
+        f"# `{name}`: sampling-mask {version}, vendored",
+        "",
+        f"A copy of the core of sampling-mask {version} (Apache-2.0, see LICENSE), made by `sampling-mask vendor`:",
+        "`core/` is `sampling_mask/core/`"
+        + (f"; `codecs/` holds the {', '.join(codecs)} codec{'s' if len(codecs) > 1 else ''}." if codecs else "."),
+        "It imports only the standard library and numpy"
+        + "".join(f", and {dep} for {c} encoding" for c in codecs for dep in CODECS[c][1])
+        + ".",
+        "",
+        f"    from {name} import SamplingMask, SamplingMaskError",
+        *(f"    from {name}.codecs import {c}" for c in codecs),
+        "",
+        "Do not edit these files. Update the copy by running the same command with a newer sampling-mask:",
+        "",
+        f"    sampling-mask vendor <this folder> --package {name}"
+        + (f" --codecs {','.join(codecs)}" if codecs else ""),
+        "",
+        f"It refuses to overwrite a file changed since it was written ({MANIFEST} holds each file's sha256)",
+        "unless `--force`. Masks made here are accepted by an installed sampling-mask (the mask protocol,",
+        "`sampling_mask.as_sampling_mask`).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def vendor(dest: Path, package: str, codecs: tuple[str, ...], *, force: bool = False) -> list[str]:
+    """Write the copy (see the module docstring); the paths written, relative to ``dest``."""
+    from .. import __version__
+
+    _check_package(package, dest)
+    previous = _previous_files(dest, force)
+    contents: dict[str, bytes] = {}
+    for rel in vendorable_files(codecs):
+        text = (_PACKAGE / rel).read_text(encoding="utf-8")
+        first, _, rest = text.partition("\n")
+        if not first.startswith("# sampling-mask "):
+            raise RuntimeError(f"sampling_mask/{rel} lacks its licence header")  # a packaging bug: exit 3
+        contents[rel] = (header(rel, __version__, vendored=True) + rest).encode()
+    contents.update({rel: text.encode() for rel, text in _generated(package, __version__, codecs).items()})
+    contents["LICENSE"] = (_PACKAGE / "LICENSE").read_bytes()
+    if not force:
+        clashes = [rel for rel in contents if rel not in previous and (dest / rel).exists()]
+        if clashes:
+            raise CliError(
+                "E_IO", f"refusing to overwrite {', '.join(sorted(clashes))} in {str(dest)!r}: not written by vendor"
+            )
+    try:
+        for rel, data in contents.items():
+            path = dest / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        for rel in sorted(set(previous) - set(contents)):  # a codec no longer chosen
+            (dest / rel).unlink(missing_ok=True)
+        manifest = {
+            "source": "sampling-mask",
+            "version": __version__,
+            "package": package,
+            "codecs": list(codecs),
+            "files": {rel: _sha256(data) for rel, data in sorted(contents.items())},
+        }
+        (dest / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise CliError("E_IO", f"cannot write in {str(dest)!r}: {exc.strerror or exc}") from None
+    return sorted(contents)
+
+
+def run(args: argparse.Namespace) -> int:
+    dest = Path(args.dest)
+    codecs = _parse_codecs(args.codecs)
+    written = vendor(dest, args.package, codecs, force=args.force)
+    if not args.quiet:
+        from .. import __version__
+
+        deps = sorted({dep for c in codecs for dep in CODECS[c][1]})
+        out(
+            f"vendored sampling-mask {__version__} into {dest} as {args.package}: core"
+            + (f", codecs {', '.join(codecs)}" if codecs else "")
+            + f" ({len(written)} files; needs numpy"
+            + "".join(f", {d}" for d in deps)
+            + ")"
+        )
+    return 0
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = add_command(sub, common, "vendor", "copy the core (and codecs) into your own package", run)
+    p.add_argument("dest", metavar="DEST", help="the folder of the new package (created if missing)")
+    p.add_argument("--package", required=True, metavar="NAME", help="its import name, e.g. myserver._sampling_mask")
+    deps = "; ".join(f"{c}: {', '.join(d) or 'numpy only'}" for c, (_, d) in CODECS.items())
+    p.add_argument("--codecs", metavar="LIST", help=f"comma-separated codecs to copy too ({deps})")
+    p.add_argument("--force", action="store_true", help="overwrite files changed since they were vendored")

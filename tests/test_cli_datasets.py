@@ -1,0 +1,69 @@
+"""``sampling-mask stats`` and ``validate`` over a directory or glob of files: one report per file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_cli import one_error_line, run
+
+import sampling_mask as sm
+from sampling_mask import synthetic
+from sampling_mask.codecs import dataset as ds_codec
+from sampling_mask.stats import summarize
+
+pytest.importorskip("pyarrow")
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> tuple[Path, list[str], sm.SamplingMask]:
+    mask = synthetic.rollout(3000, seed=11, segment_length=100)
+    steps = np.arange(mask.num_segments) % 3
+    files = ds_codec.write_dataset(tmp_path / "ds", (mask, {"step": steps}), partition_by=("step",))
+    return tmp_path / "ds", files, mask
+
+
+def test_stats_of_a_directory_reports_each_file_and_the_total(dataset) -> None:
+    root, files, mask = dataset
+    proc = run("stats", root, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [f["file"] for f in doc["files"]] == sorted(files)
+    for entry in doc["files"]:
+        assert entry["support"] == summarize(sm.load(entry["file"])).support()
+    total = summarize(mask)
+    assert doc["total"]["rows"] == mask.num_rows and doc["total"]["nnz"] == mask.nnz
+    assert doc["total"]["support"] == pytest.approx(total.support())
+    assert doc["failed_files"] == 0
+    text = run("stats", str(root / "step=*" / "*.parquet"))
+    assert text.returncode == 0 and text.stdout.count(".parquet: ") == len(files)
+    assert f"total: {len(files)} of {len(files)} files" in text.stdout
+
+
+def test_validate_a_glob_reports_each_file_and_fails_on_one_bad_file(dataset) -> None:
+    root, files, _mask = dataset
+    ok = run("validate", str(root / "**" / "*.parquet"))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.count("valid: ") == len(files) and f"{len(files)} files checked, 0 invalid" in ok.stdout
+    Path(files[1]).write_bytes(b"PAR1 not really")
+    bad = run("validate", root, "--json")
+    assert bad.returncode == 1
+    doc = json.loads(bad.stdout)
+    assert doc["invalid_files"] == 1 and not doc["valid"]
+    broken = [f for f in doc["files"] if not f["valid"]]
+    assert [f["file"] for f in broken] == [files[1]] and broken[0]["error"]["code"] == "E_ENCODING"
+    assert sum(f["valid"] for f in doc["files"]) == len(files) - 1
+    stats = run("stats", root, "--json")
+    assert stats.returncode == 1 and json.loads(stats.stdout)["failed_files"] == 1
+
+
+def test_directory_usage_errors(tmp_path: Path, dataset) -> None:
+    root, _files, _mask = dataset
+    (tmp_path / "empty").mkdir()
+    one_error_line(run("validate", tmp_path / "empty"), "E_IO")
+    one_error_line(run("stats", str(tmp_path / "nothing-*.arrow")), "E_IO")
+    sidecar = tmp_path / "sampled.json"
+    sidecar.write_text("[]")
+    one_error_line(run("validate", root, "--sampled", sidecar), "E_USAGE")
