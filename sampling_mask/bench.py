@@ -12,15 +12,20 @@ round-robin (A, B, C, A, B, C, ...) so that both see the same machine state. Wor
 5. dense / nested lists / bitmask <-> ragged vs naive per-row baselines.
 6. the reference scorer (``benchmarks/bench_scorer.py`` of a source checkout, needs torch).
 7. scaling from 1k to 1M rows (``--plot PATH`` writes a PNG when matplotlib is installed).
+8. peers: the binary transports engines and trainers use today (vLLM's msgspec lists and raw CSR,
+   prime-rl, SkyRL base64 dense, ``np.save``, zstd, memcpy) next to ours, with issue 16's targets.
+9. decode scaling, 10k to 10M tokens: time and peak extra memory of every form, validated and
+   trusted (``--plot PATH`` also writes ``PATH``'s stem + ``_decode.png``).
 
 ``--quick`` runs tiny sizes (a CI smoke run). Optional packages (pyarrow, msgpack, orjson,
-zstandard, torch, matplotlib) are used when installed; a section or format without them prints
+zstandard, msgspec, torch, matplotlib; ``pip install '.[bench]'``) are used when installed; a section or format without them prints
 one ``skipped:`` line saying why.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import functools
 import gc
 import importlib
@@ -49,7 +54,7 @@ from .core.model import SamplingMask
 __all__ = ["main", "machine", "run"]
 
 VOCAB = 151936
-SECTIONS = ("transport", "bitmask", "compact", "bytes", "conversions", "scorer", "scaling")
+SECTIONS = ("transport", "bitmask", "compact", "bytes", "conversions", "scorer", "scaling", "peers", "decode-scaling")
 _TARGETS = {
     "transport_decode_speedup": 50.0,  # json.loads + conversion over our decode, at least
     "transport_size_ratio": 0.7,  # our bytes over JSON bytes, at most
@@ -275,6 +280,7 @@ def _codecs() -> Any:
 # Formats measured in the transport and bytes sections: (label, format, encode options, needs).
 _PAYLOADS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("msgpack ragged", "msgpack", {}, "msgpack"),
+    ("msgpack ragged int64 offsets", "msgpack", {"offsets_dtype": "int64"}, "msgpack"),
     ("msgpack ragged int32 offsets", "msgpack", {"offsets_dtype": "int32"}, "msgpack"),
     ("msgpack compact", "msgpack", {"layout": "compact"}, "msgpack"),
     ("arrow IPC file", "arrow", {}, "pyarrow"),
@@ -684,7 +690,8 @@ def bench_scorer(report: Report, quick: bool, repeats: int) -> None:
             return
         buffer = io.StringIO()
         with redirect_stdout(buffer):
-            module.main(["--logits", "--repeats", str(repeats)])
+            # The full-vocabulary baselines take 15-25 s a run: one run each keeps the report under 5 minutes.
+            module.main(["--logits", "--repeats", str(repeats), "--baseline-repeats", "1"])
         text = buffer.getvalue().rstrip()
         for line in text.splitlines():
             report.line("  " + line)
@@ -778,6 +785,345 @@ def write_plot(table: dict[str, dict[int, float]], path: str) -> str:
     return f"plot written to {path}"
 
 
+# ---------------------------------------------------------------------------------------------- 8. peers
+def peer_codecs(mask: SamplingMask, dense_masks: dict[int, SamplingMask]) -> dict[str, tuple[Any, Any, int]]:
+    """What engines and trainers use today for binary transport, by label: (encode, decode to ids +
+    offsets, rows). Each decode returns (ids int32, offsets int64) and checks nothing (as upstream).
+    Rows needing msgspec or zstandard are left out when those are missing."""
+    out: dict[str, tuple[Any, Any, int]] = {}
+    ids, offsets = mask.ids, mask.offsets
+    out["memcpy of ids + offsets"] = (lambda: None, lambda _: (ids.copy(), offsets.copy()), mask.num_rows)
+
+    def np_save() -> bytes:
+        buf = io.BytesIO()
+        np.save(buf, ids)
+        np.save(buf, offsets)
+        return buf.getvalue()
+
+    def np_load(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+        buf = io.BytesIO(data)
+        return np.load(buf, allow_pickle=False), np.load(buf, allow_pickle=False)
+
+    out["np.save / np.load"] = (np_save, np_load, mask.num_rows)
+    msgspec: Any = _optional("msgspec")
+    if msgspec is not None:
+
+        class VllmSamplingMask(msgspec.Struct):  # vllm 0.32 vllm/outputs.py SamplingMask: token_ids list[list[int]]
+            token_ids: list[list[int]]
+
+        class RawCSR(msgspec.Struct):  # vLLM's engine-core CSR arrays, sent as msgpack bin
+            token_ids: bytes
+            offsets: bytes
+
+        class IdsCounts(msgspec.Struct):  # prime-rl / verifiers: int32 ids + int32 counts as bytes
+            ids: bytes
+            counts: bytes
+
+        rows = mask.to_rows()
+        enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder
+        vllm_dec, csr_dec, ic_dec = dec(VllmSamplingMask), dec(RawCSR), dec(IdsCounts)
+        out["vLLM SamplingMask nested lists, msgspec"] = (
+            lambda: enc.encode(VllmSamplingMask(rows)),
+            lambda data: lists_to_ragged(vllm_dec.decode(data).token_ids),
+            mask.num_rows,
+        )
+        out["msgspec struct, raw CSR bytes"] = (
+            lambda: enc.encode(RawCSR(ids.data, offsets.data)),  # type: ignore[arg-type]
+            lambda data: (lambda s: (np.frombuffer(s.token_ids, np.int32), np.frombuffer(s.offsets, np.int64)))(
+                csr_dec.decode(data)
+            ),
+            mask.num_rows,
+        )
+        out["prime-rl {ids, counts}, msgspec"] = (
+            lambda: enc.encode(IdsCounts(ids.data, mask.row_lengths.astype(np.int32).data)),  # type: ignore[arg-type]
+            lambda data: (
+                lambda s: (np.frombuffer(s.ids, np.int32), layouts.counts_to_offsets(np.frombuffer(s.counts, np.int32)))
+            )(ic_dec.decode(data)),
+            mask.num_rows,
+        )
+    for k, dense_mask in dense_masks.items():
+        dense = dense_mask.to_dense(width=k)
+
+        def b64_encode(dense: np.ndarray = dense) -> bytes:  # SkyRL's {data, shape, dtype} envelope
+            data = base64.b64encode(dense.tobytes()).decode()
+            return json.dumps({"data": data, "shape": list(dense.shape), "dtype": "int32"}).encode()
+
+        def b64_decode(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+            env = json.loads(data)
+            arr = np.frombuffer(base64.b64decode(env["data"]), np.int32).reshape(env["shape"])
+            return layouts.dense_to_ragged(arr)
+
+        out[f"SkyRL base64 dense, k={k}"] = (b64_encode, b64_decode, dense_mask.num_rows)
+    zstandard = _optional("zstandard")
+    if zstandard is not None:
+        raw = raw_ragged_bytes(mask)
+        nnz = mask.nnz
+        for level in (1, 3):
+            comp = zstandard.ZstdCompressor(level=level)
+
+            def z_decode(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+                flat = zstandard.ZstdDecompressor().decompress(data)
+                counts = np.frombuffer(flat, np.int32, offset=4 * nnz)
+                return np.frombuffer(flat, np.int32, count=nnz), layouts.counts_to_offsets(counts)
+
+            out[f"raw ragged + zstd-{level}"] = (functools.partial(comp.compress, raw), z_decode, mask.num_rows)
+    return out
+
+
+def _unsorted(mask: SamplingMask, seed: int) -> SamplingMask:
+    """The same rows, each in a random order (SGLang's unsorted rows)."""
+    rng = np.random.default_rng(seed)
+    perm = np.argsort(layouts.row_of_ids(mask.offsets) + rng.random(mask.nnz), kind="stable")
+    return SamplingMask(mask.ids[perm], mask.offsets, vocab_size=mask.vocab_size, validate=False)
+
+
+def bench_peers(report: Report, mask: SamplingMask, repeats: int, seed: int, quick: bool) -> None:
+    report.section(f"8. peers: binary transports in use today, {mask.num_rows} rows, {mask.nnz} ids")
+    codecs = _codecs()
+    if codecs is None or _optional("msgpack") is None:
+        report.line("  skipped: the msgpack codec or msgpack is missing")
+        return
+    for name in ("msgspec", "zstandard"):
+        if _optional(name) is None:
+            report.line(f"  skipped {name} rows: {name} is not installed (pip install '.[bench]')")
+    # SkyRL's dense rows cost 4 x k bytes per row (and seconds of base64 + JSON): drawn at fewer rows.
+    k20_rows, k512_rows = min(mask.num_rows, 100_000), min(mask.num_rows, 2000 if quick else 5000)
+    dense_masks = {
+        20: mask_only(synthetic.rollout(k20_rows, seed=seed, top_k=20)),
+        512: mask_only(synthetic.rollout(k512_rows, seed=seed)),
+    }
+    peers = peer_codecs(mask, dense_masks)
+    plain = mask
+    plain.is_canonical  # noqa: B018 - id order is known before timing, as after any validated decode
+    ours: dict[str, tuple[Any, Any, int]] = {
+        "ours: msgpack ragged (default), validated": (
+            functools.partial(codecs.encode, plain, "msgpack"),
+            functools.partial(codecs.decode, format="msgpack"),
+            plain.num_rows,
+        ),
+        "ours: msgpack ragged, trusted": (
+            functools.partial(codecs.encode, plain, "msgpack"),
+            functools.partial(codecs.decode, format="msgpack", validate=False),
+            plain.num_rows,
+        ),
+        "ours: msgpack int32 offsets, validated": (
+            functools.partial(codecs.encode, plain, "msgpack", offsets_dtype="int32"),
+            functools.partial(codecs.decode, format="msgpack"),
+            plain.num_rows,
+        ),
+        "ours: msgpack compact, validated": (
+            functools.partial(codecs.encode, plain, "msgpack", layout="compact"),
+            functools.partial(codecs.decode, format="msgpack"),
+            plain.num_rows,
+        ),
+    }
+    if _optional("pyarrow") is not None:
+        ours["ours: Arrow stream, large lists, validated"] = (
+            functools.partial(codecs.encode, plain, "arrows", large_lists=True),
+            functools.partial(codecs.decode, format="arrows"),
+            plain.num_rows,
+        )
+        ours["ours: Arrow stream, validated"] = (
+            functools.partial(codecs.encode, plain, "arrows"),
+            functools.partial(codecs.decode, format="arrows"),
+            plain.num_rows,
+        )
+    entries = {**peers, **ours}
+    payloads = {label: enc() for label, (enc, _, _) in entries.items()}
+    decode_methods: dict[str, Callable[[], Any]] = {
+        label: functools.partial(dec, payloads[label]) for label, (_, dec, _) in entries.items()
+    }
+    encode_methods = {label: enc for label, (enc, _, _) in entries.items() if "memcpy" not in label}
+    data = payloads["ours: msgpack ragged (default), validated"]
+    fresh = np.empty(len(data), np.uint8)
+    frames_batch = 100  # one call takes microseconds: time a batch, report the mean call
+
+    def frames() -> None:
+        for _ in range(frames_batch):
+            codecs.encode_frames(plain)
+
+    encode_methods["ours: encode_frames (zero-copy)"] = frames
+    encode_methods["ours: encode_into a fresh numpy buffer"] = lambda: codecs.encode_into(
+        plain, np.empty(len(data), np.uint8)
+    )
+    encode_methods["ours: encode_into a reused buffer"] = functools.partial(codecs.encode_into, plain, fresh)
+    encode_methods["memcpy into a fresh numpy buffer"] = np.frombuffer(data, np.uint8).copy
+    d = race(decode_methods, repeats)
+    e = race(encode_methods, repeats)
+    e["ours: encode_frames (zero-copy)"] /= frames_batch
+    copy = d["memcpy of ids + offsets"]
+    rows_out = []
+    for label, (_, _, num_rows) in entries.items():
+        size = len(payloads[label]) if payloads[label] is not None else 0
+        scale = mask.num_rows / num_rows  # per-token figures for the rows drawn at another size
+        rows_out.append(
+            [
+                label,
+                f"{size / num_rows:.2f}" if size else "-",
+                _fmt_time(e[label] * scale) if label in e else "-",
+                _fmt_time(d[label] * scale),
+                f"{d[label] * scale / copy:.1f}",
+            ]
+        )
+    for label in [k for k in encode_methods if k not in entries]:
+        rows_out.append([label, "-", _fmt_time(e[label]), "-", "-"])
+    report.table(["transport", "B/token", "encode", "decode to ids + offsets", "x memcpy"], rows_out)
+    report.line("  decode = bytes -> int32 ids + int64 offsets; peers check nothing, 'validated' checks everything;")
+    report.line(
+        f"  SkyRL rows: k=20 on {k20_rows} rows of a top_k 20 rollout, k=512 on {k512_rows} rows; times scaled to"
+        f" {mask.num_rows} rows"
+    )
+    figures: dict[str, Any] = {"decode_s": d, "encode_s": e, "bytes": {k: len(v) for k, v in payloads.items() if v}}
+    # Targets of issue 16, printed as ratios of this run.
+    checks: list[tuple[str, float, float, bool]] = []
+    np_load = d["np.save / np.load"]
+    for label in ("ours: msgpack ragged (default), validated", "ours: Arrow stream, large lists, validated"):
+        if label in d:
+            checks.append((f"{label[6:]}: decode / memcpy", d[label] / copy, 4.0, d[label] / copy <= 4.0))
+            checks.append((f"{label[6:]}: decode / np.load", d[label] / np_load, 1.0, d[label] <= np_load))
+    frames_ms = e["ours: encode_frames (zero-copy)"] * 1e3
+    checks.append(("encode_frames, ms", frames_ms, 0.1, frames_ms <= 0.1))
+    into = e["ours: encode_into a fresh numpy buffer"] / e["memcpy into a fresh numpy buffer"]
+    checks.append(("encode_into a fresh buffer / memcpy into one", into, 1.5, into <= 1.5))
+    default = len(data) / mask.num_rows
+    # Uncompressed peers: compression (zstd here, our compact layout) is a separate trade of CPU for bytes.
+    peer_sizes = [len(payloads[k]) / entries[k][2] for k in peers if payloads[k] is not None and "zstd" not in k]
+    if peer_sizes:
+        smallest = min(peer_sizes)
+        checks.append(
+            ("default wire B/token / smallest uncompressed peer's", default / smallest, 1.0, default <= smallest)
+        )
+    # Unsorted rows (SGLang): ingest against a naive flatten, validated decode against ascending rows.
+    shuffled = _unsorted(mask, seed)
+    rows_unsorted = shuffled.to_rows()
+    unsorted_payload = codecs.encode(shuffled, "msgpack")
+    u = race(
+        {
+            "from_rows unsorted": functools.partial(SamplingMask.from_rows, rows_unsorted, vocab_size=VOCAB),
+            "naive flatten": functools.partial(naive_lists_to_ragged, rows_unsorted),
+            "decode unsorted": functools.partial(codecs.decode, unsorted_payload, format="msgpack"),
+            "decode ascending": functools.partial(codecs.decode, data, format="msgpack"),
+        },
+        max(1, min(repeats, 3)),
+    )
+    ingest = u["naive flatten"] / u["from_rows unsorted"]
+    checks.append(("unsorted from_rows: speed-up over a naive flatten", ingest, 1.5, ingest >= 1.5))
+    slow = u["decode unsorted"] / u["decode ascending"]
+    checks.append(("validated decode, unsorted / ascending rows", slow, 2.0, slow <= 2.0))
+    report.table(
+        ["target (issue 16)", "measured", "target", ""],
+        [[name, f"{value:.3g}", f"{target:g}", _verdict(ok)] for name, value, target, ok in checks],
+    )
+    figures["targets"] = {name: value for name, value, _, _ in checks}
+    report.results["peers"] = figures
+
+
+# ---------------------------------------------------------------------------------------------- 9. decode scaling
+def _peak_extra_bytes(fn: Callable[[], Any]) -> int:
+    """Peak bytes numpy / Python allocated during ``fn()`` beyond what it returned (tracemalloc;
+    pyarrow's own memory pool is not traced)."""
+    import tracemalloc
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        result = fn()
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    del result
+    return max(peak - current, 0)
+
+
+_SCALING_FORMS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    ("msgpack ragged (narrow counts)", "msgpack", {}, "msgpack"),
+    ("msgpack int64 offsets", "msgpack", {"offsets_dtype": "int64"}, "msgpack"),
+    ("msgpack int32 offsets", "msgpack", {"offsets_dtype": "int32"}, "msgpack"),
+    ("msgpack compact", "msgpack", {"layout": "compact"}, "msgpack"),
+    ("Arrow stream", "arrows", {}, "pyarrow"),
+    ("Arrow stream, large lists", "arrows", {"large_lists": True}, "pyarrow"),
+)
+
+
+def _copy_ragged(mask: SamplingMask) -> tuple[np.ndarray, np.ndarray]:
+    return mask.ids.copy(), mask.offsets.copy()
+
+
+def bench_decode_scaling(
+    report: Report, base: SamplingMask, sizes: Sequence[int], repeats: int, plot: str | None
+) -> None:
+    report.section("9. decode scaling: time and peak extra memory per form, validated and trusted")
+    codecs = _codecs()
+    if codecs is None:
+        report.line("  skipped: sampling_mask.codecs is not in this tree")
+        return
+    forms = [f for f in _SCALING_FORMS if _optional(f[3]) is not None]
+    times: dict[str, dict[int, float]] = {}
+    memory: dict[str, dict[int, float]] = {}
+    for n in sizes:
+        copies = -(-n // base.num_rows)
+        from .core.model import concat
+
+        mask = mask_only(concat([base] * copies)[:n]) if copies > 1 else mask_only(base[:n])
+        mask.is_canonical  # noqa: B018
+        decoded = mask.ids.nbytes + mask.offsets.nbytes
+        methods: dict[str, Callable[[], Any]] = {"memcpy of ids + offsets": functools.partial(_copy_ragged, mask)}
+        for label, fmt, opts, _ in forms:
+            data = codecs.encode(mask, fmt, **opts)
+            methods[f"{label}, validated"] = functools.partial(codecs.decode, data, format=fmt)
+            methods[f"{label}, trusted"] = functools.partial(codecs.decode, data, format=fmt, validate=False)
+        t = race(methods, repeats if n < 5_000_000 else 1)
+        for name, fn in methods.items():
+            times.setdefault(name, {})[n] = t[name]
+            memory.setdefault(name, {})[n] = _peak_extra_bytes(fn) / decoded
+        del methods, mask
+    header = ["decode"] + [f"{n:,} tokens" for n in sizes]
+    report.table(header, [[name] + [_fmt_time(by[n]) for n in sizes] for name, by in times.items()])
+    report.line("  peak extra memory during the decode, as a fraction of the decoded ids + offsets (tracemalloc):")
+    report.table(header, [[name] + [f"{by[n]:.3f}" for n in sizes] for name, by in memory.items()])
+    if len(sizes) > 1:
+        growth = {name: by[sizes[-1]] / by[sizes[-2]] for name, by in times.items() if "trusted" in name}
+        report.line(
+            "  trusted decode growth over the last 10x: "
+            + ", ".join(f"{name[:-9]} {g:.2f}x" for name, g in growth.items())
+        )
+    report.results["decode_scaling"] = {"time_s": times, "peak_extra_fraction": memory}
+    if plot:
+        report.line("  " + write_decode_plot(times, memory, plot))
+
+
+def write_decode_plot(times: dict[str, dict[int, float]], memory: dict[str, dict[int, float]], path: str) -> str:
+    """Two log-log panels (time, peak extra memory) against tokens; returns a line saying what happened."""
+    try:
+        import matplotlib
+    except ImportError:
+        return f"skipped plot {path}: matplotlib is not installed"
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 5))
+    colors = [plt.get_cmap("tab20")(i) for i in range(20)]
+    for i, name in enumerate(times):
+        style = "--" if "trusted" in name else "-"
+        ax_t.plot(list(times[name]), list(times[name].values()), style, marker="o", color=colors[i % 20], label=name)
+        values = [max(v, 1e-4) for v in memory[name].values()]
+        ax_m.plot(list(memory[name]), values, style, marker="o", color=colors[i % 20], label=name)
+    for ax, label in ((ax_t, "median seconds"), (ax_m, "peak extra / decoded bytes")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens (rows)")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    ax_m.axhline(0.25, color="k", lw=0.8)
+    ax_t.set_title("decode time")
+    ax_m.set_title("peak extra memory (line: 0.25 target)")
+    ax_t.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return f"plot written to {path}"
+
+
 # ---------------------------------------------------------------------------------------------- driver
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sampling_mask.bench", description=(__doc__ or "").splitlines()[0])
@@ -847,6 +1193,12 @@ def run(argv: Sequence[str] | None = None, out: Any = None) -> dict[str, Any]:
         bench_scorer(report, args.quick, repeats)
     if "scaling" in wanted:
         bench_scaling(report, sizes, repeats, args.seed, args.plot)
+    if "peers" in wanted:
+        bench_peers(report, plain, repeats, args.seed, args.quick)
+    if "decode-scaling" in wanted:
+        token_sizes = [1000, 10_000] if args.quick else [10_000, 100_000, 1_000_000, 10_000_000]
+        decode_plot = str(Path(args.plot).with_name(Path(args.plot).stem + "_decode.png")) if args.plot else None
+        bench_decode_scaling(report, plain, token_sizes, repeats, decode_plot)
     report.line()
     report.line(f"total {time.perf_counter() - start:.1f} s; load average at the end: {_load()}")
     return report.results

@@ -29,11 +29,12 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
 
 def test_quick_run_prints_every_section(quick_run: tuple[dict[str, Any], str, Path]) -> None:
     results, text, _ = quick_run
-    for number in range(1, 8):
+    for number in range(1, 10):
         assert f"\n== {number}. " in text
     assert "machine:" in text and "support size" in text
     assert results["support_stats"]["rows"] == 1200
     assert {"transport", "bitmask", "compact", "bytes_per_token", "conversions", "scaling"} <= set(results)
+    assert {"peers", "decode_scaling"} <= set(results)
 
 
 def test_quick_run_figures_are_consistent(quick_run: tuple[dict[str, Any], str, Path]) -> None:
@@ -55,6 +56,24 @@ def test_quick_run_figures_are_consistent(quick_run: tuple[dict[str, Any], str, 
     assert math.isclose(prime, 4 * stats["nnz"] / stats["rows"] + 4)
     scaling = results["scaling"]
     assert set(scaling["compact decode"]) == {300, 1200}
+
+
+def test_peers_and_decode_scaling_figures(quick_run: tuple[dict[str, Any], str, Path]) -> None:
+    results, text, plot = quick_run
+    peers = results["peers"]
+    # The default wire (narrow counts) is 1-2 bytes per row smaller than int32 offsets would be.
+    ours = peers["bytes"]["ours: msgpack ragged (default), validated"]
+    assert ours < peers["bytes"]["ours: msgpack int32 offsets, validated"]
+    if "msgspec struct, raw CSR bytes" in peers["bytes"]:
+        assert peers["bytes"]["msgspec struct, raw CSR bytes"] > ours
+    else:
+        assert "skipped msgspec rows" in text
+    assert {"encode_frames, ms", "validated decode, unsorted / ascending rows"} <= set(peers["targets"])
+    scaling = results["decode_scaling"]
+    assert set(scaling["time_s"]["msgpack int64 offsets, trusted"]) == {1000, 10_000}
+    # Trusted msgpack ragged with int64 offsets reads the payload in place: no extra memory to speak of.
+    assert scaling["peak_extra_fraction"]["Arrow stream, large lists, trusted"][10_000] < 0.5
+    assert plot.with_name(plot.stem + "_decode.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_plot_is_a_png(quick_run: tuple[dict[str, Any], str, Path]) -> None:

@@ -50,13 +50,13 @@ def error_code(data, **kwargs) -> ErrorCode:
 
 
 def test_spec_example_bytes_are_exact() -> None:
-    data = codecs.encode(spec_example(), "msgpack")
+    data = codecs.encode(spec_example(), "msgpack", offsets_dtype="int64")
     assert data.hex() == SPEC_EXAMPLE_HEX
     assert codecs.decode(bytes.fromhex(SPEC_EXAMPLE_HEX)) == spec_example()
 
 
 def test_envelope_structure() -> None:
-    env = envelope_dict(sample_mask())
+    env = envelope_dict(sample_mask(), offsets_dtype="int64")
     assert list(env)[:6] == ["sampling_mask", "layout", "vocab_size", "id_order", "num_rows", "nnz"]
     assert env["sampling_mask"] == 1 and env["layout"] == "ragged" and env["vocab_size"] == 10
     assert env["ids"]["dtype"] == "int32" and env["ids"]["shape"] == [6]
@@ -70,7 +70,7 @@ def test_envelope_structure() -> None:
 
 
 def test_decode_is_zero_copy() -> None:
-    data = codecs.encode(sample_mask(), "msgpack")
+    data = codecs.encode(sample_mask(), "msgpack", offsets_dtype="int64")
     mask = codecs.decode(data)
     whole = np.frombuffer(data, np.uint8)
     for arr in (mask.ids, mask.offsets, mask.cu_seqlens, *mask.companions.values()):
@@ -78,6 +78,40 @@ def test_decode_is_zero_copy() -> None:
         assert not arr.flags.writeable
     trusted = envelope.decode(bytearray(data), validate=False)
     assert trusted == mask
+
+
+def test_default_ragged_wire_writes_the_narrowest_counts() -> None:
+    mask = sample_mask()
+    env = envelope_dict(mask)
+    assert "offsets" not in env and env["counts"]["dtype"] == "uint8"
+    assert np.frombuffer(env["counts"]["data"], np.uint8).tolist() == [2, 0, 1, 3]
+    assert np.frombuffer(env["cu_seqlens"]["data"], "<i4").tolist() == [0, 2, 2, 4]
+    assert codecs.decode(pack(env)) == mask
+    wide = SamplingMask.from_rows([list(range(300)), [7]], vocab_size=400)
+    env = envelope_dict(wide)
+    assert env["counts"]["dtype"] == "uint16" and len(env["counts"]["data"]) == 4
+    assert codecs.decode(pack(env)) == wide
+    whole = np.frombuffer(codecs.encode(wide, "msgpack"), np.uint8)
+    assert np.shares_memory(codecs.decode(whole).ids, whole)  # ids are still read in place
+    # Old payloads (offsets) still decode; offsets and counts together are refused.
+    both = envelope_dict(mask, offsets_dtype="int64")
+    both["counts"] = env["counts"]
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.decode(pack(both))
+    assert (info.value.code, info.value.field) == (ErrorCode.E_SCHEMA, "counts")
+    env = envelope_dict(mask)
+    env["counts"]["data"] = np.array([2, 0, 1, 2], np.uint8).tobytes()  # sums to 5, not 6
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.decode(pack(env))
+    assert info.value.code is ErrorCode.E_OFFSETS
+    env["counts"] = {"dtype": "int32", "shape": [4], "data": np.array([2, 0, -1, 5], "<i4").tobytes()}
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.decode(pack(env))
+    assert (info.value.code, info.value.row) == (ErrorCode.E_OFFSETS, 2)
+    env["counts"] = {"dtype": "int64", "shape": [4], "data": np.array([2, 0, 1, 3], "<i8").tobytes()}
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.decode(pack(env))
+    assert info.value.code is ErrorCode.E_DTYPE
 
 
 @pytest.mark.parametrize("opts", [{"layout": "dense"}, {"layout": "compact"}, {"offsets_dtype": "int32"}])
@@ -143,7 +177,7 @@ def test_unknown_keys_are_ignored() -> None:
     ],
 )
 def test_bad_fields(change: dict, code: ErrorCode) -> None:
-    env = envelope_dict(sample_mask())
+    env = envelope_dict(sample_mask(), offsets_dtype="int64")
     env.update(change)
     assert error_code(pack(env)) == code
 
@@ -266,3 +300,56 @@ def test_reader_on_arbitrary_bytes_agrees_with_msgpack_or_rejects(data: bytes) -
 def test_float32_scalars_and_big_ints() -> None:
     data = msgpack.packb({"f": 1.5, "u": (1 << 64) - 1, "n": -(1 << 63)}, use_single_float=True)
     assert _msgpack_reader.read(data, max_depth=2) == {"f": 1.5, "u": (1 << 64) - 1, "n": -(1 << 63)}
+
+
+# ---------------------------------------------------------------------------------------------- frames
+@pytest.mark.parametrize(
+    "opts", [{"offsets_dtype": "int64"}, {"offsets_dtype": None}, {"offsets_dtype": "int32"}, {"layout": "compact"}]
+)
+def test_frames_concatenate_to_the_envelope_and_decode_back(opts: dict) -> None:
+    mask = sample_mask()
+    frames = codecs.encode_frames(mask, **opts)
+    assert b"".join(frames) == codecs.encode(mask, "msgpack", **{"offsets_dtype": "int64", **opts})
+    assert codecs.decode(frames) == mask
+    assert codecs.decode(tuple(frames), format="msgpack", validate=False) == mask
+
+
+def test_frames_share_memory_with_the_mask_both_ways() -> None:
+    mask = spec_example()
+    frames = codecs.encode_frames(mask)
+    views = [f for f in frames if isinstance(f, memoryview)]
+    assert len(views) == 4  # ids, offsets, cu_seqlens, sampled ids: no copy on the way out
+    assert np.shares_memory(np.frombuffer(views[0], np.uint8), mask.ids)
+    back = codecs.decode(frames)
+    assert np.shares_memory(back.ids, np.frombuffer(views[0], np.uint8))  # nor on the way in
+
+
+def test_frames_split_anywhere_still_decode_with_the_same_checks() -> None:
+    data = codecs.encode(spec_example(), "msgpack")
+    for size in (1, 2, 7, 50):
+        parts = [data[i : i + size] for i in range(0, len(data), size)]
+        assert codecs.decode(parts) == spec_example()
+        with pytest.raises(SamplingMaskError) as info:
+            codecs.decode(parts[:-1])
+        assert info.value.code is ErrorCode.E_ENCODING
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.decode([data, b"\x00"])  # a trailing byte in an extra frame
+    assert info.value.code is ErrorCode.E_ENCODING
+    with pytest.raises(SamplingMaskError):
+        codecs.decode([data, 5])  # not bytes-like
+    with pytest.raises(SamplingMaskError):
+        codecs.decode([data], format="arrow")
+
+
+def test_encode_into_writes_the_envelope_or_nothing() -> None:
+    mask = spec_example()
+    data = codecs.encode(mask, "msgpack")
+    buffer = np.full(len(data) + 5, 0xAA, np.uint8)
+    assert codecs.encode_into(mask, buffer) == len(data)
+    assert bytes(buffer[: len(data)]) == data and buffer[-1] == 0xAA
+    small = bytearray(len(data) - 1)
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.encode_into(mask, small)
+    assert info.value.code is ErrorCode.E_LIMIT and small == bytearray(len(data) - 1)
+    with pytest.raises(SamplingMaskError):
+        codecs.encode_into(mask, bytes(len(data)))  # read-only

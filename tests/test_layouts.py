@@ -82,6 +82,68 @@ def test_check_ids_reports_order_and_duplicates() -> None:
     assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_RANGE, 2, 10)
 
 
+def _reference_rows_check(rows: list[list[int]], vocab: int, sampled: list[int]) -> tuple[object, ...]:
+    """What check_rows must report, computed row by row: the first error, else (ascending, missing)."""
+    for t, row in enumerate(rows):
+        bad = [i for i in row if not 0 <= i < vocab]
+        if bad:
+            return ("raise", ErrorCode.E_RANGE, t)
+        if len(set(row)) != len(row):
+            return ("raise", ErrorCode.E_DUPLICATE, t)
+    missing = next((t for t, row in enumerate(rows) if row and sampled[t] not in row), None)
+    return (all(r == sorted(r) for r in rows), missing)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_check_rows_in_small_blocks_agrees_with_a_row_by_row_check(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Blocks of 3 ids put block boundaries everywhere: in rows, at empty rows, between rows.
+    monkeypatch.setattr(layouts, "BLOCK", 3)
+    rng = np.random.default_rng(seed)
+    vocab = 12
+    rows = [sorted(rng.choice(vocab, size=int(rng.integers(0, 5)), replace=False).tolist()) for _ in range(15)]
+    sampled = [int(rng.choice(r)) if r else -1 for r in rows]
+    kind = seed % 5
+    t = int(rng.integers(0, len(rows)))
+    if kind == 1 and len(rows[t]) > 1:
+        rows[t].reverse()  # unsorted, still valid
+    elif kind == 2 and rows[t]:
+        rows[t].append(rows[t][0])  # duplicate
+    elif kind == 3 and rows[t]:
+        rows[t][-1] = vocab  # out of range
+    elif kind == 4 and rows[t]:
+        sampled[t] = next(i for i in range(vocab) if i not in rows[t])  # sampled id missing
+    expected = _reference_rows_check(rows, vocab, sampled)
+    ids, offsets = ragged(rows)
+    sampled_arr = np.array(sampled, dtype=np.int32)
+    if expected[0] == "raise":
+        with pytest.raises(SamplingMaskError) as info:
+            layouts.check_rows(ids, offsets, vocab, sampled=sampled_arr)
+        assert (info.value.code, info.value.row) == expected[1:]
+    else:
+        assert layouts.check_rows(ids, offsets, vocab, sampled=sampled_arr) == expected
+        assert layouts.check_offsets(offsets, ids.size) == max(map(len, rows))
+
+
+@pytest.mark.parametrize("shift", [1, 2, 3])
+def test_check_rows_reads_unaligned_ids(shift: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Payload arrays are read in place at any byte offset; the blocks are copied to aligned scratch.
+    monkeypatch.setattr(layouts, "BLOCK", 4)
+    rows = [[1, 5], [], [7, 2, 9], [3], [0, 4, 6, 8, 10]]
+    ids, offsets = ragged(rows)
+    raw = np.frombuffer(bytes(shift) + ids.tobytes(), np.uint8)[shift:].view(np.int32)
+    assert not raw.flags.aligned
+    raw_offsets = np.frombuffer(bytes(shift) + offsets.tobytes(), np.uint8)[shift:].view(np.int64)
+    assert layouts.row_blocks(raw_offsets) == layouts.row_blocks(offsets)
+    monkeypatch.setattr(layouts, "BLOCK", 1)
+    assert layouts.row_blocks(raw_offsets) == layouts.row_blocks(offsets)
+    monkeypatch.setattr(layouts, "BLOCK", 4)
+    assert layouts.check_rows(raw, offsets, 11, sampled=np.array([5, -1, 9, 3, 10], np.int32)) == (False, None)
+    assert layouts.check_rows(raw, offsets, 11, sampled=np.array([5, -1, 9, 4, 10], np.int32)) == (False, 3)
+    with pytest.raises(SamplingMaskError) as info:
+        layouts.check_rows(raw, offsets, 10)
+    assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_RANGE, 4, 10)
+
+
 def test_canonical_permutation_sorts_within_rows_only() -> None:
     ids, offsets = ragged(ROWS)
     got = ids[layouts.canonical_permutation(ids, offsets)]

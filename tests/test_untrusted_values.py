@@ -113,7 +113,7 @@ def test_msgpack_encoder_refuses_a_bin_over_4_gib_naming_arrow() -> None:
     huge = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape=((1 << 32) + 1,), strides=(0,))
     env = {"sampling_mask": 1, "ids": msgpack_codec._Array("int32", [huge.size // 4], memoryview(huge))}
     with pytest.raises(SamplingMaskError) as info:
-        msgpack_codec._pack(env)
+        msgpack_codec._frames(env)
     assert info.value.code.value == "E_LIMIT" and "arrows" in info.value.message and info.value.field == "ids"
 
 

@@ -39,6 +39,8 @@ __all__ = [
     "decode",
     "detect_format",
     "encode",
+    "encode_frames",
+    "encode_into",
     "format_for_path",
     "iter_masks",
     "load",
@@ -131,6 +133,23 @@ def encode(mask: SamplingMask, format: str, **opts: Any) -> bytes:
     return module.encode(mask, format, **opts)  # type: ignore[no-any-return]
 
 
+def encode_frames(mask: SamplingMask, **opts: Any) -> list[Any]:
+    """The msgpack envelope as zero-copy frames (a list of ``bytes`` headers and memoryviews of the
+    arrays) for ZMQ multipart / ``socket.sendmsg``; :func:`decode` takes the list back. See
+    :func:`sampling_mask.codecs.msgpack.encode_frames`."""
+    from . import msgpack as msgpack_codec
+
+    return msgpack_codec.encode_frames(mask, **opts)
+
+
+def encode_into(mask: SamplingMask, buffer: Any, **opts: Any) -> int:
+    """Write the msgpack envelope into the caller's writable ``buffer``; returns the bytes written.
+    See :func:`sampling_mask.codecs.msgpack.encode_into`."""
+    from . import msgpack as msgpack_codec
+
+    return msgpack_codec.encode_into(mask, buffer, **opts)
+
+
 def decode(
     data: Any,
     _format: str | None = None,
@@ -148,8 +167,9 @@ def decode(
     changing it later cannot change a validated mask. ``copy=True`` copies any input (the mask then
     never keeps ``data`` alive). ``validate=False`` skips the O(nnz) content checks of msgpack and
     Arrow input from a trusted producer; sizes and byte counts are checked regardless. For network
-    payloads pass ``limits=Limits.for_untrusted_input(len(data))``. ``decode(data, "msgpack")``
-    (the format positional) is deprecated: pass ``format=``.
+    payloads pass ``limits=Limits.for_untrusted_input(len(data))``. A list of frames
+    (:func:`encode_frames`, ZMQ multipart) is read as the msgpack envelope they concatenate to.
+    ``decode(data, "msgpack")`` (the format positional) is deprecated: pass ``format=``.
     """
     if _format is not None:
         if format is not None:
@@ -160,6 +180,12 @@ def decode(
             stacklevel=2,
         )
         format = _format
+    if isinstance(data, (list, tuple)):
+        if format not in (None, "msgpack"):
+            raise SamplingMaskError(ErrorCode.E_ENCODING, "a list of frames holds a msgpack envelope", value=format)
+        from . import msgpack as msgpack_codec
+
+        return msgpack_codec.decode(data, limits=limits, validate=validate, copy=copy)
     fmt = _sniff(data) if format is None else format
     if fmt in _JSON_FORMATS:
         from . import json as json_codec

@@ -37,6 +37,7 @@ WIRE_DTYPES: dict[str, np.dtype[Any]] = {
     "int64": np.dtype("<i8"),
     "float32": np.dtype("<f4"),
     "uint8": np.dtype("u1"),
+    "uint16": np.dtype("<u2"),
 }
 
 _MAX_DIMS = 8

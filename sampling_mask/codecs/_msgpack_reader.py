@@ -10,6 +10,11 @@ sliced or built (``E_ENCODING``); containers nest at most ``max_depth`` deep and
 at most ``max_objects`` objects (``E_LIMIT``); map keys are unique strings (``E_SCHEMA``); strings
 are strict UTF-8; ``ext`` types, the reserved byte 0xc1 and trailing bytes are ``E_ENCODING``.
 Iterative: hostile nesting cannot exhaust the Python stack.
+
+``data`` may also be a list of frames (:func:`sampling_mask.codecs.msgpack.encode_frames`, ZMQ
+multipart) whose concatenation is the payload: a ``bin`` whose header ends one frame and whose
+bytes are exactly the next frame is that frame (zero copy); any other split is read from the
+joined frames (one copy), with the same checks.
 """
 
 from __future__ import annotations
@@ -59,11 +64,41 @@ class _Container:
         self.key: Any = _PENDING
 
 
-def read(data: Any, *, max_depth: int, max_objects: int = MAX_OBJECTS) -> Any:
-    """Parse exactly one msgpack object spanning all of ``data``; ``bin`` values are memoryviews of it."""
+class _Split(Exception):
+    """A frame boundary where the frame-by-frame reader cannot continue: read the joined frames."""
+
+
+def _bytes_view(data: Any) -> memoryview:
     view = memoryview(data)
     if view.ndim != 1 or view.format not in ("B", "b", "c"):
         view = view.cast("B")
+    return view
+
+
+def read(data: Any, *, max_depth: int, max_objects: int = MAX_OBJECTS) -> Any:
+    """Parse exactly one msgpack object spanning all of ``data`` (bytes-like, or a list of frames);
+    ``bin`` values are memoryviews of it."""
+    if not isinstance(data, (list, tuple)):
+        return _read([_bytes_view(data)], max_depth, max_objects)
+    try:
+        frames = [_bytes_view(frame) for frame in data]
+    except TypeError:
+        raise SamplingMaskError(ErrorCode.E_ENCODING, "every frame must be bytes-like") from None
+    frames = [frame for frame in frames if len(frame)] or [memoryview(b"")]
+    try:
+        return _read(frames, max_depth, max_objects)
+    except (_Split, SamplingMaskError):  # read again joined: same checks, errors name joined offsets
+        return _read([memoryview(b"".join(frames))], max_depth, max_objects)
+
+
+def _read(frames: list[memoryview], max_depth: int, max_objects: int) -> Any:
+    """:func:`read` over frames; raises :class:`_Split` where a value straddles two frames."""
+    multi = len(frames) > 1
+    later = [0] * len(frames)  # bytes in the frames after each one
+    for i in range(len(frames) - 2, -1, -1):
+        later[i] = later[i + 1] + len(frames[i + 1])
+    index = 0
+    view = frames[0]
     end = len(view)
     pos = 0
     objects = 0
@@ -71,6 +106,10 @@ def read(data: Any, *, max_depth: int, max_objects: int = MAX_OBJECTS) -> Any:
     top: list[Any] = []
     done = False
     while not done:
+        if pos >= end and index + 1 < len(frames):
+            index += 1
+            view, pos = frames[index], 0
+            end = len(view)
         if pos >= end:
             raise _truncated(pos)
         objects += 1
@@ -106,8 +145,12 @@ def read(data: Any, *, max_depth: int, max_objects: int = MAX_OBJECTS) -> Any:
                 raise _truncated(pos)
             (size,) = struct.unpack_from(_LENGTH[width], view, pos)
             pos += width
+            if pos == end and size and index + 1 < len(frames) and len(frames[index + 1]) == size:
+                index += 1  # the bytes are the next frame, as encode_frames writes them
+                view, pos = frames[index], 0
+                end = len(view)
             if pos + size > end:
-                raise _truncated(pos)
+                raise _Split() if multi else _truncated(pos)
             value = view[pos : pos + size]
             pos += size
         elif tag in _FIXED:
@@ -131,7 +174,7 @@ def read(data: Any, *, max_depth: int, max_objects: int = MAX_OBJECTS) -> Any:
                 (size,) = struct.unpack_from(_LENGTH[width], view, pos)
                 pos += width
             # Every element takes at least one byte: a count beyond the remaining bytes is forged.
-            if size * (2 if is_map else 1) > end - pos:
+            if size * (2 if is_map else 1) > end - pos + later[index]:
                 raise _truncated(pos)
             if len(stack) + 1 > max_depth:
                 raise SamplingMaskError(
@@ -154,6 +197,8 @@ def read(data: Any, *, max_depth: int, max_objects: int = MAX_OBJECTS) -> Any:
         while stack and stack[-1].remaining == 0:
             stack.pop()
         done = not stack
+    if multi and (pos != end or index + 1 < len(frames)):
+        raise _Split()
     if pos != end:
         raise SamplingMaskError(ErrorCode.E_ENCODING, f"{end - pos} trailing bytes after the msgpack object", value=pos)
     return top[0]

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask, concat
@@ -509,23 +510,26 @@ def _levels(arrow_type: Any, nested: bool, name: str) -> tuple[bool, ...]:
     return tuple(larges)
 
 
-def _offsets_view(list_array: Any, *, code: ErrorCode, field: str) -> tuple[np.ndarray, Any]:
-    """Checked offsets (rebased to 0, int64) of a list array and its child sliced to what they cover."""
+def _offsets_view(list_array: Any, *, code: ErrorCode, field: str, monotonic: bool = True) -> tuple[np.ndarray, Any]:
+    """Checked offsets (rebased to 0, int64) of a list array and its child sliced to what they cover.
+
+    The end points are always checked (O(1)); ``monotonic`` adds the O(rows) scan (validated reads).
+    int64 offsets that start at 0 (``large_list``) are returned as they are: no copy.
+    """
     child = list_array.values
     if len(list_array) == 0:  # Arrow lets a zero-length list carry an empty offsets buffer
         return np.zeros(1, np.int64), child.slice(0, 0)
     raw = list_array.offsets.to_numpy(zero_copy_only=True)
     if raw.size == 0:  # pragma: no cover - a validated array of length n has n + 1 offsets
         raise SamplingMaskError(code, "missing offsets", field=field)
-    steps = np.diff(raw)
-    if steps.size and int(steps.min()) < 0:
-        i = int(np.flatnonzero(steps < 0)[0])
+    i = layouts.steps_scan(raw)[0] if monotonic else None
+    if i is not None:
         where = {"segment": i} if code == ErrorCode.E_SEGMENTS else {"row": i}
         raise SamplingMaskError(code, "offsets decrease", field=field, value=int(raw[i + 1]), **where)  # type: ignore[arg-type]
     first, last = int(raw[0]), int(raw[-1])
     if first < 0 or last > len(child):
         raise SamplingMaskError(code, f"offsets run outside the child array of {len(child)}", field=field, value=last)
-    rebased = raw.astype(np.int64) - first if (first or raw.dtype != np.int64) else raw
+    rebased = np.subtract(raw, first, dtype=np.int64) if (first or raw.dtype != np.int64) else raw
     return rebased, child.slice(first, last - first)
 
 
@@ -620,10 +624,10 @@ def _mask_from_batch(batch: Any, header: _Header, limits: Limits, validate: bool
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing column", field=MASK_COLUMN)
         _levels(column.type, True, MASK_COLUMN)
         _no_nulls(column, MASK_COLUMN)
-        cu, inner = _offsets_view(column, code=ErrorCode.E_SEGMENTS, field=MASK_COLUMN)
+        cu, inner = _offsets_view(column, code=ErrorCode.E_SEGMENTS, field=MASK_COLUMN, monotonic=validate)
         check_count(len(inner), limits.max_rows, "row count", field=MASK_COLUMN)
         _no_nulls(inner, MASK_COLUMN)
-        offsets, leaf = _offsets_view(inner, code=ErrorCode.E_OFFSETS, field=MASK_COLUMN)
+        offsets, leaf = _offsets_view(inner, code=ErrorCode.E_OFFSETS, field=MASK_COLUMN, monotonic=validate)
         check_count(len(leaf), limits.max_nnz, "id count", field=MASK_COLUMN)
         ids = _values(leaf, MASK_COLUMN)
         checked.append(column)
@@ -635,12 +639,12 @@ def _mask_from_batch(batch: Any, header: _Header, limits: Limits, validate: bool
         nested = name == "support_logprobs"
         _levels(column.type, nested, name)
         _no_nulls(column, name)
-        comp_cu, child = _offsets_view(column, code=ErrorCode.E_SHAPE, field=name)
+        comp_cu, child = _offsets_view(column, code=ErrorCode.E_SHAPE, field=name, monotonic=validate)
         if not np.array_equal(comp_cu, cu):
             raise SamplingMaskError(ErrorCode.E_SHAPE, "row counts per segment differ from the mask's", field=name)
         if nested:
             _no_nulls(child, name)
-            comp_offsets, child = _offsets_view(child, code=ErrorCode.E_SHAPE, field=name)
+            comp_offsets, child = _offsets_view(child, code=ErrorCode.E_SHAPE, field=name, monotonic=validate)
             if not np.array_equal(comp_offsets, offsets):
                 raise SamplingMaskError(ErrorCode.E_SHAPE, "row lengths differ from the mask's", field=name)
         kwargs[name] = _values(child, name)

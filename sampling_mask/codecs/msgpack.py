@@ -6,6 +6,7 @@ Wire format (spec/v1/SPEC.md, section ``msgpack``)::
     {"sampling_mask": 1, "layout": "ragged" | "dense" | "compact", "vocab_size": int | nil,
      "id_order": "ascending" | "unspecified", "num_rows": T, "nnz": nnz,
      "ids": ARRAY, "offsets": ARRAY,             # layout "ragged": int32 [nnz], int32|int64 [T+1]
+     "counts": ARRAY,                            #   or, instead of offsets, uint8|uint16|int32 [T]
      "dense": ARRAY,                             # layout "dense":  int32 [T, W], -1 trailing padding
      "compact": bin,                             # layout "compact": codecs.compact bytes
      "cu_seqlens": ARRAY,                        # optional, int32|int64 [B+1]; absent: one segment
@@ -14,7 +15,10 @@ Wire format (spec/v1/SPEC.md, section ``msgpack``)::
      "metadata": {str: nil | bool | int | float | str}}
     ARRAY = {"dtype": "int32" | "int64" | "float32", "shape": [n, ...], "data": bin}
 
-The encoder writes the version key first (that is how :func:`sampling_mask.decode` recognises the
+The encoder writes the version key first and, by default, row lengths as ``counts`` in the
+narrowest of uint8 / uint16 / int32 that holds the widest row (the smallest wire: 2 bytes per row
+for rows up to 65535 ids); ``offsets_dtype="int64"`` writes offsets that decode in O(1).
+It (that is how :func:`sampling_mask.decode` recognises the
 envelope). The decoder reads ``bin`` values in place: ids, offsets and companions are read-only
 views of the payload (no copy). Declared dtype / shape are checked against a per-field whitelist,
 ``Limits`` and the real ``bin`` length before any view is made. Unknown keys are ignored.
@@ -41,10 +45,11 @@ from . import _msgpack_reader
 from ._buffers import array_from_buffer, input_view, wire_dtype, wire_shape
 from ._common import SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order
 
-__all__ = ["LAYOUTS", "decode", "encode", "is_envelope"]
+__all__ = ["LAYOUTS", "decode", "encode", "encode_frames", "encode_into", "is_envelope"]
 
 LAYOUTS = ("ragged", "dense", "compact")
 _INDEX_DTYPES = ("int32", "int64")
+_COUNT_DTYPES = ("uint8", "uint16", "int32")
 _COMPANION_DTYPES = {"sampled_token_ids": ("int32",), "sampled_logprobs": ("float32",)}
 _COMPANION_DTYPES.update(temperature=("float32",), support_logprobs=("float32",))
 #: The first bytes of every envelope we write: a map header then the fixstr "sampling_mask".
@@ -97,49 +102,68 @@ def _bin_header(nbytes: int, key: str) -> bytes:
     )
 
 
-def _pack(env: Mapping[str, Any]) -> bytes:
-    """``msgpack.packb(env, use_bin_type=True)`` with every ARRAY / bin value copied once, straight
-    into the result (``bytes.join``), instead of into the packer's growing buffer and out again."""
+def _frames(env: Mapping[str, Any]) -> list[Any]:
+    """``msgpack.packb(env, use_bin_type=True)`` as frames: the small msgpack parts joined into
+    ``bytes`` and every ARRAY / bin value as its own frame (a memoryview of the array, no copy).
+    Their concatenation is the envelope; the work is O(1) in rows."""
     import msgpack
 
     packer = msgpack.Packer(use_bin_type=True, use_single_float=False)
-    parts: list[Any] = [packer.pack_map_header(len(env))]
+    frames: list[Any] = []
+    head: list[bytes] = [packer.pack_map_header(len(env))]
+
+    def data(value: Any, nbytes: int, key: str) -> None:
+        head.append(_bin_header(nbytes, key))
+        frames.append(b"".join(head))
+        frames.append(value)
+        head.clear()
+
     for key, value in env.items():
-        parts.append(packer.pack(key))
+        head.append(packer.pack(key))
         if isinstance(value, _Array):
-            parts += [packer.pack_map_header(3), packer.pack("dtype"), packer.pack(value.dtype)]
-            parts += [packer.pack("shape"), packer.pack(value.shape), packer.pack("data")]
-            parts += [_bin_header(value.data.nbytes, key), value.data]
+            head += [packer.pack_map_header(3), packer.pack("dtype"), packer.pack(value.dtype)]
+            head += [packer.pack("shape"), packer.pack(value.shape), packer.pack("data")]
+            data(value.data, value.data.nbytes, key)
         elif isinstance(value, bytes):
-            parts += [_bin_header(len(value), key), value]
+            data(value, len(value), key)
         else:
             try:
-                parts.append(packer.pack(value))
+                head.append(packer.pack(value))
             except (OverflowError, TypeError, ValueError) as exc:
                 raise SamplingMaskError(
                     ErrorCode.E_RANGE, f"a value cannot be written as msgpack: {exc}", field=key
                 ) from None
-    return b"".join(parts)
+    if head:
+        frames.append(b"".join(head))
+    return frames
 
 
 def encode(
-    mask: SamplingMask, *, layout: str = "ragged", offsets_dtype: str = "int64", width: int | None = None
+    mask: SamplingMask, *, layout: str = "ragged", offsets_dtype: str | None = None, width: int | None = None
 ) -> bytes:
-    """The envelope bytes. ``layout``: ``"ragged"`` (default, zero-copy decode), ``"dense"`` (``width``
-    defaults to the widest row) or ``"compact"`` (rows stored ascending); ``offsets_dtype``: ``"int64"``
-    (zero-copy decode) or ``"int32"`` (4 bytes per row smaller)."""
+    """The envelope bytes (each array copied once, straight into the result). ``layout``:
+    ``"ragged"`` (default, ids decode in place), ``"dense"`` (``width`` defaults to the widest row)
+    or ``"compact"`` (rows stored ascending). Ragged row index: by default ``counts`` in the
+    narrowest dtype that fits (the smallest wire; one O(T) sum on read); ``offsets_dtype="int64"``
+    (offsets decode in place, O(1)) or ``"int32"``."""
+    return b"".join(encode_frames(mask, layout=layout, offsets_dtype=offsets_dtype, width=width))
+
+
+def _envelope(mask: SamplingMask, *, layout: str, offsets_dtype: str | None, width: int | None) -> dict[str, Any]:
+    """The envelope as a dict of msgpack values and :class:`_Array` views, in wire order."""
     mask = as_sampling_mask(mask)
     if layout not in LAYOUTS:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"layout must be one of {list(LAYOUTS)}", value=layout)
-    if offsets_dtype not in _INDEX_DTYPES:
+    if offsets_dtype is not None and offsets_dtype not in _INDEX_DTYPES:
         raise SamplingMaskError(
-            ErrorCode.E_DTYPE, f"offsets_dtype must be one of {list(_INDEX_DTYPES)}", value=offsets_dtype
+            ErrorCode.E_DTYPE, f"offsets_dtype must be None or one of {list(_INDEX_DTYPES)}", value=offsets_dtype
         )
     if layout == "compact":
         mask = mask.canonical()
-    index = np.dtype(offsets_dtype)
-    if index == np.int32 and max(mask.nnz, mask.num_rows) > np.iinfo(np.int32).max:
+    fits32 = max(mask.nnz, mask.num_rows) <= np.iinfo(np.int32).max
+    if offsets_dtype == "int32" and not fits32:
         raise SamplingMaskError(ErrorCode.E_LIMIT, "offsets overflow int32; use offsets_dtype='int64'")
+    index = np.dtype(offsets_dtype or ("int32" if fits32 else "int64"))
     env: dict[str, Any] = {
         VERSION_KEY: SPEC_MAJOR,
         "layout": layout,
@@ -150,7 +174,10 @@ def encode(
     }
     if layout == "ragged":
         env["ids"] = _array(mask.ids)
-        env["offsets"] = _array(mask.offsets.astype(index, copy=False))
+        if offsets_dtype is None:
+            env["counts"] = _array(_narrow_counts(mask))
+        else:
+            env["offsets"] = _array(mask.offsets.astype(index, copy=False))
     elif layout == "dense":
         env["dense"] = _array(mask.to_dense(width))
     else:
@@ -163,7 +190,47 @@ def encode(
         env[name] = _array(arr)
     if mask.metadata:
         env["metadata"] = dict(mask.metadata)
-    return _pack(env)
+    return env
+
+
+def _narrow_counts(mask: SamplingMask) -> np.ndarray:
+    """Row lengths in the narrowest of uint8 / uint16 / int32 that holds the widest row."""
+    lengths = mask.row_lengths
+    widest = int(lengths.max()) if lengths.size else 0
+    dtype = np.uint8 if widest <= 0xFF else np.uint16 if widest <= 0xFFFF else np.int32
+    return lengths.astype(dtype)
+
+
+def encode_frames(
+    mask: SamplingMask, *, layout: str = "ragged", offsets_dtype: str | None = "int64", width: int | None = None
+) -> list[Any]:
+    """The envelope of :func:`encode` as a list of frames (``bytes`` headers and memoryviews of the
+    mask's arrays), for ZMQ multipart, ``socket.sendmsg`` or a streaming HTTP body: nothing is
+    copied, and with the default ragged layout and int64 offsets the cost is O(1) in rows
+    (``offsets_dtype=None`` writes the narrow ``counts`` of :func:`encode`'s default, O(T)).
+    ``b"".join(frames) == encode(mask, ...)``; :func:`decode` accepts the frames as a list."""
+    return _frames(_envelope(mask, layout=layout, offsets_dtype=offsets_dtype, width=width))
+
+
+def encode_into(mask: SamplingMask, buffer: Any, **opts: Any) -> int:
+    """Write the envelope of :func:`encode` into ``buffer`` (any writable bytes-like object, e.g. a
+    numpy or shared-memory buffer) from its start; returns the bytes written. ``E_LIMIT`` when the
+    buffer is too small (nothing is written then). ``opts`` as for :func:`encode`."""
+    frames = encode_frames(mask, **{"offsets_dtype": None, **opts})
+    out = memoryview(buffer).cast("B")
+    if out.readonly:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "the buffer is read-only", field="buffer")
+    total = sum(memoryview(f).nbytes for f in frames)
+    if total > out.nbytes:
+        raise SamplingMaskError(
+            ErrorCode.E_LIMIT, f"the envelope needs {total} bytes, the buffer holds {out.nbytes}", value=total
+        )
+    pos = 0
+    for frame in frames:
+        view = memoryview(frame).cast("B")
+        out[pos : pos + view.nbytes] = view
+        pos += view.nbytes
+    return pos
 
 
 def _get_array(
@@ -196,19 +263,39 @@ def _get_count(env: Mapping[str, Any], key: str, limit: int, *, required: bool) 
     return check_count(value, limit, key, field=key)
 
 
+def _ragged_offsets(env: Mapping[str, Any], nnz: int, limits: Limits) -> np.ndarray:
+    """int64 offsets from ``offsets`` (read in place when int64) or from ``counts``; exactly one."""
+    if "counts" in env and "offsets" in env:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "give offsets or counts, not both", field="counts")
+    if "counts" not in env:
+        raw_offsets = _get_array(env, "offsets", _INDEX_DTYPES, limits, ndim=1)
+        assert raw_offsets is not None
+        check_output(limits, max(raw_offsets.size - 1, 0), nnz, field="offsets")
+        return _index_array(raw_offsets)
+    counts = _get_array(env, "counts", _COUNT_DTYPES, limits, ndim=1)
+    assert counts is not None
+    check_count(counts.size, limits.max_rows, "row count", field="counts")
+    check_output(limits, counts.size, nnz, field="counts")
+    return layouts.counts_to_offsets(counts)
+
+
 def _index_array(arr: np.ndarray) -> np.ndarray:
     return arr if arr.dtype == np.int64 else arr.astype(np.int64)
 
 
 def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True, copy: bool = False) -> SamplingMask:
-    """A mask from envelope bytes; ids and companions are read-only views of ``data`` when it is
-    immutable (``bytes``), of a private copy when it is writable (``bytearray``...), and always of a
-    copy with ``copy=True``.
+    """A mask from envelope bytes (or the list of frames of :func:`encode_frames`); ids and
+    companions are read-only views of ``data`` when it is immutable (``bytes``, read-only views), of
+    a private copy when it is writable (``bytearray``...), and always of a copy with ``copy=True``.
 
     ``validate=False`` skips the O(nnz) content checks (trusted producers only); sizes, dtypes and
     byte counts are always checked.
     """
-    env = _msgpack_reader.read(input_view(data, copy=copy), max_depth=limits.max_json_depth)
+    if isinstance(data, (list, tuple)):  # frames: each is checked and copied like a whole payload
+        source: Any = [input_view(frame, copy=copy) for frame in data]
+    else:
+        source = input_view(data, copy=copy)
+    env = _msgpack_reader.read(source, max_depth=limits.max_json_depth)
     if not isinstance(env, dict):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "the envelope must be a msgpack map")
     if VERSION_KEY not in env:
@@ -227,10 +314,8 @@ def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True,
     kwargs: dict[str, Any] = {}
     if layout == "ragged":
         ids = _get_array(env, "ids", ("int32",), limits, ndim=1)
-        raw_offsets = _get_array(env, "offsets", _INDEX_DTYPES, limits, ndim=1)
-        assert ids is not None and raw_offsets is not None
-        check_output(limits, max(raw_offsets.size - 1, 0), ids.size, field="offsets")
-        offsets = _index_array(raw_offsets)
+        assert ids is not None
+        offsets = _ragged_offsets(env, ids.size, limits)
     elif layout == "dense":
         dense = _get_array(env, "dense", ("int32",), limits, ndim=2)
         assert dense is not None

@@ -2412,6 +2412,15 @@ def msgpack_cases(book: Book) -> None:
         _mhex({**ragged, "offsets": _marray([0, 2, 2, 3], "int32"), "cu_seqlens": _marray([0, 2, 3], "int32")}),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
     )
+    no_offsets = {k: v for k, v in ragged.items() if k != "offsets"}
+    for dtype in ("uint8", "uint16", "int32"):
+        f.add(
+            f"ragged-counts-{dtype}",
+            f"Row lengths as counts ({dtype}) instead of offsets; the reference writer's default form.",
+            "msgpack",
+            _mhex({**no_offsets, "counts": _marray([2, 0, 1], dtype), "cu_seqlens": _marray([0, 2, 3], "int32")}),
+            ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        )
     f.add(
         "minimal",
         "Only the version and the arrays: layout defaults to ragged, counts are optional.",
@@ -2537,6 +2546,27 @@ def msgpack_cases(book: Book) -> None:
             ("E_SCHEMA",),
             "msgpack",
             "layout is ragged, dense or compact.",
+        ),
+        (
+            "offsets-and-counts",
+            _mhex({**ragged, "counts": _marray([2, 0, 1], "uint8")}),
+            ("E_SCHEMA",),
+            "msgpack",
+            "A ragged envelope gives offsets or counts, not both.",
+        ),
+        (
+            "counts-sum-not-nnz",
+            _mhex({**{k: v for k, v in ragged.items() if k != "offsets"}, "counts": _marray([2, 0, 2], "uint8")}),
+            ("E_OFFSETS",),
+            "msgpack",
+            "counts sum to 4 but there are 3 ids.",
+        ),
+        (
+            "counts-int64",
+            _mhex({**{k: v for k, v in ragged.items() if k != "offsets"}, "counts": _marray([2, 0, 1], "int64")}),
+            ("E_DTYPE",),
+            "msgpack",
+            "counts are uint8, uint16 or int32.",
         ),
         ("ids-int64", _mhex({**ragged, "ids": _marray([1, 5, 7], "int64")}), ("E_DTYPE",), "msgpack", "ids are int32."),
         (

@@ -477,29 +477,30 @@ class SamplingMask:
         ids, offsets = self._ids, self._offsets
         num_rows = check_count(max(offsets.size - 1, 0), limits.max_rows, "row count", field="offsets")
         check_count(ids.size, limits.max_nnz, "id count", field="ids")
-        layouts.check_offsets(offsets, ids.size)
+        widest = layouts.check_offsets(offsets, ids.size)
         layouts.check_segments(self._cu_seqlens, num_rows, limits)
-        if num_rows:
-            widest = int(np.diff(offsets).max())
-            if widest > limits.max_width:
-                row = int(np.argmax(np.diff(offsets)))
-                raise SamplingMaskError(
-                    ErrorCode.E_LIMIT,
-                    f"row width {widest} exceeds the limit {limits.max_width}",
-                    field="ids",
-                    row=row,
-                    value=widest,
-                )
-        vocab_size = self._vocab_size
-        if not rows_ascending or (
-            ids.size and (int(ids.min()) < 0 or (vocab_size is not None and int(ids.max()) >= vocab_size))
-        ):
-            self._ascending = layouts.check_ids(ids, offsets, vocab_size)  # raises E_RANGE naming the row
-        else:
-            self._ascending = True
+        if widest > limits.max_width:
+            row = int(np.flatnonzero(np.diff(offsets) == widest)[0])
+            raise SamplingMaskError(
+                ErrorCode.E_LIMIT,
+                f"row width {widest} exceeds the limit {limits.max_width}",
+                field="ids",
+                row=row,
+                value=widest,
+            )
         sampled = self._companions.get("sampled_token_ids")
+        aligned = sampled if sampled is not None and sampled.size == num_rows else None
+        # One blocked pass over the ids: range, order, duplicates (unsorted rows only) and the
+        # membership of each row's sampled id; a decoder that built ascending rows skips the order.
+        self._ascending, missing = layouts.check_rows(
+            ids, offsets, self._vocab_size, sampled=aligned, ascending=rows_ascending
+        )
         if sampled is not None:
-            self._check_sampled(sampled)
+            if aligned is None:
+                raise SamplingMaskError(
+                    ErrorCode.E_SHAPE, f"expected {num_rows} sampled ids, got {sampled.size}", field="sampled_token_ids"
+                )
+            self._check_sampled(sampled, missing)
         temperature = self._companions.get("temperature")
         if temperature is not None:
             bad = ~(temperature > 0) & ~np.isnan(temperature) | np.isinf(temperature)
@@ -514,16 +515,13 @@ class SamplingMask:
                 )
         return self
 
-    def _check_sampled(self, sampled: np.ndarray) -> None:
-        num_rows = self.num_rows
-        if sampled.size != num_rows:
-            raise SamplingMaskError(
-                ErrorCode.E_SHAPE, f"expected {num_rows} sampled ids, got {sampled.size}", field="sampled_token_ids"
-            )
-        lengths = self.row_lengths
-        nonempty = lengths > 0
-        low = np.where(nonempty, 0, -1)
-        bad = (sampled < low) | ((sampled >= self._vocab_size) if self._vocab_size is not None else False)
+    def _check_sampled(self, sampled: np.ndarray, missing: int | None) -> None:
+        """Sampled ids in range (-1 only on empty rows), then ``missing`` (the first non-empty row
+        lacking its sampled id, found by :func:`layouts.check_ids`) is ``E_MISSING_SAMPLED``."""
+        empty = self._offsets[1:] == self._offsets[:-1]
+        bad = sampled < np.where(empty, -1, 0)
+        if self._vocab_size is not None:
+            bad |= sampled >= self._vocab_size
         if np.any(bad):
             row = int(np.flatnonzero(bad)[0])
             raise SamplingMaskError(
@@ -533,18 +531,13 @@ class SamplingMask:
                 row=row,
                 value=int(sampled[row]),
             )
-        hit = self._ids == np.repeat(sampled, lengths)
-        found = np.zeros(num_rows, dtype=bool)
-        found[layouts.row_of_ids(self._offsets)[hit]] = True
-        missing = nonempty & ~found
-        if missing.any():
-            row = int(np.flatnonzero(missing)[0])
+        if missing is not None:
             raise SamplingMaskError(
                 ErrorCode.E_MISSING_SAMPLED,
                 "non-empty row does not contain its sampled id",
                 field="sampled_token_ids",
-                row=row,
-                value=int(sampled[row]),
+                row=missing,
+                value=int(sampled[missing]),
             )
 
     # ------------------------------------------------------------------ properties
