@@ -15,8 +15,9 @@ installed package by ``tests/fixtures/upstream/make_support_rules.py``):
   on the batch and ``!= -inf``.
 
 Ours returns a ragged SamplingMask (ids + offsets), the engine side a bool [T, V]. T = 8192 would need
-about 15 GiB for one engine's sort at V = 151936 (logits, sorted values and int64 indices); the default
-is smaller and the ratio is per row, so it does not depend on T.
+about 15 GiB for one engine's sort at V = 151936 (logits, sorted values and int64 indices): there
+``--engine-rows 1024`` calls the engine's function on slices of rows (every rule is per row, so the
+result is the same). The ratio is per row, so it does not depend on T.
 
 Memory (``--memory``): ``audit_from_hidden`` (d = 1024) against forming ``hidden @ W.T`` [T, V] and
 calling ``audit`` on it, each once in a fresh process; peak RSS beyond the inputs as
@@ -60,23 +61,43 @@ RULES_SCRIPT = _module(
 
 
 def logits(tokens: int, vocab: int, seed: int = 0) -> torch.Tensor:
+    """Heavy-tailed fp32 logits [tokens, vocab], drawn 256 rows at a time (no float64 [T, V])."""
     g = np.random.default_rng(seed)
-    return torch.from_numpy((g.standard_t(2.5, size=(tokens, vocab)) * 2).astype(np.float32))
+    out = np.empty((tokens, vocab), np.float32)
+    for start in range(0, tokens, 256):
+        out[start : start + 256] = g.standard_t(2.5, size=(min(256, tokens - start), vocab)) * 2
+    return torch.from_numpy(out)
 
 
-def engine_method(rule: str, z: torch.Tensor) -> Callable[[], Any]:
+def in_row_slices(fn: Callable[[torch.Tensor], Any], z: torch.Tensor, rows: int | None) -> Callable[[], Any]:
+    """``fn`` on all of ``z`` or, with ``rows``, on slices of that many rows (every rule is per row, so
+    the result is the same; it lets the engines' functions, which sort [T, V] at once, fit in memory)."""
+    if rows is None:
+        return lambda: fn(z)
+    return lambda: [fn(z[start : start + rows]) for start in range(0, z.shape[0], rows)]
+
+
+def engine_method(rule: str, z: torch.Tensor, engine_rows: int | None = None) -> Callable[[], Any]:
+    return in_row_slices(_engine_fn(rule), z, engine_rows)
+
+
+def _engine_fn(rule: str) -> Callable[[torch.Tensor], Any]:
     fns = RULES_SCRIPT.load_engine(rule)
     t, k, p, mp = PARAMS["temperature"], PARAMS["top_k"], PARAMS["top_p"], PARAMS["min_p"]
-    rows = z.shape[0]
     if rule == "vllm":
-        kt, pt = torch.full((rows,), k, dtype=torch.int32), torch.full((rows,), p)
-        tt = torch.full((rows,), t)
-        return lambda: torch.isfinite(fns["apply_top_k_top_p_pytorch"](z / tt[:, None], kt, pt, allow_cpu_sync=True))
-    if rule == "sglang":
-        ks, ps, mps = torch.full((rows,), k, dtype=torch.int32), torch.full((rows,), p), torch.full((rows,), mp)
-        temps = torch.full((rows, 1), t)
 
-        def run() -> torch.Tensor:
+        def run_vllm(z: torch.Tensor) -> torch.Tensor:
+            rows = z.shape[0]
+            kt, pt, tt = torch.full((rows,), k, dtype=torch.int32), torch.full((rows,), p), torch.full((rows,), t)
+            return torch.isfinite(fns["apply_top_k_top_p_pytorch"](z / tt[:, None], kt, pt, allow_cpu_sync=True))
+
+        return run_vllm
+    if rule == "sglang":
+
+        def run(z: torch.Tensor) -> torch.Tensor:
+            rows = z.shape[0]
+            ks, ps, mps = torch.full((rows,), k, dtype=torch.int32), torch.full((rows,), p), torch.full((rows,), mp)
+            temps = torch.full((rows, 1), t)
             x = z.clone()
             x.div_(temps)
             probs = torch.softmax(x, dim=-1)
@@ -93,7 +114,7 @@ def engine_method(rule: str, z: torch.Tensor) -> Callable[[], Any]:
         fns["MinPLogitsWarper"](min_p=mp),
     ]
 
-    def run_hf() -> torch.Tensor:
+    def run_hf(z: torch.Tensor) -> torch.Tensor:
         scores = z
         for warper in warpers:
             scores = warper(None, scores)
@@ -107,9 +128,11 @@ def ours_method(rule: str, z: torch.Tensor) -> Callable[[], Any]:
     return lambda: support_from_logits(z, rule=rule, **params)
 
 
-def speed(tokens: int, repeats: int) -> None:
+def speed(tokens: int, repeats: int, engine_rows: int | None) -> None:
     z = logits(tokens, VOCAB)
     print(f"support_from_logits vs the engine's own function: T = {tokens}, V = {VOCAB}, fp32, {PARAMS}")
+    if engine_rows is not None:
+        print(f"the engines' functions run on slices of {engine_rows} rows (whole [T, V] sorts do not fit)")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.2f}")
     print("| rule | engine's own function | support_from_logits | ratio (ours / engine) |")
     print("|---|---|---|---|")
@@ -117,7 +140,7 @@ def speed(tokens: int, repeats: int) -> None:
         if not RULES_SCRIPT.available(rule):
             print(f"| {rule} | not installed | | |")
             continue
-        methods = {"engine": engine_method(rule, z), "ours": ours_method(rule, z)}
+        methods = {"engine": engine_method(rule, z, engine_rows), "ours": ours_method(rule, z)}
         small = z[:4]
         engine_method(rule, small)(), ours_method(rule, small)()  # warm-up
         times: dict[str, list[float]] = {name: [] for name in methods}
@@ -185,13 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", action="store_true", help="only the audit memory comparison")
     parser.add_argument("--memory-tokens", type=int, default=512, help="0: skip the memory comparison")
     parser.add_argument("--dim", type=int, default=1024)
+    parser.add_argument(
+        "--engine-rows", type=int, metavar="N", help="call the engines' functions on slices of N rows (large T)"
+    )
     parser.add_argument("--child", choices=("hidden", "formed"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.tokens, args.dim)
         return 0
     if not args.memory:
-        speed(args.tokens, args.repeats)
+        speed(args.tokens, args.repeats, args.engine_rows)
     if args.memory_tokens > 0:
         memory(args.memory_tokens, args.dim)
     return 0
