@@ -181,9 +181,10 @@ class MaskDataset:
         ``columns``: user / partition columns to carry (default: all); the mask and its companions
         always come. ``filter``: a ``pyarrow.compute.Expression`` or a mapping ``{column: value or
         [values]}``; it selects sequences. ``batch_size``: at most this many sequences per batch.
-        A filter on partition columns only reads each remaining file whole through the codec's own
-        reader (:func:`sampling_mask.codecs.arrow.iter_masks`: sizes bounded before anything is
-        read); a filter on other columns goes through ``pyarrow.dataset``'s scanner.
+        With no filter or one on partition columns only, each remaining file is read batch by batch
+        through the codec's own reader (as :func:`sampling_mask.codecs.arrow.iter_masks`: each
+        batch's size bounded before it is read); a filter on other columns goes through
+        ``pyarrow.dataset``'s scanner, which bounds a batch only after reading it.
         """
         if on_error not in ("raise", "report"):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "on_error is 'raise' or 'report'", value=on_error)
