@@ -257,3 +257,68 @@ def test_small_and_grouped_paths_write_and_read_the_same_bytes(seed: int, monkey
     monkeypatch.setattr(compact, "_SMALL_BLOCKS", 10**9)
     got, _ = decode_ragged(grouped, offsets.size - 1, ids.size)
     assert np.array_equal(got, ids)
+
+
+def _many_rows(seed: int) -> list[list[int]]:
+    """Rows of every kind the decoder branches on: empty, singletons, long (length escape), ids of
+    many widths (hence many width groups), and runs of consecutive ids (width-0 blocks)."""
+    rng = np.random.default_rng(seed)
+    rows: list[list[int]] = []
+    for _ in range(300):
+        kind = int(rng.integers(0, 6))
+        if kind == 0:
+            rows.append([])
+        elif kind == 1:
+            rows.append([int(rng.integers(0, 2**31 - 1))])
+        elif kind == 2:
+            start = int(rng.integers(0, 1000))
+            rows.append(list(range(start, start + int(rng.integers(40, 300)))))
+        else:
+            top = 2 ** int(rng.integers(1, 31))
+            rows.append(np.unique(rng.integers(0, top, int(rng.integers(1, 40)))).tolist())
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(("window", "piece", "sums"), [(1, 1, 1), (37, 3, 5), (64, 2, 64), (1000, 7, 33)])
+def test_blocked_decode_equals_the_one_window_decode(
+    seed: int, window: int, piece: int, sums: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tiny windows, pieces and sum blocks put block and row boundaries everywhere; the default
+    # sizes decode these masks in one window and one piece per width.
+    from sampling_mask.codecs import compact
+
+    ids, offsets = _ragged(_many_rows(seed))
+    buf = encode_ragged(ids, offsets)
+    monkeypatch.setattr(compact, "_SMALL_BLOCKS", 0)
+    one_window = decode_ragged(buf, offsets.size - 1, ids.size)
+    monkeypatch.setattr(compact, "DECODE_BLOCK", window)
+    monkeypatch.setattr(compact, "_PIECE", piece)
+    monkeypatch.setattr(compact, "_SUM_BLOCK", sums)
+    blocked = decode_ragged(buf, offsets.size - 1, ids.size)
+    for got in (one_window, blocked):
+        assert np.array_equal(got[0], ids) and np.array_equal(got[1], offsets)
+
+
+@pytest.mark.parametrize("window", [1 << 20, 64, 37])
+def test_errors_in_a_later_window_name_their_row(window: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sampling_mask.codecs import compact
+
+    monkeypatch.setattr(compact, "_SMALL_BLOCKS", 0)
+    monkeypatch.setattr(compact, "DECODE_BLOCK", window)
+    rows = [[i % 50] for i in range(2000)]
+    rows[1500], rows[1501] = [2**31 - 10], [100]
+    ids, offsets = _ragged(rows)
+    buf = bytearray(encode_ragged(ids, offsets))
+    assert decode_ragged(bytes(buf), 2000, ids.size)[0][1500] == 2**31 - 10
+    # Row lengths 2, 0 instead of 1, 1: the value 100 becomes a gap after 2**31 - 10, an id past int32.
+    buf[1500:1502] = b"\x02\x00"
+    with pytest.raises(SamplingMaskError) as err:
+        decode_ragged(bytes(buf), 2000, ids.size)
+    assert err.value.code == "E_RANGE" and err.value.row == 1500
+    # One id fewer in the last row: its value (non-zero) becomes padding of the final block.
+    short = bytearray(encode_ragged(ids, offsets))
+    short[1999] = 0
+    with pytest.raises(SamplingMaskError) as err:
+        decode_ragged(bytes(short), 2000, ids.size - 1)
+    assert err.value.code == "E_ENCODING" and "padding" in str(err.value)

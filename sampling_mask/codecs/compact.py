@@ -33,6 +33,8 @@ and bad bytes raise :class:`~sampling_mask.core.errors.SamplingMaskError` only.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..core import layouts
@@ -51,6 +53,12 @@ _FIELD = "compact"
 # Up to this many blocks, (un)packing goes value by value (a fixed number of numpy calls) instead of
 # width group by width group (up to 31 x 32 calls, each cheap only on many blocks).
 _SMALL_BLOCKS = 512
+#: Values per decode window: the decoder unpacks a window's blocks straight into the returned ids,
+#: then sums them into ids while they are in cache (4 MiB of int32).
+DECODE_BLOCK = 1 << 20
+_PIECE = 1016  # blocks unpacked at once; not a power of two (see _unpack_piece)
+_SUM_BLOCK = 1 << 16  # values summed at once
+_BLOCK_ITEM = np.dtype((np.void, 4 * BLOCK))  # a block's 32 uint32 values as one item
 
 
 def _bit_length(values: np.ndarray) -> np.ndarray:
@@ -238,7 +246,7 @@ def _as_words(section: np.ndarray) -> np.ndarray:
 
 
 def _unpack_small(words: np.ndarray, widths: np.ndarray) -> np.ndarray:
-    """:func:`_unpack_blocks` value by value (no loop over widths): for few blocks."""
+    """uint32 [nb * 32]: every block's values, value by value (no loop over widths): for few blocks."""
     low, shift, high, spills, word_count = _slot_words(widths.astype(np.int64))
     padded = np.zeros(word_count + 1, dtype=np.uint64)
     padded[:word_count] = words
@@ -248,36 +256,90 @@ def _unpack_small(words: np.ndarray, widths: np.ndarray) -> np.ndarray:
     return values.astype(np.uint32).reshape(-1)
 
 
-def _unpack_blocks(words: np.ndarray, widths: np.ndarray) -> np.ndarray:
-    """uint32 [nb * 32]: every block's values, in block order. ``words`` holds exactly the groups."""
-    num_blocks = widths.size
-    if num_blocks <= _SMALL_BLOCKS:
-        return _unpack_small(words, widths)
-    out = np.zeros((num_blocks, BLOCK), dtype=np.uint32)
-    rows = out.view(np.dtype((np.void, 4 * BLOCK))).reshape(num_blocks)  # one item per block: fast scatter
+@functools.cache
+def _slot_arrays(width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.uint32]:
+    """For the 32 values of a ``width``-bit block: (word, next word, shift, 32 - shift, value mask)."""
+    slots = np.array(_block_slots(width), dtype=np.intp)
+    shift = slots[:, 1:2].astype(np.uint32)
+    return slots[:, 0], slots[:, 0] + 1, shift, np.uint32(32) - shift, np.uint32((1 << width) - 1)
+
+
+def _decode_ids(
+    values: np.ndarray, section: np.ndarray, widths: np.ndarray, offsets: np.ndarray, checked: bool
+) -> None:
+    """ids into ``values`` (uint32 [nnz]) from the ``words`` section (uint8, any alignment), a window
+    of :data:`DECODE_BLOCK` values at a time: the window's blocks are unpacked width by width
+    (:func:`_unpack_piece`) and scattered to their place, then summed into ids (:func:`_sum_rows`)
+    while in cache. ``checked``: sum in int64 and check the range. ``E_ENCODING`` when the last
+    block holds a non-zero value past ``nnz``. No temporary is larger than a window's block order.
+    """
+    nnz = values.size
+    full = nnz // BLOCK  # blocks that lie wholly inside ``values``
+    blocks = values[: full * BLOCK].reshape(full, BLOCK)
+    block_items = blocks.reshape(-1).view(_BLOCK_ITEM)  # one item per block: a fast scatter
+    last = np.zeros(BLOCK, dtype=np.uint32)  # the final block, when it is partial
     counts = np.bincount(widths, minlength=_MAX_BITS + 1)
-    order = np.argsort(widths, kind="stable")
-    first_block = np.concatenate(([0], np.cumsum(counts)))
-    first_word = 0
-    for width in np.flatnonzero(counts[1:]).tolist():
-        width += 1
-        group = order[first_block[width] : first_block[width + 1]]
-        size = group.size
-        matrix = words[first_word : first_word + width * size].reshape(width, size)
-        first_word += width * size
-        values = np.empty((BLOCK, size), dtype=np.uint32)
-        spill = np.empty(size, dtype=np.uint32)
-        low_bits = np.uint32((1 << width) - 1)
-        for j, (q, shift, spills) in enumerate(_block_slots(width)):
-            column = values[j]
-            np.right_shift(matrix[q], np.uint32(shift), out=column)
-            if spills:
-                np.left_shift(matrix[q + 1], np.uint32(32 - shift), out=spill)
-                column |= spill
-            if shift + width != 32:
-                column &= low_bits
-        rows[group] = np.ascontiguousarray(values.T).view(rows.dtype).reshape(size)
-    return out.reshape(-1)
+    group_words = np.concatenate(([0], np.cumsum(counts * np.arange(_MAX_BITS + 1)))).tolist()
+    seen = [0] * (_MAX_BITS + 1)  # blocks of each width in the windows before
+    window = max(DECODE_BLOCK // BLOCK, 1)
+    # Scratch of the fixed sizes, or 1/16 and 1/32 of the output for small masks (odd: see _unpack_piece).
+    piece = min(window, _PIECE, int(counts[1:].max()), (widths.size >> 4) | 1)
+    scratch = [np.empty(rows * piece, dtype=np.uint32) for rows in (_MAX_BITS, BLOCK, BLOCK)]
+    sums = np.empty(min(_SUM_BLOCK, DECODE_BLOCK, max(nnz >> 5, 4096)), dtype=np.int64 if checked else np.int32)
+    for b0 in range(0, widths.size, window):
+        window_widths = widths[b0 : b0 + window]
+        order = np.argsort(window_widths, kind="stable")
+        order += b0
+        window_counts = np.bincount(window_widths, minlength=_MAX_BITS + 1)
+        ends = np.cumsum(window_counts).tolist()
+        for width in np.flatnonzero(window_counts).tolist():
+            group = order[ends[width - 1] if width else 0 : ends[width]]
+            rank, seen[width] = seen[width], seen[width] + group.size
+            if width == 0:
+                blocks[group[group < full]] = 0
+                continue
+            words = section[4 * group_words[width] : 4 * group_words[width + 1]].reshape(width, -1)
+            for r0 in range(0, group.size, piece):
+                r1 = min(r0 + piece, group.size)
+                block_major = _unpack_piece(words[:, 4 * (rank + r0) : 4 * (rank + r1)], width, scratch)
+                part = group[r0:r1]
+                if int(part[-1]) >= full:  # only the final block can be partial, and it ends its group
+                    last[:] = block_major[-1]
+                    part, block_major = part[:-1], block_major[:-1]
+                np.put(block_items, part, block_major.reshape(-1).view(_BLOCK_ITEM))
+        stop = min(BLOCK * (b0 + window), nnz)
+        if stop == nnz and nnz > full * BLOCK:
+            values[full * BLOCK :] = last[: nnz - full * BLOCK]
+            _check_padding(last[nnz - full * BLOCK :])
+        _sum_rows(values.view(np.int32), offsets, BLOCK * b0, stop, sums)
+
+
+def _unpack_piece(words: np.ndarray, width: int, scratch: list[np.ndarray]) -> np.ndarray:
+    """uint32 [n, 32], a view of ``scratch``: the values of n blocks of width ``width`` whose words
+    are ``words`` (uint8 [width, 4 * n], any alignment: row q holds word q of each block).
+
+    A fixed number of numpy calls on preallocated scratch (a fresh allocation this size costs more
+    than the work): copy the words to aligned memory; gather the word that holds each value slot's
+    low bits and shift; the same for the word its high bits spill into; or; mask while transposing
+    to block-major. Scratch rows a multiple of 1 KiB apart make the transpose thrash the cache, 10x
+    slower: hence ``_PIECE`` = 1016, not 1024.
+    """
+    n = words.shape[1] // 4
+    word, spill_word, shift, spill_shift, low_bits = _slot_arrays(width)
+    matrix = scratch[0][: width * n].reshape(width, n)
+    np.copyto(matrix.view(np.uint8), words)
+    if np.dtype("<u4") != np.dtype(np.uint32):  # pragma: no cover - big-endian hosts only
+        matrix.byteswap(inplace=True)
+    low = scratch[1][: BLOCK * n].reshape(BLOCK, n)
+    high = scratch[2][: BLOCK * n].reshape(BLOCK, n)
+    np.take(matrix, word, axis=0, out=low, mode="clip")  # mode "raise" would buffer ``out``
+    np.right_shift(low, shift, out=low)
+    np.take(matrix, spill_word, axis=0, out=high, mode="clip")  # clipped only where nothing spills
+    np.left_shift(high, spill_shift, out=high)  # by 32 (no spill): numpy gives 0
+    np.bitwise_or(low, high, out=low)
+    block_major = scratch[2][: BLOCK * n].reshape(n, BLOCK)
+    np.bitwise_and(low.T, low_bits, out=block_major)
+    return block_major
 
 
 def decode_ragged(
@@ -292,6 +354,9 @@ def decode_ragged(
     ``E_LIMIT`` for sizes past ``limits``; ``E_BYTES`` for a buffer shorter or longer than its
     sections announce; ``E_OFFSETS`` when the row lengths do not sum to ``nnz``; ``E_ENCODING`` for
     a malformed varint, a width over 31 or non-zero padding; ``E_RANGE`` for an id past int32.
+    Values are unpacked straight into the returned ids and summed there, a window of
+    :data:`DECODE_BLOCK` values at a time: temporaries are a few hundred KiB (1/16 of the output
+    for small masks), whatever the size of the mask.
     """
     try:
         data = np.frombuffer(buf, dtype=np.uint8)
@@ -307,16 +372,7 @@ def decode_ragged(
         raise _error(
             ErrorCode.E_BYTES, f"{data.size} bytes cannot hold {num_rows} row lengths", field="compact.row_lengths"
         )
-    lengths = data[:num_rows].astype(np.int64)
-    is_long = lengths == _LONG
-    long_lengths, pos = _read_long_lengths(data, num_rows, int(np.count_nonzero(is_long)))
-    if long_lengths.size:
-        lengths[np.flatnonzero(is_long)] = long_lengths + _LONG
-    widest = int(lengths.max()) if num_rows else 0
-    if widest > limits.max_width:
-        row = int(np.argmax(lengths))
-        raise _error(ErrorCode.E_LIMIT, f"row width {widest} exceeds the limit {limits.max_width}", row=row)
-    offsets = layouts.counts_to_offsets(lengths, field="compact.row_lengths")
+    offsets, widest, pos = _read_offsets(data, num_rows, limits)
     if int(offsets[-1]) != nnz:
         raise _error(
             ErrorCode.E_OFFSETS,
@@ -329,7 +385,8 @@ def decode_ragged(
         raise _error(
             ErrorCode.E_BYTES, f"{widths.size} block widths, expected {num_blocks}", field="compact.block_widths"
         )
-    if num_blocks and int(widths.max()) > _MAX_BITS:
+    widest_block = int(widths.max()) if num_blocks else 0
+    if widest_block > _MAX_BITS:
         block = int(np.argmax(widths > _MAX_BITS))
         raise _error(
             ErrorCode.E_ENCODING,
@@ -346,38 +403,88 @@ def decode_ragged(
         )
     if nnz == 0:
         return np.zeros(0, dtype=np.int32), offsets
-    checked_nbytes((num_blocks, BLOCK, 2), 4, limits, field="ids")
-    values = _unpack_blocks(_as_words(section), widths)
-    if values[nnz:].any():
-        raise _error(ErrorCode.E_ENCODING, "padding values after the last id must be zero", field="compact.words")
-    values = values[:nnz]
-    firsts = offsets[:-1][lengths > 0]
+    checked_nbytes((num_blocks, BLOCK), 4, limits, field="ids")
+    ids = np.empty(nnz, dtype=np.int32)
+    values = ids.view(np.uint32)
     # Every value is below 2**widest_block, so no id exceeds k * 2**widest_block - 1: when that fits
-    # int32 the modular uint32 sums are exact; otherwise sum in int64 and check.
-    if widest <= _INT32_LIMIT >> int(widths.max()):
-        return _prefix_sums_per_row(values, firsts, np.uint32).view(np.int32), offsets
-    ids64 = _prefix_sums_per_row(values.astype(np.int64), firsts, np.int64)
-    if int(ids64.max()) >= _INT32_LIMIT:
-        at = int(np.argmax(ids64 >= _INT32_LIMIT))
-        row = int(np.searchsorted(offsets, at, side="right") - 1)
-        raise _error(ErrorCode.E_RANGE, "id does not fit int32", row=row, value=int(ids64[at]))
-    return ids64.astype(np.int32), offsets
+    # int32 the modular int32 sums are exact; otherwise sum in int64 and check.
+    checked = widest > _INT32_LIMIT >> widest_block
+    if num_blocks > _SMALL_BLOCKS:
+        _decode_ids(values, section, widths, offsets, checked)
+        return ids, offsets
+    unpacked = _unpack_small(_as_words(section), widths)
+    _check_padding(unpacked[nnz:])
+    values[:] = unpacked[:nnz]
+    _sum_rows(ids, offsets, 0, nnz, np.empty(min(_SUM_BLOCK, nnz), dtype=np.int64 if checked else np.int32))
+    return ids, offsets
 
 
-def _prefix_sums_per_row(values: np.ndarray, firsts: np.ndarray, dtype: type) -> np.ndarray:
-    """ids from values: a running sum of ``value + 1`` restarting at every row's first id, minus one.
+def _read_offsets(data: np.ndarray, num_rows: int, limits: Limits) -> tuple[np.ndarray, int, int]:
+    """(offsets int64 [num_rows + 1], the widest row, position after ``long_lengths``) from the
+    ``row_lengths`` and ``long_lengths`` sections; ``E_LIMIT`` for a row wider than ``limits``."""
+    row_bytes = data[:num_rows]
+    long_rows = np.concatenate(
+        [np.zeros(0, dtype=np.int64)]
+        + [np.flatnonzero(row_bytes[r : r + _SUM_BLOCK] == _LONG) + r for r in range(0, num_rows, _SUM_BLOCK)]
+    )
+    long_lengths, pos = _read_long_lengths(data, num_rows, long_rows.size)
+    long_lengths += _LONG
+    widest = int(long_lengths.max()) if long_lengths.size else int(row_bytes.max()) if num_rows else 0
+    if widest > limits.max_width:
+        row = int(long_rows[np.argmax(long_lengths)]) if long_lengths.size else int(np.argmax(row_bytes))
+        raise _error(ErrorCode.E_LIMIT, f"row width {widest} exceeds the limit {limits.max_width}", row=row)
+    offsets = np.empty(num_rows + 1, dtype=np.int64)
+    offsets[0] = 0
+    offsets[1:] = row_bytes  # widen first: a cumsum that casts as it goes runs 20-30x slower
+    offsets[long_rows + 1] = long_lengths
+    np.cumsum(offsets[1:], out=offsets[1:])
+    return offsets, widest, pos
 
-    Works in place on ``values`` (``firsts``: position of every non-empty row's first value). Two
-    flat cumulative sums: the first gives each row's total (its last id + 1), which is then taken
-    away at the next row's first value so that the second sum restarts there.
+
+def _check_padding(values: np.ndarray) -> None:
+    if values.any():
+        raise _error(ErrorCode.E_ENCODING, "padding values after the last id must be zero", field="compact.words")
+
+
+def _sum_rows(values: np.ndarray, offsets: np.ndarray, start: int, stop: int, sums: np.ndarray) -> None:
+    """ids from ``values[start:stop]`` (int32 holding uint32 values), in place, ``sums.size`` values
+    at a time: a row's first id is its first value, each later id the previous one plus its value
+    plus one.
+
+    Two cumulative sums of ``value + 1`` into the scratch ``sums`` (``cumsum`` onto its own input
+    runs 3-4x slower): the first gives the running total before each row, which the second takes
+    away at the row's first value, so that it restarts there. A range that begins inside a row
+    continues from the id before it. With int64 ``sums``, ``E_RANGE`` (naming the row) for an id
+    past int32; with int32 ``sums`` the caller knows that the modular sums are exact (numpy's
+    integer arithmetic wraps, and its int32 ``cumsum`` runs 1.5x faster than the uint32 one).
     """
-    values += dtype(1)
-    running: np.ndarray = np.cumsum(values, dtype=dtype)
-    row_ends = running[firsts[1:] - 1]
-    restart: np.ndarray = np.empty(firsts.size, dtype=dtype)
-    restart[0] = 1  # the first row only undoes its +1
-    if row_ends.size:
-        restart[1] = row_ends[0]
-        np.subtract(row_ends[1:], row_ends[:-1], out=restart[2:])
-    values[firsts] -= restart
-    return np.cumsum(values, dtype=dtype, out=running)
+    dtype = sums.dtype.type
+    checked = dtype is np.int64
+    for a in range(start, stop, sums.size):
+        b = min(a + sums.size, stop)
+        starts = offsets[np.searchsorted(offsets, a) : np.searchsorted(offsets, b)] - a
+        keep = np.empty(starts.size, dtype=bool)  # each non-empty row's start once (empty rows repeat it)
+        keep[:1] = True
+        np.not_equal(starts[1:], starts[:-1], out=keep[1:])
+        firsts = starts[keep]
+        carry = 0  # the first id is the first value plus ``carry``
+        if not firsts.size or firsts[0] != 0:
+            firsts = np.concatenate(([0], firsts))
+            carry = int(values[a - 1]) + 1
+        block = values[a:b].view(np.uint32).astype(np.int64) if checked else values[a:b]
+        block += dtype(1)
+        total = sums[: b - a]
+        np.cumsum(block, out=total)
+        before = np.empty(firsts.size, dtype=dtype)  # each run's total before it, plus one
+        before[0] = 1 - carry
+        np.take(total, firsts[1:] - 1, out=before[1:], mode="clip")
+        before[1:] += dtype(1)
+        restart = before.copy()
+        restart[1:] -= before[:-1]
+        block[firsts] -= restart
+        np.cumsum(block, out=total)
+        if checked and int(total.max()) >= _INT32_LIMIT:
+            at = int(np.argmax(total >= _INT32_LIMIT))
+            row = int(np.searchsorted(offsets, a + at, side="right") - 1)
+            raise _error(ErrorCode.E_RANGE, "id does not fit int32", row=row, value=int(total[at]))
+        values[a:b] = total
