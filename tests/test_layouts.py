@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMaskError
 from sampling_mask.core import layouts
@@ -240,3 +242,42 @@ def test_bitmask_sparse_and_dense_paths_match_the_bit_diagram(ids_per_row: int) 
     back_ids, back_offsets = layouts.bitmask_to_ragged(unaligned, vocab)
     assert back_ids.tolist() == ids.tolist() and back_ids.dtype == np.int32
     assert back_offsets.tolist() == offsets.tolist() and back_offsets.dtype == np.int64
+
+
+@given(
+    st.integers(0, 12),
+    st.integers(1, 70),
+    st.sampled_from([1, 2, 5, 1 << 21]),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([0.0, 0.02, 0.3, 1.0]),
+)
+@settings(max_examples=60, deadline=None)
+def test_bitmask_to_ragged_equals_a_per_row_reference(
+    num_rows: int, vocab: int, block: int, seed: int, density: float
+) -> None:
+    # Random bits (padding bits cleared) against the per-row unpackbits + flatnonzero reference;
+    # ``block`` (bytes per conversion step) from one row at a time to all rows at once.
+    rng = np.random.default_rng(seed)
+    row_bytes = (vocab + 7) // 8
+    flags = rng.random((num_rows, row_bytes * 8)) < density
+    flags[:, vocab:] = False
+    bits = np.packbits(flags, axis=1, bitorder="little")
+    reference = [np.flatnonzero(np.unpackbits(row, count=vocab, bitorder="little")) for row in bits]
+    saved = layouts.BITMASK_BLOCK
+    layouts.BITMASK_BLOCK = block
+    try:
+        ids, offsets = layouts.bitmask_to_ragged(bits, vocab)
+    finally:
+        layouts.BITMASK_BLOCK = saved
+    assert ids.dtype == np.int32 and offsets.dtype == np.int64
+    assert offsets.tolist() == np.cumsum([0] + [r.size for r in reference]).tolist()
+    assert ids.tolist() == [int(i) for r in reference for i in r]
+    if vocab % 8 and num_rows:  # a padding bit in the last row is still refused, naming that row
+        bits[-1, -1] |= 0x80
+        layouts.BITMASK_BLOCK = block
+        try:
+            with pytest.raises(SamplingMaskError) as info:
+                layouts.bitmask_to_ragged(bits, vocab)
+        finally:
+            layouts.BITMASK_BLOCK = saved
+        assert (info.value.code, info.value.row) == (ErrorCode.E_PADDING, num_rows - 1)

@@ -400,11 +400,17 @@ def ragged_to_dense(ids: np.ndarray, offsets: np.ndarray, width: int) -> np.ndar
     return dense
 
 
+#: Bytes of bitmask converted at once by :func:`bitmask_to_ragged` (whole rows, at least one): its
+#: temporaries (a flag per byte, an index per non-zero byte and per id) stay near this size.
+BITMASK_BLOCK = 1 << 21
+
+
 def bitmask_to_ragged(bits: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
     """(ids ascending, offsets) from uint8 ``[T, ceil(V/8)]``; id i is bit ``i % 8`` of byte ``i // 8``.
 
-    Works on the non-zero bytes only, so cost follows the ids, not ``T * V``. A set bit at or past
-    ``vocab_size`` is ``E_PADDING``.
+    Works on the non-zero bytes only, so cost follows the ids, not ``T * V``; rows go
+    :data:`BITMASK_BLOCK` bytes at a time (2x faster at 512 rows of 3000 ids than all at once, whose
+    temporaries outgrow the caches). A set bit at or past ``vocab_size`` is ``E_PADDING``.
     """
     num_rows, row_bytes = bits.shape
     if vocab_size % 8 and num_rows:
@@ -417,6 +423,22 @@ def bitmask_to_ragged(bits: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np
                 field="bitmask",
                 row=row,
             )
+    step = max(BITMASK_BLOCK // max(row_bytes, 1), 1)
+    if step >= num_rows:
+        return _bitmask_rows(bits)
+    parts = [_bitmask_rows(bits[r : r + step]) for r in range(0, num_rows, step)]
+    offsets = np.empty(num_rows + 1, dtype=np.int64)
+    offsets[0] = 0
+    row, base = 0, 0
+    for ids, part_offsets in parts:
+        offsets[row + 1 : row + part_offsets.size] = part_offsets[1:] + base
+        row, base = row + part_offsets.size - 1, base + ids.size
+    return np.concatenate([ids for ids, _ in parts]), offsets
+
+
+def _bitmask_rows(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`bitmask_to_ragged` of a few rows, padding already checked."""
+    num_rows, row_bytes = bits.shape
     flat = bits.reshape(-1)
     nonzero = np.flatnonzero(flat != 0)  # a bool scan: several times faster than on uint8
     byte_bounds = np.searchsorted(nonzero, np.arange(num_rows + 1, dtype=np.int64) * row_bytes)
