@@ -73,6 +73,9 @@ def test_peers_and_decode_scaling_figures(quick_run: tuple[dict[str, Any], str, 
     assert set(scaling["time_s"]["msgpack int64 offsets, trusted"]) == {1000, 10_000}
     # Trusted msgpack ragged with int64 offsets reads the payload in place: no extra memory to speak of.
     assert scaling["peak_extra_fraction"]["Arrow stream, large lists, trusted"][10_000] < 0.5
+    # Every validated form has a peak-memory verdict, compact included (it decodes in windows).
+    assert "msgpack compact" in scaling["worst_validated_peak"]
+    assert "peak extra memory <= 0.25x" in text
     assert plot.with_name(plot.stem + "_decode.png").read_bytes()[:4] == b"\x89PNG"
 
 
