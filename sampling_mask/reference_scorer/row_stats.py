@@ -15,8 +15,9 @@ Logits come from a *source*: the logits tensor itself, or hidden states times th
 matrix product over the pairs' (row, id) pattern (``torch.sparse.sampled_addmm``: [P] values, no
 [P, d] gather) and, in backward, two fused gather-scale-sums (``embedding_bag``): the hidden
 gradient over each row's pairs, the weight gradient over the pairs of each id (pairs sorted by id
-once), in blocks of ids of at most ``max_chunk_bytes``. A bf16 / fp16 weight is gathered and
-widened in pair chunks of at most ``max_chunk_bytes`` instead. Full rows go through vocabulary tiles
+once; the whole gradient in one pass, empty bags giving its zero rows). A bf16 / fp16 weight is
+gathered and widened in pair chunks, and its gradient summed in fp32 blocks of ids, each of at most
+``max_chunk_bytes``, instead. Full rows go through vocabulary tiles
 of at most ``max_chunk_bytes`` (:func:`tile_shape`) with an online (rescaled) log-sum-exp.
 ``chunk_size``, when given, caps every chunk (pairs, ids, tile rows and columns) as well.
 :class:`RowStats` is the custom autograd Function: forward keeps only O(T + P) numbers, backward
