@@ -1045,7 +1045,12 @@ _SCALING_FORMS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
 )
 #: Forms whose trusted decode reads the offsets in place (issue 16, target 4: O(1) in rows, growth
 #: <= 1.5x per 10x rows); the others build offsets from counts or blobs, O(rows) by design.
-_IN_PLACE_FORMS = ("msgpack int64 offsets", "msgpack int32 offsets", "Arrow stream, int32 lists", "Arrow stream, large lists")
+_IN_PLACE_FORMS = (
+    "msgpack int64 offsets",
+    "msgpack int32 offsets",
+    "Arrow stream, int32 lists",
+    "Arrow stream, large lists",
+)
 #: Issue 16, target 4: the most a trusted in-place decode may grow per 10x rows.
 _TRUSTED_GROWTH_TARGET = 1.5
 
@@ -1233,7 +1238,9 @@ def run(argv: Sequence[str] | None = None, out: Any = None) -> dict[str, Any]:
     if "peers" in wanted:
         bench_peers(report, plain, repeats, args.seed, args.quick)
     if "decode-scaling" in wanted:
-        token_sizes = sorted(set(args.sizes or ([1000, 10_000] if args.quick else [10_000, 100_000, 1_000_000, 10_000_000])))
+        token_sizes = sorted(
+            set(args.sizes or ([1000, 10_000] if args.quick else [10_000, 100_000, 1_000_000, 10_000_000]))
+        )
         decode_plot = str(Path(args.plot).with_name(Path(args.plot).stem + "_decode.png")) if args.plot else None
         bench_decode_scaling(report, plain, token_sizes, repeats, decode_plot)
     report.line()

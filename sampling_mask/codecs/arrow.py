@@ -239,7 +239,7 @@ def _batch(mask: SamplingMask, plan: _Plan, extra_columns: Mapping[str, Any] | N
             blobs.append(compact.encode_ragged(ids[lo : int(offsets[r1])], offsets[r0 : r1 + 1] - lo))
         total = sum(len(blob) for blob in blobs)
         binary = pa.large_binary() if total > INT32_OFFSET_MAX else pa.binary()
-        seg_offsets = mask.stored_offsets[cu]
+        seg_offsets = mask.stored_offsets[cu].astype(np.int64)  # the count columns are exactly int64
         names += [COMPACT_COLUMN, COMPACT_ROWS_COLUMN, COMPACT_NNZ_COLUMN]
         arrays += [pa.array(blobs, type=binary), pa.array(np.diff(cu)), pa.array(np.diff(seg_offsets))]
     else:
