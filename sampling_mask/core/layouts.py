@@ -1,11 +1,11 @@
 # sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/core/layouts.py, vendorable (README: Vendoring)
 """Vectorized numpy conversions and checks between the array layouts of spec v1.
 
-The canonical in-memory layout is *ragged* (CSR): ``ids`` int32 [nnz] and ``offsets`` [T+1], int64 or
-int32 (:data:`OFFSETS_DTYPES`; int32 only while nnz fits it), with ``offsets[0] == 0``, ``offsets`` non-decreasing and ``offsets[T] == nnz``; row t is
-``ids[offsets[t]:offsets[t+1]]``. Every function here is whole-array numpy: no per-row Python loop.
-Functions named ``check_*`` raise :class:`SamplingMaskError` and return nothing useful;
-the rest assume their inputs were checked.
+The canonical in-memory layout is *ragged* (CSR): ``ids`` int32 [nnz] and ``offsets`` [T+1], int64
+or int32 (:data:`OFFSETS_DTYPES`; int32 only while nnz fits it), with ``offsets[0] == 0``,
+``offsets`` non-decreasing and ``offsets[T] == nnz``; row t is ``ids[offsets[t]:offsets[t+1]]``.
+Every function here is whole-array numpy: no per-row Python loop. Functions named ``check_*`` raise
+:class:`SamplingMaskError` and return nothing useful; the rest assume their inputs were checked.
 """
 
 from __future__ import annotations

@@ -240,8 +240,8 @@ class SamplingMask:
     """An immutable sampling mask (spec v1). Build it with the ``from_*`` constructors.
 
     Invariants (checked by :meth:`validate`, which every constructor calls by default):
-    ``offsets`` [T+1] tiles ``ids`` int32 [nnz] (held int32 or int64, read as int64); ``cu_seqlens`` int64 [B+1] tiles the T rows;
-    ids are in ``[0, vocab_size)`` and unique within a row; per-row companions have T entries and
+    ``offsets`` [T+1] (held int32 or int64, read as int64) tiles ``ids`` int32 [nnz]; ``cu_seqlens``
+    int64 [B+1] tiles the T rows; ids are in ``[0, vocab_size)`` and unique within a row; per-row companions have T entries and
     ``support_logprobs`` has nnz; a non-empty row contains its sampled id when sampled ids are given.
     """
 
