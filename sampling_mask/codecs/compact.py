@@ -278,7 +278,10 @@ def _decode_ids(
     blocks = values[: full * BLOCK].reshape(full, BLOCK)
     block_items = blocks.reshape(-1).view(_BLOCK_ITEM)  # one item per block: a fast scatter
     last = np.zeros(BLOCK, dtype=np.uint32)  # the final block, when it is partial
-    counts = np.bincount(widths, minlength=_MAX_BITS + 1)
+    counts = sum(  # in steps: bincount makes an intp copy of its input
+        (np.bincount(widths[i : i + _SUM_BLOCK], minlength=_MAX_BITS + 1) for i in range(0, widths.size, _SUM_BLOCK)),
+        np.zeros(_MAX_BITS + 1, dtype=np.intp),
+    )
     group_words = np.concatenate(([0], np.cumsum(counts * np.arange(_MAX_BITS + 1)))).tolist()
     seen = [0] * (_MAX_BITS + 1)  # blocks of each width in the windows before
     window = max(DECODE_BLOCK // BLOCK, 1)
