@@ -56,8 +56,8 @@ _SMALL_BLOCKS = 512
 #: Values per decode window: the decoder unpacks a window's blocks straight into the returned ids,
 #: then sums them into ids while they are in cache (4 MiB of int32).
 DECODE_BLOCK = 1 << 20
-_PIECE = 1016  # blocks unpacked at once; not a power of two (see _unpack_piece)
-_SUM_BLOCK = 1 << 16  # values summed at once
+_PIECE = 2040  # blocks unpacked at once; not a power of two (see _unpack_piece)
+_SUM_BLOCK = 1 << 17  # values summed at once
 _BLOCK_ITEM = np.dtype((np.void, 4 * BLOCK))  # a block's 32 uint32 values as one item
 
 
@@ -285,10 +285,11 @@ def _decode_ids(
     group_words = np.concatenate(([0], np.cumsum(counts * np.arange(_MAX_BITS + 1)))).tolist()
     seen = [0] * (_MAX_BITS + 1)  # blocks of each width in the windows before
     window = max(DECODE_BLOCK // BLOCK, 1)
-    # Scratch of the fixed sizes, or 1/16 and 1/32 of the output for small masks (odd: see _unpack_piece).
-    piece = min(window, _PIECE, int(counts[1:].max()), (widths.size >> 4) | 1)
+    # Scratch of the fixed sizes, or about 1/32 of the output each for masks under 1M ids, but not
+    # below 100 kB (odd piece sizes: see _unpack_piece).
+    piece = min(window, _PIECE, int(counts[1:].max()), max(widths.size >> 5, 255) | 1)
     scratch = [np.empty(rows * piece, dtype=np.uint32) for rows in (_MAX_BITS, BLOCK, BLOCK)]
-    sums = np.empty(min(_SUM_BLOCK, DECODE_BLOCK, max(nnz >> 5, 4096)), dtype=np.int64 if checked else np.int32)
+    sums = np.empty(min(_SUM_BLOCK, DECODE_BLOCK, max(nnz >> 5, 16384)), dtype=np.int64 if checked else np.int32)
     for b0 in range(0, widths.size, window):
         window_widths = widths[b0 : b0 + window]
         order = np.argsort(window_widths, kind="stable")
@@ -325,7 +326,7 @@ def _unpack_piece(words: np.ndarray, width: int, scratch: list[np.ndarray]) -> n
     than the work): copy the words to aligned memory; gather the word that holds each value slot's
     low bits and shift; the same for the word its high bits spill into; or; mask while transposing
     to block-major. Scratch rows a multiple of 1 KiB apart make the transpose thrash the cache, 10x
-    slower: hence ``_PIECE`` = 1016, not 1024.
+    slower: hence ``_PIECE`` = 2040, not 2048.
     """
     n = words.shape[1] // 4
     word, spill_word, shift, spill_shift, low_bits = _slot_arrays(width)
