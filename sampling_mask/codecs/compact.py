@@ -455,15 +455,16 @@ def _sum_rows(values: np.ndarray, offsets: np.ndarray, start: int, stop: int, su
     at a time: a row's first id is its first value, each later id the previous one plus its value
     plus one.
 
-    Two cumulative sums of ``value + 1`` into the scratch ``sums`` (``cumsum`` onto its own input
-    runs 3-4x slower): the first gives the running total before each row, which the second takes
-    away at the row's first value, so that it restarts there. A range that begins inside a row
+    ``value + 1`` goes to the scratch ``sums``, then two cumulative sums of it into ``values`` (a
+    ``cumsum`` onto its own input runs 3-4x slower): the first gives the running total before each
+    row, which the second takes away at the row's first value, so that it restarts there. A range that begins inside a row
     continues from the id before it. With int64 ``sums``, ``E_RANGE`` (naming the row) for an id
     past int32; with int32 ``sums`` the caller knows that the modular sums are exact (numpy's
     integer arithmetic wraps, and its int32 ``cumsum`` runs 1.5x faster than the uint32 one).
     """
     dtype = sums.dtype.type
     checked = dtype is np.int64
+    wide = np.empty(sums.size if checked else 0, dtype=dtype)  # the ids, before the range check
     for a in range(start, stop, sums.size):
         b = min(a + sums.size, stop)
         starts = offsets[np.searchsorted(offsets, a) : np.searchsorted(offsets, b)] - a
@@ -475,20 +476,21 @@ def _sum_rows(values: np.ndarray, offsets: np.ndarray, start: int, stop: int, su
         if not firsts.size or firsts[0] != 0:
             firsts = np.concatenate(([0], firsts))
             carry = int(values[a - 1]) + 1
-        block = values[a:b].view(np.uint32).astype(np.int64) if checked else values[a:b]
-        block += dtype(1)
-        total = sums[: b - a]
-        np.cumsum(block, out=total)
+        step = sums[: b - a]  # value + 1
+        np.add(values[a:b].view(np.uint32) if checked else values[a:b], dtype(1), out=step)
+        running = wide[: b - a] if checked else values[a:b]
+        np.cumsum(step, out=running)
         before = np.empty(firsts.size, dtype=dtype)  # each run's total before it, plus one
         before[0] = 1 - carry
-        np.take(total, firsts[1:] - 1, out=before[1:], mode="clip")
+        np.take(running, firsts[1:] - 1, out=before[1:], mode="clip")
         before[1:] += dtype(1)
         restart = before.copy()
         restart[1:] -= before[:-1]
-        block[firsts] -= restart
-        np.cumsum(block, out=total)
-        if checked and int(total.max()) >= _INT32_LIMIT:
-            at = int(np.argmax(total >= _INT32_LIMIT))
-            row = int(np.searchsorted(offsets, a + at, side="right") - 1)
-            raise _error(ErrorCode.E_RANGE, "id does not fit int32", row=row, value=int(total[at]))
-        values[a:b] = total
+        step[firsts] -= restart
+        np.cumsum(step, out=running)
+        if checked:
+            if int(running.max()) >= _INT32_LIMIT:
+                at = int(np.argmax(running >= _INT32_LIMIT))
+                row = int(np.searchsorted(offsets, a + at, side="right") - 1)
+                raise _error(ErrorCode.E_RANGE, "id does not fit int32", row=row, value=int(running[at]))
+            values[a:b] = running
