@@ -269,12 +269,11 @@ def check_rows(
     ``ascending=True``: the caller built every row strictly ascending, so the order is not checked.
 
     ``E_RANGE`` for an id out of range, ``E_DUPLICATE`` for a repeated id, both naming the row. One
-    pass in blocks of :data:`BLOCK` ids: range, order, then (unsorted blocks only) the hashed
-    duplicate test :func:`_has_duplicate`, then membership of the sampled id. Offsets must already
-    be checked.
+    pass in blocks of :data:`BLOCK` ids: range, order, then (unsorted blocks only) the chunked
+    duplicate test :func:`_may_repeat`, then membership of the sampled id. Offsets must already be
+    checked.
     """
     all_ascending, missing = True, None
-    table = None  # the duplicate test's hash table, made at the first unsorted block
     blocks = row_blocks(offsets)
     # Ids read in place from a payload may be unaligned; numpy is many times slower on those, so
     # each block is first copied into one aligned scratch buffer (it stays in cache).
@@ -305,11 +304,17 @@ def check_rows(
             descents[firsts[1:] - 1] = False  # pairs that straddle two rows
             if descents.any():
                 all_ascending = False
-                table = _hash_table(ids.size) if table is None else table
-                first = _first_duplicate(block, starts) if _has_duplicate(block, starts, table) else None
+                id_bits = max(hi, 1).bit_length()
+                # uint32 keys keep 9 bits of the row for ids below 2^23; wider ids take the full sort
+                quick = id_bits <= 23 and block.dtype == np.int32
+                first = _first_duplicate(block, starts) if not quick or _may_repeat(block, starts, id_bits) else None
                 if first is not None:
                     raise SamplingMaskError(
-                        ErrorCode.E_DUPLICATE, "id repeated within a row", field=field, row=r0 + first[0], value=first[1]
+                        ErrorCode.E_DUPLICATE,
+                        "id repeated within a row",
+                        field=field,
+                        row=r0 + first[0],
+                        value=first[1],
                     )
         if sampled is not None and missing is None and firsts.size:
             missing = _first_missing(block, firsts, sampled[r0:r1][nonempty], np.flatnonzero(nonempty) + r0)
@@ -326,63 +331,41 @@ def _aligned_copy(src: np.ndarray, scratch: np.ndarray) -> np.ndarray:
     return out
 
 
-#: Slots of the duplicate test's hash table, at most 2^20 int32 (4 MiB) and 16 per id of a block: a
-#: block of n = 65536 ids leaves about n^2 / 2^21 = 2k positions colliding after the first round.
-_HASH_BITS = 20
-#: (id, row) multipliers of each round's hash (odd, so each is a bijection of uint32); the slot
-#: is the top log2(table size) bits of ``id * a + row * b`` modulo 2^32.
-_HASH_ROUNDS = (
-    (np.uint32(0x9E3779B1), np.uint32(1)),
-    (np.uint32(0xC2B2AE3D), np.uint32(0x27D4EB2F)),
-    (np.uint32(0x165667B1), np.uint32(0x85EBCA77)),
-)
-#: Positions still undecided after a round are sorted once they are this few (or after the last round).
-_SORT_BELOW = 1024
+#: Ids per sorted chunk of the duplicate test: numpy sorts rows of up to 512 uint32 keys with a
+#: sorting network, under 1 ns per id here (longer rows run 5-15x slower per id, as does a 1-D sort).
+_CHUNK = 512
 
 
-def _hash_table(nnz: int) -> np.ndarray:
-    """Scratch for :func:`_has_duplicate`: about 16 slots per id of a block, at most 2^_HASH_BITS."""
-    return np.empty(1 << min(_HASH_BITS, min(nnz, BLOCK).bit_length() + 4), np.int32)
+def _may_repeat(block: np.ndarray, starts: np.ndarray, id_bits: int) -> bool:
+    """False when no row of ``block`` (ids in ``[0, 2^id_bits)``, ``id_bits <= 23``; rows begin at
+    ``starts``) repeats an id, True when one does. Sorts short chunks only, no 1-D sort of the block.
 
-
-def _has_duplicate(block: np.ndarray, starts: np.ndarray, table: np.ndarray) -> bool:
-    """Whether a row of ``block`` (non-negative ids; rows begin at ``starts``) repeats an id. Exact;
-    sorts only the few positions the hash rounds leave undecided.
-
-    Each round writes every undecided position into ``table`` at the hash of its (row, id) key;
-    one position owns each slot. A position that does not own its slot either holds the owner's
-    key (a duplicate) or collides with another key and stays undecided. Equal keys always share
-    a slot, so of a duplicate pair either one owns the slot (found) or both stay undecided; the
-    remainder is sorted by key and compared with its neighbours. Slots not written in a round
-    are never read in it, so ``table`` needs no clearing.
+    Each id becomes the uint32 key ``tag << id_bits | id``, where ``tag`` counts the non-empty rows
+    begun before it (modulo 2^(32 - id_bits) >= 512: distinct for the rows of one chunk). The keys
+    are sorted in chunks of :data:`_CHUNK`, then again with the chunks shifted by half a chunk; a
+    duplicate's two keys are equal, so they end adjacent in a sorted chunk. Two positions at most
+    ``_CHUNK // 2`` apart share a chunk in one of the two tilings (only a span holding a boundary of
+    each, ``_CHUNK // 2`` apart, separates them), so this covers rows of up to ``_CHUNK // 2 + 1``
+    ids; wider rows are sorted on their own.
     """
     n = block.size
-    if block.dtype != np.int32:  # wider ids would not fit the uint32 hash keys
-        return _first_duplicate(block, starts) is not None
-    row_key = np.repeat(np.arange(starts.size, dtype=np.uint32) * np.uint32(0x85EBCA77), np.diff(starts, append=n))
-    ids = block.view(np.uint32)
-    live: np.ndarray = np.arange(n, dtype=np.int32)  # undecided positions
-    shift = np.uint32(32 - (table.size.bit_length() - 1))
-    for a, b in _HASH_ROUNDS:
-        sub_ids, sub_rows = (ids, row_key) if live.size == n else (ids[live], row_key[live])
-        slot = sub_ids * a
-        slot += sub_rows * b if b != 1 else sub_rows
-        slot = np.right_shift(slot, shift, out=np.empty(slot.size, np.intp))  # intp: faster indexing
-        table[slot] = live
-        owner = table.take(slot)
-        lost = np.flatnonzero(owner != live)
-        if lost.size == 0:
-            return False
-        # intp positions: numpy's fancy indexing is several times slower with int32 ones
-        owner, live = owner[lost].astype(np.intp), lost if live.size == n else live[lost]
-        if np.any((ids[owner] == ids[live]) & (row_key[owner] == row_key[live])):
+    lengths = np.diff(starts, append=n)
+    key = np.zeros(n, np.uint32)
+    key[starts[(starts > 0) & (starts < n)]] = np.uint32(1 << id_bits)  # an empty row adds no tag
+    np.cumsum(key, out=key)  # wraps modulo 2^32: the tag modulo 2^(32 - id_bits)
+    key |= block.view(np.uint32)
+    for lo in (0, _CHUNK // 2) if n > _CHUNK else (0,):
+        body = (n - lo) // _CHUNK * _CHUNK
+        tiled = np.concatenate(  # adjacent keys across two chunks are equal only for a duplicate
+            (np.sort(key[lo : lo + body].reshape(-1, _CHUNK), axis=1).reshape(-1), np.sort(key[lo + body :]))
+        )
+        if np.any(tiled[1:] == tiled[:-1]):
             return True
-        if live.size <= _SORT_BELOW:
-            break
-    rows = np.searchsorted(starts, live, side="right") - 1  # live is ascending, so are its rows
-    key = (rows << 32) | ids[live]
-    key.sort(kind="stable")  # already ordered by row: a merge of runs
-    return bool(np.any(key[1:] == key[:-1]))
+    wide = np.flatnonzero(lengths > _CHUNK // 2 + 1)
+    if wide.size:
+        picked = range_indices(starts[wide], lengths[wide])
+        return _first_duplicate(block[picked], np.cumsum(lengths[wide]) - lengths[wide]) is not None
+    return False
 
 
 def _first_duplicate(block: np.ndarray, starts: np.ndarray) -> tuple[int, int] | None:
