@@ -10,6 +10,7 @@ the rest assume their inputs were checked.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 from typing import Any
 
@@ -306,7 +307,7 @@ def check_rows(
                 all_ascending = False
                 id_bits = max(hi, 1).bit_length()
                 # uint32 keys keep 9 bits of the row for ids below 2^23; wider ids take the full sort
-                quick = id_bits <= 23 and block.dtype == np.int32
+                quick = _SIMD_SORT and id_bits <= 23 and block.dtype == np.int32
                 first = _first_duplicate(block, starts) if not quick or _may_repeat(block, starts, id_bits) else None
                 if first is not None:
                     raise SamplingMaskError(
@@ -331,41 +332,61 @@ def _aligned_copy(src: np.ndarray, scratch: np.ndarray) -> np.ndarray:
     return out
 
 
+def _simd_sort() -> bool:
+    """Whether numpy runs with SIMD kernels beyond its build baseline. Only then does it sort short
+    rows with a sorting network (5-10x faster than a merge sort); without them the chunked
+    duplicate test runs about 2x slower than one stable sort of the block, which it then uses."""
+    try:
+        umath = importlib.import_module("numpy._core._multiarray_umath")
+        return any(umath.__cpu_features__.get(name) for name in umath.__cpu_dispatch__)
+    except (ImportError, AttributeError):  # pragma: no cover - numpy 1.x or another layout
+        return True
+
+
+_SIMD_SORT = _simd_sort()
 #: Ids per sorted chunk of the duplicate test: numpy sorts rows of up to 512 uint32 keys with a
 #: sorting network, under 1 ns per id here (longer rows run 5-15x slower per id, as does a 1-D sort).
 _CHUNK = 512
 
 
 def _may_repeat(block: np.ndarray, starts: np.ndarray, id_bits: int) -> bool:
-    """False when no row of ``block`` (ids in ``[0, 2^id_bits)``, ``id_bits <= 23``; rows begin at
-    ``starts``) repeats an id, True when one does. Sorts short chunks only, no 1-D sort of the block.
+    """False when no row of ``block`` (int32 ids in ``[0, 2^id_bits)``, ``id_bits <= 23``; rows begin
+    at ``starts``) repeats an id; True when one may (:func:`_first_duplicate` tells). Sorts only
+    short rows of a 2-D array, which numpy does with a sorting network: no 1-D sort of the block.
 
     Each id becomes the uint32 key ``tag << id_bits | id``, where ``tag`` counts the non-empty rows
-    begun before it (modulo 2^(32 - id_bits) >= 512: distinct for the rows of one chunk). The keys
-    are sorted in chunks of :data:`_CHUNK`, then again with the chunks shifted by half a chunk; a
+    begun before it, modulo 2^(32 - id_bits) >= 512: distinct within :data:`_CHUNK` ids. The keys
+    are sorted in chunks of :data:`_CHUNK`, then again in chunks shifted by half a chunk; a
     duplicate's two keys are equal, so they end adjacent in a sorted chunk. Two positions at most
-    ``_CHUNK // 2`` apart share a chunk in one of the two tilings (only a span holding a boundary of
-    each, ``_CHUNK // 2`` apart, separates them), so this covers rows of up to ``_CHUNK // 2 + 1``
-    ids; wider rows are sorted on their own.
+    ``_CHUNK // 2`` apart share a chunk in one of the two tilings (separating them needs a boundary
+    of each tiling between them, and those are ``_CHUNK // 2`` apart), which covers every row of
+    up to ``_CHUNK // 2 + 1`` ids. Wider rows are padded with distinct negative ids and sorted whole.
     """
     n = block.size
-    lengths = np.diff(starts, append=n)
     key = np.zeros(n, np.uint32)
     key[starts[(starts > 0) & (starts < n)]] = np.uint32(1 << id_bits)  # an empty row adds no tag
     np.cumsum(key, out=key)  # wraps modulo 2^32: the tag modulo 2^(32 - id_bits)
     key |= block.view(np.uint32)
     for lo in (0, _CHUNK // 2) if n > _CHUNK else (0,):
         body = (n - lo) // _CHUNK * _CHUNK
-        tiled = np.concatenate(  # adjacent keys across two chunks are equal only for a duplicate
-            (np.sort(key[lo : lo + body].reshape(-1, _CHUNK), axis=1).reshape(-1), np.sort(key[lo + body :]))
-        )
-        if np.any(tiled[1:] == tiled[:-1]):
+        # Flat: the last key of a chunk and the first of the next may also match (a duplicate, or
+        # tags a full cycle apart); either way the caller's exact check decides.
+        chunks = np.sort(key[lo : lo + body].reshape(-1, _CHUNK), axis=1).reshape(-1)
+        tail = np.sort(key[lo + body :])
+        if np.any(chunks[1:] == chunks[:-1]) or np.any(tail[1:] == tail[:-1]):
             return True
+    lengths = np.diff(starts, append=n)
     wide = np.flatnonzero(lengths > _CHUNK // 2 + 1)
-    if wide.size:
-        picked = range_indices(starts[wide], lengths[wide])
-        return _first_duplicate(block[picked], np.cumsum(lengths[wide]) - lengths[wide]) is not None
-    return False
+    if wide.size == 0:
+        return False
+    width = int(lengths[wide].max())
+    if width > _CHUNK:  # wider than any default limit allows: left to the exact check
+        return True
+    cols = np.arange(width, dtype=np.int32)
+    rows = block.take(np.minimum(starts[wide, None] + cols, n - 1))
+    rows = np.where(cols < lengths[wide, None], rows, -1 - cols)
+    rows.sort(axis=1)
+    return bool(np.any(rows[:, 1:] == rows[:, :-1]))
 
 
 def _first_duplicate(block: np.ndarray, starts: np.ndarray) -> tuple[int, int] | None:
