@@ -367,13 +367,19 @@ def _may_repeat(block: np.ndarray, starts: np.ndarray, id_bits: int) -> bool:
     key[starts[(starts > 0) & (starts < n)]] = np.uint32(1 << id_bits)  # an empty row adds no tag
     np.cumsum(key, out=key)  # wraps modulo 2^32: the tag modulo 2^(32 - id_bits)
     key |= block.view(np.uint32)
-    for lo in (0, _CHUNK // 2) if n > _CHUNK else (0,):
+    tilings = (0, _CHUNK // 2) if n > _CHUNK else (0,)
+    for lo in tilings:
         body = (n - lo) // _CHUNK * _CHUNK
+        chunks, tail = key[lo : lo + body].reshape(-1, _CHUNK), key[lo + body :]
+        if lo == tilings[-1]:  # the keys' last use: sort in place
+            chunks.sort(axis=1)
+            tail.sort()
+        else:
+            chunks, tail = np.sort(chunks, axis=1), np.sort(tail)
         # Flat: the last key of a chunk and the first of the next may also match (a duplicate, or
         # tags a full cycle apart); either way the caller's exact check decides.
-        chunks = np.sort(key[lo : lo + body].reshape(-1, _CHUNK), axis=1).reshape(-1)
-        tail = np.sort(key[lo + body :])
-        if np.any(chunks[1:] == chunks[:-1]) or np.any(tail[1:] == tail[:-1]):
+        flat = chunks.reshape(-1)
+        if np.any(flat[1:] == flat[:-1]) or np.any(tail[1:] == tail[:-1]):
             return True
     lengths = np.diff(starts, append=n)
     wide = np.flatnonzero(lengths > _CHUNK // 2 + 1)
