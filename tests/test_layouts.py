@@ -339,3 +339,32 @@ def test_duplicate_test_of_a_512_wide_row_under_the_default_limits() -> None:
     with pytest.raises(SamplingMaskError) as info:
         SamplingMask.from_rows([[1], row.tolist()], vocab_size=151_936)
     assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_DUPLICATE, 1, int(row[7]))
+
+
+@pytest.mark.parametrize("vocab", [None, 1, 10, 2**31 - 1, 2**31, 2**31 + 5])
+@pytest.mark.parametrize("bad", [-1, -(2**31), 10, 2**31 - 1])
+def test_range_check_names_the_first_bad_row_negatives_first(vocab: int | None, bad: int) -> None:
+    # One max over the ids read as uint32 finds both ends; the message still names the first
+    # negative id's row when there is one, else the first id at or past the vocabulary.
+    rows = [[0], [bad, 0], [2**31 - 1 if vocab is None or vocab >= 2**31 else vocab - 1], [-5 if bad >= 0 else 0]]
+    ids, offsets = ragged(rows)
+    for block in (1, 1 << 16):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(layouts, "BLOCK", block)
+            expected = _reference_range(rows, vocab, whole_mask=block > 1)
+            if expected is None:
+                assert layouts.check_ids(ids, offsets, vocab) is True
+                continue
+            with pytest.raises(SamplingMaskError) as info:
+                layouts.check_ids(ids, offsets, vocab)
+            assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_RANGE, *expected)
+
+
+def _reference_range(rows: list[list[int]], vocab: int | None, whole_mask: bool) -> tuple[int, int] | None:
+    """(row, id) check_ids reports: within one block, a negative id before any id past the vocabulary."""
+    flat = [(t, i) for t, row in enumerate(rows) for i in row]
+    if not whole_mask:  # a block per row: the first bad row, negative or not
+        return next(((t, i) for t, i in flat if i < 0 or (vocab is not None and i >= vocab)), None)
+    return next(((t, i) for t, i in flat if i < 0), None) or next(
+        ((t, i) for t, i in flat if vocab is not None and i >= vocab), None
+    )

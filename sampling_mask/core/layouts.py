@@ -290,11 +290,15 @@ def check_rows(
         if scratch is not None:
             block = _aligned_copy(block, scratch)
         starts = offsets[r0:r1] - base
-        nonempty = offsets[r0 + 1 : r1 + 1] - base > starts
-        firsts = starts[nonempty]  # where each non-empty row of the block begins
-        lo, hi = int(block.min()), int(block.max())
-        if lo < 0 or (vocab_size is not None and hi >= vocab_size):
-            pos = int(np.flatnonzero((block < 0) if lo < 0 else (block >= vocab_size))[0])
+        if block.dtype == np.int32:  # as uint32 a negative id is >= 2^31: one max finds both ends
+            hi = int(block.view(np.uint32).max())
+            bad = hi >= min(vocab_size if vocab_size is not None else _INT32_MAX + 1, _INT32_MAX + 1)
+        else:
+            hi = int(block.max())
+            bad = int(block.min()) < 0 or (vocab_size is not None and hi >= vocab_size)
+        if bad:
+            negative = block < 0
+            pos = int(np.flatnonzero(negative if negative.any() else (block >= vocab_size))[0])
             row = r0 + int(np.searchsorted(starts, pos, side="right")) - 1
             limit = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
             raise SamplingMaskError(
@@ -302,7 +306,10 @@ def check_rows(
             )
         if not ascending:
             descents = block[1:] <= block[:-1]
-            descents[firsts[1:] - 1] = False  # pairs that straddle two rows
+            # Pairs that straddle two rows end at a row start inside the block (an empty row
+            # repeats its neighbour's start; leading ones start at 0, trailing ones at the end).
+            inner = starts[int(np.searchsorted(starts, 0, side="right")) : int(np.searchsorted(starts, block.size))]
+            descents[inner - 1] = False
             if descents.any():
                 all_ascending = False
                 id_bits = max(hi, 1).bit_length()
@@ -317,8 +324,11 @@ def check_rows(
                         row=r0 + first[0],
                         value=first[1],
                     )
-        if sampled is not None and missing is None and firsts.size:
-            missing = _first_missing(block, firsts, sampled[r0:r1][nonempty], np.flatnonzero(nonempty) + r0)
+        if sampled is not None and missing is None:
+            nonempty = offsets[r0 + 1 : r1 + 1] - base > starts
+            firsts = starts[nonempty]  # where each non-empty row of the block begins
+            if firsts.size:
+                missing = _first_missing(block, firsts, sampled[r0:r1][nonempty], np.flatnonzero(nonempty) + r0)
     return all_ascending, missing
 
 
