@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import sampling_mask
 from sampling_mask import SamplingMask, synthetic
 from sampling_mask.core import layouts
 from sampling_mask.reference_scorer import masked_logprobs, masked_logprobs_from_hidden
@@ -159,7 +160,10 @@ def child_peak(method: str, size: str) -> None:
 
 
 def measure_peak(method: str, size: str) -> int:
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    # The child imports the same sampling_mask as this process, installed or not.
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(sampling_mask.__file__)))
+    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", PYTHONPATH=path)
     out = subprocess.run(
         [sys.executable, __file__, "--child", method, "--size", size, "--threads", str(torch.get_num_threads())],
         env=env,

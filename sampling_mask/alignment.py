@@ -124,7 +124,7 @@ def take_rows(mask: SamplingMask, rows: Any, cu_seqlens: Any) -> SamplingMask:
     src = rows[present]
     lengths = np.zeros(rows.size, dtype=np.int64)
     lengths[present] = mask.row_lengths[src]
-    id_pos = layouts.range_indices(mask.offsets[:-1][src], lengths[present])
+    id_pos = layouts.range_indices(mask.stored_offsets[:-1][src], lengths[present])
     companions: dict[str, Any] = {}
     for name, arr in mask.companions.items():
         if name == "support_logprobs":

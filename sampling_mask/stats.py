@@ -109,11 +109,11 @@ class SupportSummary:
 
 def _segment_stats(mask: SamplingMask) -> dict[str, np.ndarray]:
     """Per segment: rows, empty rows, ids, and mean / median / max support size over non-empty rows."""
-    cu, offsets, lengths = mask.cu_seqlens, mask.offsets, mask.row_lengths
+    cu, offsets, lengths = mask.cu_seqlens, mask.stored_offsets, mask.row_lengths
     seg_rows = np.diff(cu)
     seg_of_row = np.repeat(np.arange(seg_rows.size), seg_rows)
     empty = np.bincount(seg_of_row[lengths == 0], minlength=seg_rows.size).astype(np.int64)
-    ids = offsets[cu[1:]] - offsets[cu[:-1]]
+    ids = np.subtract(offsets[cu[1:]], offsets[cu[:-1]], dtype=np.int64)
     nonempty = seg_rows - empty
     # Sorting rows by (segment, length) puts each segment's empty rows first, then its supports ascending.
     ordered = lengths[np.lexsort((lengths, seg_of_row))].astype(np.float64)

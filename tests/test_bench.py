@@ -73,7 +73,28 @@ def test_peers_and_decode_scaling_figures(quick_run: tuple[dict[str, Any], str, 
     assert set(scaling["time_s"]["msgpack int64 offsets, trusted"]) == {1000, 10_000}
     # Trusted msgpack ragged with int64 offsets reads the payload in place: no extra memory to speak of.
     assert scaling["peak_extra_fraction"]["Arrow stream, large lists, trusted"][10_000] < 0.5
+    # Target 4: every in-place form gets a growth figure and a verdict against 1.5x per 10x rows.
+    growth = scaling["trusted_growth_per_10x"]
+    assert set(bench._IN_PLACE_FORMS) <= set(growth) and all(g > 0 for g in growth.values())
+    for form in bench._IN_PLACE_FORMS:
+        assert any(
+            line.strip().startswith(f"{form}: ") and line.rstrip().endswith(("holds", "missed"))
+            for line in text.splitlines()
+        )
     assert plot.with_name(plot.stem + "_decode.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_decode_scaling_sizes_option() -> None:
+    out = io.StringIO()
+    results = bench.run(
+        ["--quick", "--rows", "300", "--sections", "decode-scaling", "--sizes", "200", "2000", "--repeats", "1"],
+        out=out,
+    )
+    scaling = results["decode_scaling"]
+    assert set(scaling["time_s"]["msgpack int32 offsets, trusted"]) == {200, 2000}
+    assert "200 -> 2,000 tokens" in out.getvalue()
+    # Trusted in-place decodes allocate a few kilobytes (headers, the mask), not the offsets.
+    assert scaling["trusted_peak_bytes"]["msgpack int32 offsets, trusted"][2000] < 2000 * 4
 
 
 def test_plot_is_a_png(quick_run: tuple[dict[str, Any], str, Path]) -> None:

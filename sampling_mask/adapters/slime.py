@@ -104,7 +104,7 @@ def from_samples(
 def _int32_offsets(mask: SamplingMask) -> np.ndarray:
     if mask.nnz > np.iinfo(np.int32).max:
         raise SamplingMaskError(ErrorCode.E_LIMIT, "slime's offsets are int32", field="offsets", value=mask.nnz)
-    return mask.offsets.astype(np.int32)
+    return mask.stored_offsets.astype(np.int32)
 
 
 def to_meta_info(mask: SamplingMask) -> dict[str, str]:

@@ -239,17 +239,17 @@ def _batch(mask: SamplingMask, plan: _Plan, extra_columns: Mapping[str, Any] | N
             blobs.append(compact.encode_ragged(ids[lo : int(offsets[r1])], offsets[r0 : r1 + 1] - lo))
         total = sum(len(blob) for blob in blobs)
         binary = pa.large_binary() if total > INT32_OFFSET_MAX else pa.binary()
-        seg_offsets = mask.offsets[cu]
+        seg_offsets = mask.stored_offsets[cu].astype(np.int64)  # the count columns are exactly int64
         names += [COMPACT_COLUMN, COMPACT_ROWS_COLUMN, COMPACT_NNZ_COLUMN]
         arrays += [pa.array(blobs, type=binary), pa.array(np.diff(cu)), pa.array(np.diff(seg_offsets))]
     else:
-        inner = _list_array(mask.offsets, pa.array(mask.ids), plan.inner_large)
+        inner = _list_array(mask.stored_offsets, pa.array(mask.ids), plan.inner_large)
         names.append(MASK_COLUMN)
         arrays.append(_list_array(cu, inner, plan.outer_large))
     for name in plan.companions:
         values = pa.array(mask.companions[name])
         if name == "support_logprobs":
-            values = _list_array(mask.offsets, values, plan.inner_large)
+            values = _list_array(mask.stored_offsets, values, plan.inner_large)
         names.append(name)
         arrays.append(_list_array(cu, values, plan.outer_large))
     for name, column in (extra_columns or {}).items():
@@ -511,14 +511,15 @@ def _levels(arrow_type: Any, nested: bool, name: str) -> tuple[bool, ...]:
 
 
 def _offsets_view(list_array: Any, *, code: ErrorCode, field: str, monotonic: bool = True) -> tuple[np.ndarray, Any]:
-    """Checked offsets (rebased to 0, int64) of a list array and its child sliced to what they cover.
+    """Checked offsets (rebased to 0, int32 for ``list``, int64 for ``large_list``) of a list array and
+    its child sliced to what they cover.
 
     The end points are always checked (O(1)); ``monotonic`` adds the O(rows) scan (validated reads).
-    int64 offsets that start at 0 (``large_list``) are returned as they are: no copy.
+    Offsets that start at 0 (every column we write) are returned as they are: no copy, O(1).
     """
     child = list_array.values
     if len(list_array) == 0:  # Arrow lets a zero-length list carry an empty offsets buffer
-        return np.zeros(1, np.int64), child.slice(0, 0)
+        return np.zeros(1, np.int32), child.slice(0, 0)
     raw = list_array.offsets.to_numpy(zero_copy_only=True)
     if raw.size == 0:  # pragma: no cover - a validated array of length n has n + 1 offsets
         raise SamplingMaskError(code, "missing offsets", field=field)
@@ -529,7 +530,8 @@ def _offsets_view(list_array: Any, *, code: ErrorCode, field: str, monotonic: bo
     first, last = int(raw[0]), int(raw[-1])
     if first < 0 or last > len(child):
         raise SamplingMaskError(code, f"offsets run outside the child array of {len(child)}", field=field, value=last)
-    rebased = np.subtract(raw, first, dtype=np.int64) if (first or raw.dtype != np.int64) else raw
+    # Checked offsets lie in [first, last]: rebased in their own dtype they cannot wrap.
+    rebased = np.subtract(raw, first, dtype=raw.dtype if monotonic else np.int64) if first else raw
     return rebased, child.slice(first, last - first)
 
 

@@ -505,5 +505,5 @@ def _segment_bytes(mask: SamplingMask) -> np.ndarray:
     per_id = 4 + (4 if "support_logprobs" in mask.companions else 0)
     per_row = 8 + sum(values.dtype.itemsize for name, values in mask.companions.items() if name != "support_logprobs")
     rows = np.diff(mask.cu_seqlens)
-    ids = np.diff(mask.offsets[mask.cu_seqlens])
+    ids = np.diff(mask.stored_offsets[mask.cu_seqlens].astype(np.int64))
     return ids * per_id + rows * per_row

@@ -17,7 +17,8 @@ Wire format (spec/v1/SPEC.md, section ``msgpack``)::
 
 The encoder writes the version key first and, by default, row lengths as ``counts`` in the
 narrowest of uint8 / uint16 / int32 that holds the widest row (the smallest wire: 2 bytes per row
-for rows up to 65535 ids); ``offsets_dtype="int64"`` writes offsets that decode in O(1).
+for rows up to 65535 ids); ``offsets_dtype="int64"`` or ``"int32"`` writes offsets that decode in
+O(1) (int32 offsets stay int32 in the mask: :attr:`SamplingMask.stored_offsets`).
 It (that is how :func:`sampling_mask.decode` recognises the
 envelope). The decoder reads ``bin`` values in place: ids, offsets and companions are read-only
 views of the payload (no copy). Declared dtype / shape are checked against a per-field whitelist,
@@ -145,7 +146,7 @@ def encode(
     ``"ragged"`` (default, ids decode in place), ``"dense"`` (``width`` defaults to the widest row)
     or ``"compact"`` (rows stored ascending). Ragged row index: by default ``counts`` in the
     narrowest dtype that fits (the smallest wire; one O(T) sum on read); ``offsets_dtype="int64"``
-    (offsets decode in place, O(1)) or ``"int32"``."""
+    or ``"int32"`` (offsets decode in place, O(1))."""
     return b"".join(encode_frames(mask, layout=layout, offsets_dtype=offsets_dtype, width=width))
 
 
@@ -177,7 +178,7 @@ def _envelope(mask: SamplingMask, *, layout: str, offsets_dtype: str | None, wid
         if offsets_dtype is None:
             env["counts"] = _array(_narrow_counts(mask))
         else:
-            env["offsets"] = _array(mask.offsets.astype(index, copy=False))
+            env["offsets"] = _array(mask.stored_offsets.astype(index, copy=False))
     elif layout == "dense":
         env["dense"] = _array(mask.to_dense(width))
     else:
@@ -206,7 +207,8 @@ def encode_frames(
 ) -> list[Any]:
     """The envelope of :func:`encode` as a list of frames (``bytes`` headers and memoryviews of the
     mask's arrays), for ZMQ multipart, ``socket.sendmsg`` or a streaming HTTP body: nothing is
-    copied, and with the default ragged layout and int64 offsets the cost is O(1) in rows
+    copied, and with the default ragged layout and offsets in the dtype the mask stores
+    (:attr:`SamplingMask.stored_offsets`; int64 unless decoded from int32) the cost is O(1) in rows
     (``offsets_dtype=None`` writes the narrow ``counts`` of :func:`encode`'s default, O(T)).
     ``b"".join(frames) == encode(mask, ...)``; :func:`decode` accepts the frames as a list."""
     return _frames(_envelope(mask, layout=layout, offsets_dtype=offsets_dtype, width=width))
@@ -264,14 +266,15 @@ def _get_count(env: Mapping[str, Any], key: str, limit: int, *, required: bool) 
 
 
 def _ragged_offsets(env: Mapping[str, Any], nnz: int, limits: Limits) -> np.ndarray:
-    """int64 offsets from ``offsets`` (read in place when int64) or from ``counts``; exactly one."""
+    """Offsets from ``offsets`` (read in place, int32 or int64: O(1)) or int64 from ``counts`` (O(T));
+    exactly one of the two."""
     if "counts" in env and "offsets" in env:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "give offsets or counts, not both", field="counts")
     if "counts" not in env:
         raw_offsets = _get_array(env, "offsets", _INDEX_DTYPES, limits, ndim=1)
         assert raw_offsets is not None
         check_output(limits, max(raw_offsets.size - 1, 0), nnz, field="offsets")
-        return _index_array(raw_offsets)
+        return raw_offsets
     counts = _get_array(env, "counts", _COUNT_DTYPES, limits, ndim=1)
     assert counts is not None
     check_count(counts.size, limits.max_rows, "row count", field="counts")

@@ -1,11 +1,11 @@
 # sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/core/layouts.py, vendorable (README: Vendoring)
 """Vectorized numpy conversions and checks between the array layouts of spec v1.
 
-The canonical in-memory layout is *ragged* (CSR): ``ids`` int32 [nnz] and ``offsets`` int64 [T+1]
-with ``offsets[0] == 0``, ``offsets`` non-decreasing and ``offsets[T] == nnz``; row t is
-``ids[offsets[t]:offsets[t+1]]``. Every function here is whole-array numpy: no per-row Python loop.
-Functions named ``check_*`` raise :class:`SamplingMaskError` and return nothing useful;
-the rest assume their inputs were checked.
+The canonical in-memory layout is *ragged* (CSR): ``ids`` int32 [nnz] and ``offsets`` [T+1], int64
+or int32 (:data:`OFFSETS_DTYPES`; int32 only while nnz fits it), with ``offsets[0] == 0``,
+``offsets`` non-decreasing and ``offsets[T] == nnz``; row t is ``ids[offsets[t]:offsets[t+1]]``.
+Every function here is whole-array numpy: no per-row Python loop. Functions named ``check_*`` raise
+:class:`SamplingMaskError` and return nothing useful; the rest assume their inputs were checked.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from .errors import ErrorCode, SamplingMaskError
 from .limits import Limits, check_count
 
 __all__ = [
+    "OFFSETS_DTYPES",
     "PAD",
     "as_float_array",
     "as_host_array",
     "as_int_array",
+    "as_offsets_array",
     "asarray_checked",
     "bitmask_to_ragged",
     "canonical_permutation",
@@ -31,18 +33,24 @@ __all__ = [
     "check_offsets",
     "check_rows",
     "check_segments",
-    "row_blocks",
     "counts_to_offsets",
+    "offsets_dtype_for",
     "dense_to_ragged",
     "range_indices",
     "ragged_to_bitmask",
     "ragged_to_dense",
+    "row_blocks",
     "row_of_ids",
     "steps_scan",
 ]
 
 PAD = -1  # dense padding value
 _INT32_MAX = np.iinfo(np.int32).max
+#: The dtypes offsets are held in, as given (no copy): int32 as Arrow ``list`` columns and int32 wire
+#: offsets carry them, int64 otherwise. Any other integer dtype is widened to int64.
+OFFSETS_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+#: The largest id count int32 offsets can index; derived offsets past it are int64.
+INT32_OFFSETS_MAX = _INT32_MAX
 
 
 def asarray_checked(value: Any, *, field: str) -> np.ndarray:
@@ -134,6 +142,23 @@ def as_int_array(
     return arr
 
 
+def as_offsets_array(value: Any, *, field: str = "offsets") -> np.ndarray:
+    """``value`` as offsets: an int32 or int64 array as it is (no copy, read-only views stay views; a
+    C-contiguous little-endian copy otherwise), any other integer array widened to int64 (``E_RANGE``
+    when a value does not fit it). O(1) for int32 / int64 input."""
+    if isinstance(value, np.ndarray) and value.dtype in OFFSETS_DTYPES and value.dtype.isnative and value.ndim == 1:
+        return np.ascontiguousarray(value)
+    return as_int_array(value, np.int64, field=field)
+
+
+def offsets_dtype_for(nnz: int, *dtypes: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype of offsets derived from offsets of ``dtypes`` that index ``nnz`` ids: int32 only when
+    every source is int32 and ``nnz`` <= :data:`INT32_OFFSETS_MAX`, else int64 (widen, never overflow)."""
+    if dtypes and all(d == np.int32 for d in dtypes) and nnz <= INT32_OFFSETS_MAX:
+        return np.dtype(np.int32)
+    return np.dtype(np.int64)
+
+
 def counts_to_offsets(counts: np.ndarray, *, field: str = "counts") -> np.ndarray:
     """int64 offsets [T+1] from per-row lengths; negative lengths are ``E_OFFSETS``."""
     if counts.size and counts.dtype.kind != "u" and int(counts.min()) < 0:
@@ -155,12 +180,23 @@ BLOCK = 1 << 16
 
 def steps_scan(bounds: np.ndarray) -> tuple[int | None, int]:
     """(first i with ``bounds[i + 1] < bounds[i]`` or None, the largest step) of a 1-D array, in blocks
-    of :data:`BLOCK` entries: no temporary as large as ``bounds``."""
+    of :data:`BLOCK` entries: no temporary as large as ``bounds``. Exact for int32 bounds too: a block
+    holding a negative bound, where an int32 difference could wrap (``0, 2**31 - 1, -2``), is compared."""
     widest = 0
+    # Unaligned bounds (int32 offsets read in place from a payload): numpy is several times slower
+    # on those, so each block is first copied into an aligned scratch buffer (it stays in cache).
+    scratch = None if bounds.flags.aligned else np.empty(BLOCK + 1 + 4096 // bounds.itemsize, bounds.dtype)
     for start in range(0, bounds.size - 1, BLOCK):
-        steps = np.diff(bounds[start : start + BLOCK + 1])
-        if int(steps.min()) < 0:
-            return start + int(np.flatnonzero(steps < 0)[0]), widest
+        block = bounds[start : start + BLOCK + 1]
+        if scratch is not None:
+            block = _aligned_copy(block, scratch)
+        steps = np.diff(block)
+        if int(steps.min()) < 0 or (block.itemsize < 8 and int(block.min()) < 0):
+            # A descent, or a negative int32 bound (a difference may then wrap): compare instead.
+            descents = np.flatnonzero(block[1:] < block[:-1])
+            if descents.size:
+                return start + int(descents[0]), widest
+            steps = np.subtract(block[1:], block[:-1], dtype=np.int64)
         widest = max(widest, int(steps.max()))
     return None, widest
 
@@ -232,18 +268,13 @@ def row_blocks(offsets: np.ndarray, block: int | None = None) -> list[tuple[int,
     nnz = int(offsets[-1]) if num_rows else 0
     if nnz <= block:
         return [(0, num_rows)] if num_rows else []
-    targets = np.arange(block, nnz, block, dtype=np.int64)
+    targets = np.arange(block, nnz, block, dtype=offsets.dtype)  # offsets' dtype: searchsorted copies on a mismatch
     if offsets.flags.aligned:
         cuts = np.searchsorted(offsets, targets, side="right") - 1
     else:  # searchsorted would first copy all of an unaligned array: search every 64th, then refine
-        coarse = np.searchsorted(np.ascontiguousarray(offsets[::64]), targets, side="right") - 1
-        cuts = np.array(
-            [
-                lo + int(np.searchsorted(np.array(offsets[lo : lo + 65]), t, side="right")) - 1
-                for lo, t in zip((coarse * 64).tolist(), targets.tolist(), strict=True)
-            ],
-            dtype=np.int64,
-        )
+        lo = (np.searchsorted(np.ascontiguousarray(offsets[::64]), targets, side="right") - 1) * 64
+        window = offsets[np.minimum(lo[:, None] + np.arange(65), num_rows)]  # past the end: nnz > target
+        cuts = lo + np.count_nonzero(window <= targets[:, None], axis=1) - 1
     bounds = np.unique(np.concatenate(([0], cuts, [num_rows])))
     return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
 
@@ -289,7 +320,8 @@ def check_rows(
             continue
         if scratch is not None:
             block = _aligned_copy(block, scratch)
-        starts = offsets[r0:r1] - base
+        edges = np.subtract(offsets[r0 : r1 + 1], base, dtype=np.intp)  # intp: int32 indices index slowly
+        starts = edges[:-1]
         if block.dtype == np.int32:  # as uint32 a negative id is >= 2^31: one max finds both ends
             hi = int(block.view(np.uint32).max())
             bad = hi >= min(vocab_size if vocab_size is not None else _INT32_MAX + 1, _INT32_MAX + 1)
@@ -325,7 +357,7 @@ def check_rows(
                         value=first[1],
                     )
         if sampled is not None and missing is None:
-            nonempty = offsets[r0 + 1 : r1 + 1] - base > starts
+            nonempty = edges[1:] > starts
             firsts = starts[nonempty]  # where each non-empty row of the block begins
             if firsts.size:
                 missing = _first_missing(block, firsts, sampled[r0:r1][nonempty], np.flatnonzero(nonempty) + r0)

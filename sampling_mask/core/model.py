@@ -2,7 +2,8 @@
 """The core model: :class:`SamplingMask`, an immutable ragged mask with optional companions.
 
 A mask is T rows, one per token position; row t is a *set* S_t of vocabulary ids (int32), stored
-ragged: ``ids`` int32 [nnz] and ``offsets`` int64 [T+1]. Rows are grouped into B segments by
+ragged: ``ids`` int32 [nnz] and ``offsets`` [T+1], read as int64 (held as int32 when given so, while
+nnz fits: :attr:`SamplingMask.stored_offsets`). Rows are grouped into B segments by
 ``cu_seqlens`` int64 [B+1] (``0 = cu[0] <= ... <= cu[B] = T``). An empty row means "no support
 recorded", never "empty support". Every array is read-only; constructors validate unless told
 the input is already valid. Spec: spec/v1/SPEC.md.
@@ -238,14 +239,15 @@ class SamplingMask:
     """An immutable sampling mask (spec v1). Build it with the ``from_*`` constructors.
 
     Invariants (checked by :meth:`validate`, which every constructor calls by default):
-    ``offsets`` int64 [T+1] tiles ``ids`` int32 [nnz]; ``cu_seqlens`` int64 [B+1] tiles the T rows;
-    ids are in ``[0, vocab_size)`` and unique within a row; per-row companions have T entries and
+    ``offsets`` [T+1] (held int32 or int64, read as int64) tiles ``ids`` int32 [nnz]; ``cu_seqlens``
+    int64 [B+1] tiles the T rows; ids are in ``[0, vocab_size)`` and unique within a row; per-row companions have T entries and
     ``support_logprobs`` has nnz; a non-empty row contains its sampled id when sampled ids are given.
     """
 
     __slots__ = (
         "_ids",
         "_offsets",
+        "_offsets_int64",
         "_cu_seqlens",
         "_vocab_size",
         "_companions",
@@ -256,6 +258,7 @@ class SamplingMask:
 
     _ids: np.ndarray
     _offsets: np.ndarray
+    _offsets_int64: np.ndarray | None
     _cu_seqlens: np.ndarray
     _vocab_size: int | None
     _companions: Mapping[str, np.ndarray]
@@ -280,7 +283,7 @@ class SamplingMask:
     ) -> None:
         """Wrap ragged arrays (no copy when they already have the right dtype). See :meth:`from_ragged`."""
         ids_arr = layouts.as_int_array(ids, np.int32, field="ids")
-        offsets_arr = layouts.as_int_array(offsets, np.int64, field="offsets")
+        offsets_arr = layouts.as_offsets_array(offsets, field="offsets")
         num_rows = max(offsets_arr.size - 1, 0)
         if cu_seqlens is None:
             cu = np.array([0, num_rows], dtype=np.int64)
@@ -311,6 +314,7 @@ class SamplingMask:
                 companions[name] = _as_float_array(value, field=name, size=size)
         self._ids = _readonly(ids_arr)
         self._offsets = _readonly(offsets_arr)
+        self._offsets_int64 = None
         self._cu_seqlens = _readonly(cu)
         self._vocab_size = vocab_size
         self._companions = types.MappingProxyType({k: _readonly(v) for k, v in companions.items()})
@@ -335,7 +339,8 @@ class SamplingMask:
         validate: bool = True,
         limits: Limits = DEFAULT_LIMITS,
     ) -> SamplingMask:
-        """From CSR: ``ids`` int32 [nnz] and ``offsets`` int64 [T+1] (no copy when dtypes match).
+        """From CSR: ``ids`` int32 [nnz] and ``offsets`` int64 or int32 [T+1] (no copy when dtypes match;
+        int32 offsets are held as they are, see :attr:`stored_offsets`).
 
         Every ``from_*`` takes the same keywords: ``cu_seqlens`` int64 [B+1] (default one segment),
         ``vocab_size``, the companions (:data:`COMPANIONS`), ``metadata``, ``limits`` and
@@ -547,7 +552,19 @@ class SamplingMask:
 
     @property
     def offsets(self) -> np.ndarray:
-        """int64 [T+1], read-only: row t is ``ids[offsets[t]:offsets[t+1]]``."""
+        """int64 [T+1], read-only: row t is ``ids[offsets[t]:offsets[t+1]]``. Int32 :attr:`stored_offsets`
+        are widened on first access (O(T), then cached)."""
+        if self._offsets.dtype == np.int64:
+            return self._offsets
+        if self._offsets_int64 is None:
+            self._offsets_int64 = _readonly(self._offsets.astype(np.int64))
+        return self._offsets_int64
+
+    @property
+    def stored_offsets(self) -> np.ndarray:
+        """int32 or int64 [T+1], read-only: :attr:`offsets` as the mask holds them, never copied (an Arrow
+        ``list`` column or int32 wire offsets stay int32; a trusted decode stays O(1)). Int32 only while
+        nnz fits it: derived masks (:func:`concat`) widen when it would not."""
         return self._offsets
 
     @property
@@ -600,7 +617,7 @@ class SamplingMask:
     @property
     def row_lengths(self) -> np.ndarray:
         """int64 [T]: |S_t| per row (0 = no support recorded)."""
-        return np.diff(self._offsets)
+        return np.subtract(self._offsets[1:], self._offsets[:-1], dtype=np.int64)
 
     @property
     def is_canonical(self) -> bool:
@@ -676,6 +693,7 @@ class SamplingMask:
         out = SamplingMask.__new__(SamplingMask)
         out._ids = _readonly(ids)
         out._offsets = _readonly(offsets)
+        out._offsets_int64 = None
         out._cu_seqlens = _readonly(cu if cu is not None else np.array([0, offsets.size - 1], dtype=np.int64))
         out._vocab_size = self._vocab_size if vocab_size is True else vocab_size  # type: ignore[assignment]
         out._companions = types.MappingProxyType({k: _readonly(v) for k, v in companions.items()})
@@ -695,8 +713,8 @@ class SamplingMask:
         return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
     def to_ragged(self) -> tuple[np.ndarray, np.ndarray]:
-        """(ids int32 [nnz], offsets int64 [T+1]), read-only views."""
-        return self._ids, self._offsets
+        """(ids int32 [nnz], offsets int64 [T+1]), read-only (:attr:`offsets`)."""
+        return self._ids, self.offsets
 
     def to_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids int32 [nnz], counts int32 [T])."""
@@ -864,8 +882,8 @@ class SamplingMask:
     def __sampling_mask__(self) -> dict[str, Any]:
         """The mask protocol: this mask's fields by name, for :func:`as_sampling_mask` in another copy of
         this library (a vendored one) or in another implementation. Keys: ``protocol``
-        (:data:`MASK_PROTOCOL_VERSION`), ``ids``, ``offsets``, ``cu_seqlens`` (read-only numpy arrays, not
-        copies), ``vocab_size``, ``metadata`` (a dict), and each companion the mask carries."""
+        (:data:`MASK_PROTOCOL_VERSION`), ``ids``, ``offsets`` (:attr:`stored_offsets`: int32 or int64),
+        ``cu_seqlens`` (read-only numpy arrays, not copies), ``vocab_size``, ``metadata`` (a dict), and each companion the mask carries."""
         return {
             "protocol": MASK_PROTOCOL_VERSION,
             "ids": self._ids,
@@ -899,6 +917,7 @@ def _unpickle(
     arrays = {name: _readonly(np.frombuffer(buf, dtype=np.dtype(dtype))) for name, dtype, buf in payload}
     out = SamplingMask.__new__(SamplingMask)
     out._ids, out._offsets, out._cu_seqlens = arrays.pop("ids"), arrays.pop("offsets"), arrays.pop("cu_seqlens")
+    out._offsets_int64 = None
     out._vocab_size = vocab_size
     out._companions = types.MappingProxyType(arrays)
     out._metadata = types.MappingProxyType(metadata)
@@ -985,8 +1004,15 @@ def concat(masks: Sequence[SamplingMask]) -> SamplingMask:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "masks carry different metadata", field="metadata")
     ids = np.concatenate([m.ids for m in masks])
     row_base = np.cumsum([0] + [m.num_rows for m in masks])
-    nnz_base = np.cumsum([0] + [m.nnz for m in masks])
-    offsets = np.concatenate([[0]] + [m.offsets[1:] + nnz_base[i] for i, m in enumerate(masks)]).astype(np.int64)
+    # int32 offsets stay int32 only while the joined id count fits them; else every part is widened.
+    dtype = layouts.offsets_dtype_for(ids.size, *(m.stored_offsets.dtype for m in masks))
+    offsets = np.empty(int(row_base[-1]) + 1, dtype=dtype)
+    offsets[0] = base = 0
+    for m, r0 in zip(masks, row_base.tolist(), strict=False):
+        part = offsets[r0 + 1 : r0 + 1 + m.num_rows]
+        part[...] = m.stored_offsets[1:]  # widen first, then shift in place: no overflow
+        part += base
+        base += m.nnz
     cu = np.concatenate([[0]] + [m.cu_seqlens[1:] + row_base[i] for i, m in enumerate(masks)]).astype(np.int64)
     companions = {k: np.concatenate([m.companions[k] for m in masks]) for k in first.companions}
     ascending = all(m._ascending for m in masks) if all(m._ascending is not None for m in masks) else None
