@@ -439,9 +439,9 @@ def _may_repeat(block: np.ndarray, starts: np.ndarray, id_bits: int) -> bool:
 
 def _first_duplicate(block: np.ndarray, starts: np.ndarray) -> tuple[int, int] | None:
     """(row within the block, id) of the first row of ``block`` that repeats an id, with its smallest
-    repeated id, or None. Sorts the whole (row, id) key: the error path of :func:`check_rows`. The
-    key is already ordered by row, so a stable sort (a merge of runs) is several times faster than
-    the default one."""
+    repeated id, or None. Sorts the whole (row, id) key: the error path of :func:`check_rows`, and
+    its whole duplicate test without SIMD sorts or for ids of 2^23 and more. The key is already
+    ordered by row, so a stable sort (a merge of runs) is several times faster than the default one."""
     lengths = np.diff(starts, append=block.size)
     key = np.repeat(np.arange(lengths.size, dtype=np.int64) << 32, lengths)
     key |= block
