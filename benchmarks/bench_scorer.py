@@ -1,9 +1,23 @@
 """Reference scorer speed and memory (a script, not a test): ``python benchmarks/bench_scorer.py``.
 
-Hidden-state path: forward + backward of ``masked_logprobs_from_hidden`` against the full-vocabulary
-``log_softmax(hidden @ W.T).gather(targets)`` at V = 151936, d = 1024, T = 2048 (``--small``:
-V = 32768, d = 256, T = 512), fp32, temperature 1. Logits path (``--logits``): ``masked_logprobs`` on
-given logits against the dense formulation ``logits.masked_fill(~support, -inf)``, gather, logsumexp.
+Default (what ``sampling-mask bench`` prints in its section 6, about 70 s on two idle cores):
+
+- issue 16, target 6: forward + backward of ``masked_logprobs_from_hidden`` against a naive
+  pair-gather in plain autograd (:func:`hidden_pair_gather`: gather ``hidden[row]`` and
+  ``weight[id]`` for every (row, id) pair of the mask, dot products, a segment log-sum-exp per row;
+  pairs extracted beforehand, untimed) at V = 151936, d = 1024, T = 2048 and T = 8192, timed
+  round-robin (``sampling_mask.bench.race``); then the peak memory beyond the gradients of both at
+  T = 8192, against the full-vocabulary path's, taken as ``2 T V 4`` bytes (fp32 logits plus their
+  gradient, a lower bound: ``log_softmax(hidden @ W.T)`` measured 2977 MiB at T = 2048, 1.25x that
+  bound), because running it at T = 8192 takes minutes.
+- issue 7, at T = 512 (same V, d): time of ``masked_logprobs_from_hidden`` against the
+  full-vocabulary ``log_softmax(hidden @ W.T).gather(targets)``, and of ``masked_logprobs`` on given
+  logits against the dense formulation ``logits.masked_fill(~support, -inf)``, gather, logsumexp;
+  each baseline runs once.
+
+``--full-vocab`` runs the issue-7 comparisons at T = 2048 (``--small``: V = 32768, d = 256, T = 512)
+with measured peak memory, as before (several minutes; the baselines take 20-50 s a run here).
+``--quick`` runs the default on tiny sizes (V = 2048, d = 32, T = 64 / 256) without memory figures.
 
 Supports are drawn like real runs by ``sampling_mask.synthetic.rollout`` (top_k 512, top_p 0.95: about
 46% singletons, median 2, mean about 8); the printed line shows the drawn statistics.
@@ -38,14 +52,22 @@ import torch
 
 import sampling_mask
 from sampling_mask import SamplingMask, synthetic
+from sampling_mask.bench import race
 from sampling_mask.core import layouts
 from sampling_mask.reference_scorer import masked_logprobs, masked_logprobs_from_hidden
 
 SIZES = {
     "full": dict(vocab=151936, dim=1024, tokens=2048),
+    "full8k": dict(vocab=151936, dim=1024, tokens=8192),
+    "issue7": dict(vocab=151936, dim=1024, tokens=512),
     "small": dict(vocab=32768, dim=256, tokens=512),
     "warmup": dict(vocab=2048, dim=32, tokens=64),
+    "tiny4x": dict(vocab=2048, dim=32, tokens=256),
 }
+#: Issue 16, target 6: the hidden path's time over the naive pair-gather's, and its peak memory beyond
+#: the gradients over the full-vocabulary path's, at most.
+PAIR_GATHER_TIME_TARGET = 1.2
+FULL_VOCAB_MEMORY_TARGET = 0.1
 CAP = 512
 
 
@@ -70,21 +92,34 @@ def build(size: str, seed: int = 0) -> dict[str, Any]:
     hidden = torch.randn(cfg["tokens"], cfg["dim"], generator=gen).requires_grad_()
     weight = (torch.randn(cfg["vocab"], cfg["dim"], generator=gen) * (3.0 / cfg["dim"] ** 0.5)).requires_grad_()
     targets = torch.from_numpy(mask.sampled_token_ids.astype(np.int64))
-    return dict(mask=mask, hidden=hidden, weight=weight, targets=targets, **cfg)
+    rows = torch.from_numpy(layouts.row_of_ids(mask.offsets).astype(np.int64))
+    ids = torch.from_numpy(mask.ids.astype(np.int64))
+    is_target = ids == targets[rows]
+    return dict(
+        mask=mask, hidden=hidden, weight=weight, targets=targets, rows=rows, ids=ids, is_target=is_target, **cfg
+    )
 
 
 def with_logits(case: dict[str, Any]) -> dict[str, Any]:
     with torch.no_grad():
         logits = case["hidden"] @ case["weight"].T
-    mask: SamplingMask = case["mask"]
-    rows = torch.from_numpy(layouts.row_of_ids(mask.offsets))
-    return dict(case, logits=logits.requires_grad_(), rows=rows, ids=torch.from_numpy(mask.ids.astype(np.int64)))
+    return dict(case, logits=logits.requires_grad_())
 
 
 # --------------------------------------------------------------------------- methods (forward + backward)
 def hidden_ours(c: dict[str, Any]) -> None:
     out = masked_logprobs_from_hidden(c["hidden"], c["weight"], c["mask"], c["targets"], temperature=1.0)
     out.logprobs.sum().backward()
+
+
+def hidden_pair_gather(c: dict[str, Any]) -> None:
+    """The naive baseline: every (row, id) pair gathered at once in plain autograd ([P, d] twice)."""
+    rows, ids, hit, tau = c["rows"], c["ids"], c["is_target"], 1.0
+    z = (c["hidden"][rows] * c["weight"][ids]).sum(-1) / tau
+    m = torch.full((c["tokens"],), float("-inf")).scatter_reduce(0, rows, z.detach(), "amax")
+    lse = m + torch.zeros_like(m).index_add(0, rows, torch.exp(z - m[rows])).log()
+    logp = torch.zeros_like(m).index_add(0, rows[hit], z[hit]) - lse
+    logp.sum().backward()
 
 
 def hidden_full_vocab(c: dict[str, Any]) -> None:
@@ -107,6 +142,7 @@ def logits_dense_mask(c: dict[str, Any]) -> None:
 
 METHODS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "hidden_ours": (hidden_ours, "weight"),
+    "hidden_pair_gather": (hidden_pair_gather, "weight"),
     "hidden_full_vocab": (hidden_full_vocab, "weight"),
     "logits_ours": (logits_ours, "logits"),
     "logits_dense_mask": (logits_dense_mask, "logits"),
@@ -178,6 +214,7 @@ def measure_peak(method: str, size: str) -> int:
 def compare(
     label: str, ours: str, base: str, c: dict[str, Any], size: str, repeats: int, base_repeats: int | None = None
 ) -> None:
+    """The issue-7 comparison with measured peak memory (``--full-vocab``)."""
     t_ours = median_seconds(ours, c, repeats)
     t_base = median_seconds(base, c, base_repeats or repeats)
     m_ours, m_base = measure_peak(ours, size), measure_peak(base, size)
@@ -193,14 +230,91 @@ def compare(
     )
 
 
+def _verdict(ok: bool) -> str:
+    return "meets target" if ok else "MISSES target"
+
+
+def race_methods(names: list[str], c: dict[str, Any], repeats: int) -> dict[str, float]:
+    """Median fwd+bwd seconds of each method, round-robin (``sampling_mask.bench.race``)."""
+
+    def run(fn: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        def once() -> None:
+            reset_grads(c)
+            fn(c)
+
+        return once
+
+    return race({name: run(METHODS[name][0]) for name in names}, repeats)
+
+
+def full_vocab_bytes(tokens: int, vocab: int) -> int:
+    """fp32 logits ``[T, V]`` plus their gradient: the least the full-vocabulary path holds."""
+    return 2 * tokens * vocab * 4
+
+
+def report(quick: bool, repeats: int) -> dict[str, Any]:
+    """Issue 16 target 6 and the issue-7 time ratios (see the module docstring); prints, returns figures."""
+    mib = 1 << 20
+    figures: dict[str, Any] = {"pair_gather": {}}
+    sizes = ("warmup", "tiny4x") if quick else ("full", "full8k")
+    head = SIZES[sizes[0]]
+    print(
+        f"issue 16 target 6: masked_logprobs_from_hidden vs a naive pair-gather in plain autograd, fwd+bwd, "
+        f"fp32, V={head['vocab']} d={head['dim']}, {torch.get_num_threads()} threads, medians of {repeats} "
+        "round-robin"
+    )
+    for size in sizes:
+        c = build(size)
+        t = race_methods(["hidden_ours", "hidden_pair_gather"], c, repeats)
+        ratio = t["hidden_ours"] / t["hidden_pair_gather"]
+        figures["pair_gather"][c["tokens"]] = dict(ours_s=t["hidden_ours"], pair_gather_s=t["hidden_pair_gather"])
+        figures["pair_gather"][c["tokens"]]["ratio"] = ratio
+        print(
+            f"  T={c['tokens']} ({support_summary(c['mask'])}): ours {t['hidden_ours']:.3f} s, "
+            f"pair-gather {t['hidden_pair_gather']:.3f} s, ratio {ratio:.2f} (target <= {PAIR_GATHER_TIME_TARGET}: "
+            + ("no verdict at quick sizes)" if quick else f"{_verdict(ratio <= PAIR_GATHER_TIME_TARGET)})")
+        )
+        del c
+    if quick:
+        print("  quick: no peak-memory figures")
+    else:
+        cfg = SIZES[sizes[-1]]
+        ours, naive = measure_peak("hidden_ours", sizes[-1]), measure_peak("hidden_pair_gather", sizes[-1])
+        full = full_vocab_bytes(cfg["tokens"], cfg["vocab"])
+        ratio = ours / full
+        figures["memory"] = dict(tokens=cfg["tokens"], ours=ours, pair_gather=naive, full_vocab=full, ratio=ratio)
+        print(
+            f"  peak memory beyond the gradients at T={cfg['tokens']}: ours {ours / mib:.1f} MiB, pair-gather "
+            f"{naive / mib:.1f} MiB (measured); full vocabulary {full / mib:.0f} MiB (2 T V 4 bytes: fp32 logits "
+            f"+ their gradient, computed); ratio {ratio:.4f} "
+            f"(target <= {FULL_VOCAB_MEMORY_TARGET}: {_verdict(ratio <= FULL_VOCAB_MEMORY_TARGET)})"
+        )
+    size = "warmup" if quick else "issue7"
+    c = with_logits(build(size))
+    t = race_methods(["hidden_ours", "logits_ours"], c, repeats)
+    t.update({name: median_seconds(name, c, 1) for name in ("hidden_full_vocab", "logits_dense_mask")})
+    figures["issue7"] = dict(tokens=c["tokens"], **t)
+    print(
+        f"issue 7 at T={c['tokens']} (ours: medians of {repeats} round-robin; full-vocabulary baselines run once; "
+        "--full-vocab: T=2048 with memory): "
+        f"hidden ours {t['hidden_ours']:.3f} s vs log_softmax(hidden @ W.T) {t['hidden_full_vocab']:.3f} s, "
+        f"ratio {t['hidden_ours'] / t['hidden_full_vocab']:.3f}; logits ours {t['logits_ours']:.3f} s vs "
+        f"masked_fill(-inf) {t['logits_dense_mask']:.3f} s, ratio {t['logits_ours'] / t['logits_dense_mask']:.3f} "
+        "(targets <= 0.2)"
+    )
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", action="store_true", help="V=32768, d=256, T=512")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, no memory figures")
+    parser.add_argument("--full-vocab", action="store_true", help="issue 7 at T=2048 with measured memory (slow)")
+    parser.add_argument("--small", action="store_true", help="with --full-vocab: V=32768, d=256, T=512")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--baseline-repeats", type=int, default=None, help="runs of the (20-40x slower) baselines (default: --repeats)"
     )
-    parser.add_argument("--logits", action="store_true", help="also the logits path against a dense -inf mask")
+    parser.add_argument("--logits", action="store_true", help="with --full-vocab: also the logits path")
     parser.add_argument("--child", choices=sorted(METHODS), help=argparse.SUPPRESS)
     parser.add_argument("--size", choices=sorted(SIZES), default="full", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
@@ -210,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     if args.child:
         child_peak(args.child, size)
+        return 0
+    if not args.full_vocab:
+        report(args.quick, args.repeats)
         return 0
     c = build(size)
     print(

@@ -6,6 +6,7 @@ helpers the report relies on compute what they claim.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import math
@@ -155,3 +156,36 @@ def test_race_returns_a_median_per_method() -> None:
     times = bench.race({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3)
     assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
     assert calls == ["a", "b"] * 4  # one warm-up lap, then three timed laps, round-robin
+
+
+def test_scorer_section_prints_the_pair_gather_ratios(quick_run: tuple[dict[str, Any], str, Path]) -> None:
+    results, text, _ = quick_run
+    if "torch is not installed" in text:
+        pytest.skip("torch is not installed")
+    figures = results["scorer"]["pair_gather"]
+    assert set(figures) == {64, 256}
+    for fig in figures.values():
+        assert fig["ours_s"] > 0 and fig["pair_gather_s"] > 0
+        assert math.isclose(fig["ratio"], fig["ours_s"] / fig["pair_gather_s"])
+    assert "T=256" in text and "target <= 1.2" in text
+
+
+def test_pair_gather_baseline_computes_what_the_scorer_computes() -> None:
+    """The naive baseline of the scorer section is a faithful one: same loss, same gradients."""
+    torch = pytest.importorskip("torch")
+    script = bench._scorer_script()
+    if script is None:
+        pytest.skip("benchmarks/bench_scorer.py is not here")
+    spec = importlib.util.spec_from_file_location("_bench_scorer_test", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    case = module.build("warmup")
+    grads = []
+    for name in ("hidden_pair_gather", "hidden_ours"):
+        module.reset_grads(case)
+        module.METHODS[name][0](case)
+        grads.append((case["hidden"].grad.clone(), case["weight"].grad.clone()))
+    for naive, ours in zip(*grads, strict=True):
+        assert float(ours.abs().sum()) > 0
+        torch.testing.assert_close(ours, naive, rtol=1e-4, atol=1e-5)

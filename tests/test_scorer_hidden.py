@@ -1,5 +1,6 @@
 """Reference scorer from hidden states: equals the logits path on hidden @ W.T + b (values and
-gradients), never forms [T, V], accumulates bf16 in fp32, survives -inf biases."""
+gradients), never forms [T, V], accumulates bf16 in fp32, survives -inf biases; ``max_chunk_bytes``
+bounds every temporary and does not change results."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ torch = pytest.importorskip("torch")
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from sampling_mask import SamplingMask  # noqa: E402
+from sampling_mask import SamplingMask, SamplingMaskError  # noqa: E402
 from sampling_mask.reference_scorer import (  # noqa: E402
     masked_entropy,
     masked_entropy_from_hidden,
     masked_logprobs,
     masked_logprobs_from_hidden,
 )
+from sampling_mask.reference_scorer.row_stats import TILE_TEMPORARIES, chunk_length, tile_shape  # noqa: E402
 
 
 def make_case(seed: int, num_rows: int = 9, vocab: int = 23, dim: int = 5, dtype=torch.float64):
@@ -78,7 +80,8 @@ def test_gradcheck_hidden_path():
 
 
 class _LargestTensor(TorchDispatchMode):
-    """Records the element count of every tensor any op produces."""
+    """Records the element count of every tensor any op produces (of a sparse one: its stored values,
+    the pairs' pattern being ``[T, V]`` only in name)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -88,7 +91,7 @@ class _LargestTensor(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
+                self.largest = max(self.largest, t.numel() if t.layout == torch.strided else t._nnz())
         return out
 
 
@@ -158,3 +161,98 @@ def test_frozen_weight_and_detached_hidden():
     with torch.no_grad():
         again = masked_logprobs_from_hidden(hidden, weight, mask, targets, bias=bias, missing_target="full")
     torch.testing.assert_close(again.logprobs, out.logprobs.detach(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_chunk_budget_does_not_change_results(dtype):
+    """A 1-byte budget (every chunk one pair, one id, one tile row x column) and a huge one agree."""
+    mask, targets, hidden, weight, bias, tau = make_case(5, num_rows=11, dim=6, dtype=dtype)
+    kwargs = dict(temperature=tau, missing_target="full", with_entropy=True)
+    results = []
+    for budget in (1, 300, 1 << 40):
+        inputs = tuple(t.detach().clone().requires_grad_() for t in (hidden, weight, bias))
+        out = masked_logprobs_from_hidden(
+            inputs[0], inputs[1], mask, targets, bias=inputs[2], max_chunk_bytes=budget, **kwargs
+        )
+        results.append((out, _grads(out, inputs)))
+    (ref, ref_grads), rest = results[0], results[1:]
+    assert ref.empty_rows == 2 and ref.missing_target_rows == 1  # full rows go through tiles
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-5)
+    grad_tol = dict(rtol=1e-10, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-2, atol=1e-3)
+    for out, grads in rest:
+        torch.testing.assert_close(out.logprobs, ref.logprobs, equal_nan=True, **tol)
+        torch.testing.assert_close(out.entropy, ref.entropy, equal_nan=True, **tol)
+        for g, w in zip(grads, ref_grads, strict=True):
+            torch.testing.assert_close(g, w, **grad_tol)
+
+
+@pytest.mark.parametrize("value", [0, -5, 1.5, True, "256", None])
+def test_bad_max_chunk_bytes(value):
+    mask, targets, hidden, weight, bias, tau = make_case(6)
+    with pytest.raises(SamplingMaskError) as err:
+        masked_logprobs_from_hidden(hidden, weight, mask, targets, missing_target="full", max_chunk_bytes=value)
+    assert err.value.code == "E_RANGE" and err.value.field == "max_chunk_bytes"
+    with pytest.raises(SamplingMaskError) as err:
+        masked_entropy(hidden @ weight.T, mask, chunk_size=0)
+    assert err.value.code == "E_RANGE" and err.value.field == "chunk_size"
+
+
+@pytest.mark.parametrize("budget", [1, 64, 1000, 4096, 1 << 20, 256 << 20])
+@pytest.mark.parametrize(
+    ("num_rows", "width", "dim", "cap"),
+    [(1, 151936, 1024, None), (5000, 151936, 64, None), (7, 50, 0, None), (3000, 3000, 16, 37)],
+)
+def test_budget_bounds_the_chunk(budget, num_rows, width, dim, cap):
+    n = chunk_length(24, budget, cap)
+    assert n >= 1 and (cap is None or n <= cap)
+    assert n * 24 <= budget or n == 1
+    rows, cols = tile_shape(num_rows, width, dim, 4, budget, cap)
+    assert 1 <= rows <= num_rows and 1 <= cols <= width
+    if cap is not None:
+        assert rows <= cap and cols <= cap
+    tile_bytes = 4 * (rows * (TILE_TEMPORARIES * cols + dim) + 2 * cols * dim)
+    if budget >= 4 * (TILE_TEMPORARIES * min(width, 1024) + 3 * dim):  # one row of 1024 columns fits
+        assert tile_bytes <= budget
+    else:
+        assert rows == 1
+    if budget == 256 << 20 and cap is None:  # the default budget is used, not left idle
+        assert tile_bytes > budget // 4 or (rows, cols) == (num_rows, width)
+
+
+class _TensorBytes(TorchDispatchMode):
+    """Records the bytes of every dense tensor any op produces, except the weight, its gradient and
+    views of them ([V, d]) and integer bookkeeping of at most V + 1 entries (per-id offsets)."""
+
+    def __init__(self, vocab: int, dim: int) -> None:
+        super().__init__()
+        self.vocab, self.dim, self.largest = vocab, dim, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.numel() == self.vocab * self.dim:
+                continue
+            if not t.dtype.is_floating_point and t.numel() <= self.vocab + 1:
+                continue
+            self.largest = max(self.largest, t.numel() * t.element_size())
+        return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_chunk_bytes_bounds_every_temporary(dtype):
+    num_rows, vocab, dim = 24, 3000, 4
+    rng = np.random.default_rng(7)
+    rows = [rng.choice(vocab, size=int(rng.integers(1, 9)), replace=False).tolist() for _ in range(num_rows)]
+    rows[5] = rows[17] = []  # scored over the whole vocabulary, in tiles
+    mask, targets = SamplingMask.from_rows(rows), np.array([r[0] if r else 7 for r in rows])
+    largest = {}
+    for budget in (4096, None):
+        hidden = torch.randn(num_rows, dim).to(dtype).requires_grad_()
+        weight = torch.randn(vocab, dim).to(dtype).requires_grad_()
+        with _TensorBytes(vocab, dim) as probe:
+            kwargs = {} if budget is None else {"max_chunk_bytes": budget}
+            out = masked_logprobs_from_hidden(hidden, weight, mask, targets, **kwargs)
+            out.logprobs.sum().backward()
+        assert bool(torch.isfinite(weight.grad.float()).all()) and float(weight.grad.float().abs().sum()) > 0
+        largest[budget] = probe.largest
+    assert largest[4096] <= 4096 < largest[None]  # the default budget forms whole-vocabulary tiles here

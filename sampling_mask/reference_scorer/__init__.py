@@ -29,7 +29,10 @@ Common arguments:
     keeps ``-(out.logprobs * loss_mask).sum()`` finite. Filled rows get a zero gradient.
     ``vocab_group``: a torch.distributed group; logits (or weight and bias) are then this rank's
     contiguous vocabulary shard, shards in rank order; outputs are replicated and gradients exact.
-    ``chunk_size``: pairs per chunk and tile edge (memory of the hidden path: O(chunk_size x d)).
+    ``max_chunk_bytes`` (default 256 MiB): the memory budget of one chunk (vocabulary tiles of rows
+    scored over the full vocabulary; for a bf16 / fp16 weight also pair chunks and weight-gradient
+    blocks); ``SamplingMaskError`` ``E_RANGE`` unless an integer >= 1. ``chunk_size`` (default None):
+    an optional cap on the pairs, ids, tile rows and tile columns of a chunk.
 
 Precision: bf16 / fp16 are accumulated in fp32, float64 stays float64. Logits equal to ``-inf``
 contribute zero probability and never a NaN gradient. A row whose support holds only ``-inf``

@@ -11,37 +11,90 @@ Then ``logsumexp = m + log S``, ``log p(y) = zy - logsumexp`` and ``H = log S - 
 other ranks) merge exactly by rescaling to the larger shift (:func:`merge`).
 
 Logits come from a *source*: the logits tensor itself, or hidden states times the lm-head weight
-(plus bias), where only the requested logits are ever formed: support pairs in chunks of
-``chunk_size`` pairs (memory O(chunk_size x d)) and full rows in ``chunk_size x chunk_size`` tiles
-with an online (rescaled) log-sum-exp. :class:`RowStats` is the custom autograd Function: forward
-keeps only O(T + P) numbers, backward recomputes logits chunk by chunk and accumulates gradients
-with ``index_add_``. Entries equal to ``-inf`` contribute exactly zero to values and gradients.
+(plus bias), where only the requested logits are ever formed. Support pairs: one sampled
+matrix product over the pairs' (row, id) pattern (``torch.sparse.sampled_addmm``: [P] values, no
+[P, d] gather) and, in backward, two fused gather-scale-sums (``embedding_bag``): the hidden
+gradient over each row's pairs, the weight gradient over the pairs of each id (pairs sorted by id
+once; the whole gradient in one pass, empty bags giving its zero rows). A bf16 / fp16 weight is
+gathered and widened in pair chunks, and its gradient summed in fp32 blocks of ids, each of at most
+``max_chunk_bytes``, instead. Full rows go through vocabulary tiles
+of at most ``max_chunk_bytes`` (:func:`tile_shape`) with an online (rescaled) log-sum-exp.
+``chunk_size``, when given, caps every chunk (pairs, ids, tile rows and columns) as well.
+:class:`RowStats` is the custom autograd Function: forward keeps only O(T + P) numbers, backward
+recomputes what it needs chunk by chunk. Entries equal to ``-inf`` contribute exactly zero to
+values and gradients.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import torch
 
-__all__ = ["LocalPlan", "RowStats", "finish", "merge", "rescale", "safe_shift"]
+__all__ = [
+    "DEFAULT_MAX_CHUNK_BYTES",
+    "LocalPlan",
+    "RowStats",
+    "chunk_length",
+    "finish",
+    "merge",
+    "rescale",
+    "safe_shift",
+    "tile_shape",
+]
+
+#: Default memory budget of one chunk (``max_chunk_bytes``): 256 MiB.
+DEFAULT_MAX_CHUNK_BYTES = 256 << 20
+#: Tile-sized temporaries alive at once in a full-vocabulary tile (logits, exp, shifted logits,
+#: their product or gradient, the finite flags), the factor :func:`tile_shape` budgets for.
+TILE_TEMPORARIES = 6
+#: [chunk, d] temporaries of a gathered pair chunk (hidden rows, weight rows, their product).
+PAIR_TEMPORARIES = 3
 
 
 @dataclasses.dataclass(frozen=True)
 class LocalPlan:
-    """What one rank scores, in its own vocabulary columns ``[0, width)``."""
+    """What one rank scores, in its own vocabulary columns ``[0, width)``. Pairs are sorted by
+    (row, column); ``pair_offsets[t]:pair_offsets[t + 1]`` are row t's pairs."""
 
     num_rows: int
-    pair_rows: torch.Tensor  # int64 [P]
-    pair_cols: torch.Tensor  # int64 [P], local columns
+    pair_rows: torch.Tensor  # int64 [P], non-decreasing
+    pair_cols: torch.Tensor  # int64 [P], local columns, ascending within a row
+    pair_offsets: torch.Tensor  # int64 [T + 1]
     pair_is_target: torch.Tensor  # bool [P]
     full_rows: torch.Tensor  # int64 [F]
     full_target_cols: torch.Tensor  # int64 [F], local column of the target or -1
     tau: torch.Tensor  # acc dtype [T]
     width: int  # local vocabulary size
-    chunk_size: int
+    chunk_size: int | None  # cap on every chunk (None: the byte budget alone)
+    max_chunk_bytes: int
     dtype: torch.dtype  # accumulation dtype
+
+
+def chunk_length(unit_bytes: int, max_chunk_bytes: int, cap: int | None = None) -> int:
+    """How many units of ``unit_bytes`` one chunk holds: ``max_chunk_bytes // unit_bytes``, at least 1
+    (a single unit larger than the budget is its own chunk), at most ``cap`` when given."""
+    n = max(1, max_chunk_bytes // max(unit_bytes, 1))
+    return n if cap is None else max(1, min(n, cap))
+
+
+def tile_shape(
+    num_rows: int, width: int, dim: int, elem_bytes: int, max_chunk_bytes: int, cap: int | None = None
+) -> tuple[int, int]:
+    """(rows, columns) of a full-vocabulary tile. A tile holds ``TILE_TEMPORARIES`` [rows, columns]
+    buffers, ``rows`` gathered hidden states and two [columns, dim] blocks (weight gradient, widened
+    weight; ``dim`` is 0 for given logits): ``elem_bytes * (rows * (TILE_TEMPORARIES * columns + dim)
+    + 2 * columns * dim) <= max_chunk_bytes`` whenever one row of ``min(width, 1024)`` columns fits.
+    Rows are chosen first (so that a tile can span 1024 columns, or the whole width), then columns
+    fill the budget; both at least 1 and at most ``cap`` when given."""
+    span = min(max(width, 1), 1024)
+    rows = chunk_length(elem_bytes * (TILE_TEMPORARIES * span + dim + 2 * dim), max_chunk_bytes, cap)
+    rows = max(1, min(rows, max(num_rows, 1)))
+    left = max(max_chunk_bytes - elem_bytes * rows * dim, 1)
+    cols = chunk_length(elem_bytes * (TILE_TEMPORARIES * rows + 2 * dim), left, cap)
+    return rows, max(1, min(cols, max(width, 1)))
 
 
 def safe_shift(m: torch.Tensor) -> torch.Tensor:
@@ -98,23 +151,21 @@ class _LogitsSource:
     def __init__(self, tensors: tuple[torch.Tensor, ...], dtype: torch.dtype) -> None:
         (self.logits,) = tensors
         self.dtype = dtype
+        self.dim = 0  # no [columns, d] blocks in a tile
         self.grad: torch.Tensor | None = None
 
-    def pair_chunk(self, plan: LocalPlan) -> int:
-        return max(int(plan.pair_rows.numel()), 1)
-
-    def pair_logits(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-        return self.logits[rows, cols].to(self.dtype)
+    def pair_logits(self, plan: LocalPlan) -> torch.Tensor:
+        return self.logits[plan.pair_rows, plan.pair_cols].to(self.dtype)
 
     def tile_logits(self, rows: torch.Tensor, c0: int, c1: int) -> torch.Tensor:
         return self.logits[:, c0:c1].index_select(0, rows).to(self.dtype)
 
-    def start_backward(self, needs: tuple[bool, ...], pair_cols: torch.Tensor) -> None:
+    def start_backward(self, needs: tuple[bool, ...]) -> None:
         self.grad = torch.zeros_like(self.logits)
 
-    def pair_backward(self, rows: torch.Tensor, cols: torch.Tensor, gz: torch.Tensor, start: int) -> None:
+    def pair_backward(self, plan: LocalPlan, gz: torch.Tensor) -> None:
         assert self.grad is not None
-        self.grad.index_put_((rows, cols), gz.to(self.grad.dtype))
+        self.grad.index_put_((plan.pair_rows, plan.pair_cols), gz.to(self.grad.dtype))
 
     def tile_backward(self, rows: torch.Tensor, c0: int, c1: int, gz: torch.Tensor) -> None:
         assert self.grad is not None
@@ -127,73 +178,129 @@ class _LogitsSource:
         return (self.grad,)
 
 
+def _sampled_logits(hidden: torch.Tensor, weight: torch.Tensor, plan: LocalPlan) -> torch.Tensor:
+    """``(hidden @ weight.T)[rows, cols]`` for every pair, [P]: a sampled matrix product over the
+    pairs' CSR pattern (dot products in place, no [P, d] gather)."""
+    values = torch.zeros(plan.pair_cols.numel(), dtype=hidden.dtype, device=hidden.device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta state"
+        pattern = torch.sparse_csr_tensor(
+            plan.pair_offsets, plan.pair_cols, values, size=(plan.num_rows, plan.width), check_invariants=False
+        )
+    return torch.sparse.sampled_addmm(pattern, hidden, weight.T, beta=0.0).values()
+
+
 class _HiddenSource:
     """Logits ``hidden @ weight.T + bias`` formed only where asked. Gradients are accumulated in the
     accumulation dtype: the weight gradient directly when it has that dtype, otherwise (bf16 / fp16)
-    in an fp32 buffer over the distinct ids the pairs touch and one fp32 tile at a time."""
+    per block of ids (pairs) and per tile (full rows) in fp32, rounded once per block."""
 
     def __init__(self, tensors: tuple[torch.Tensor, ...], dtype: torch.dtype) -> None:
         self.hidden, self.weight = tensors[0], tensors[1]
         self.bias: torch.Tensor | None = tensors[2] if len(tensors) > 2 else None
         self.dtype = dtype
         self.direct = self.weight.dtype == dtype
+        self.dim = self.weight.shape[1]
+        self.hidden_acc = self.hidden.to(dtype)  # [T, d]; the tensor itself when already in dtype
 
-    def pair_chunk(self, plan: LocalPlan) -> int:
-        return plan.chunk_size
+    def _pair_chunks(self, plan: LocalPlan) -> list[tuple[int, int]]:
+        """Pair chunks of a gathered (bf16 / fp16) weight: ``PAIR_TEMPORARIES`` [chunk, d] buffers."""
+        unit = PAIR_TEMPORARIES * self.weight.shape[1] * self.hidden_acc.element_size()
+        return _chunks(plan.pair_rows.numel(), chunk_length(unit, plan.max_chunk_bytes, plan.chunk_size))
 
-    def pair_logits(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-        h = self.hidden.index_select(0, rows).to(self.dtype)
-        w = self.weight.index_select(0, cols).to(self.dtype)
-        z = (h * w).sum(dim=1)
+    def pair_logits(self, plan: LocalPlan) -> torch.Tensor:
+        rows, cols = plan.pair_rows, plan.pair_cols
+        if self.direct:
+            z = _sampled_logits(self.hidden_acc, self.weight, plan)
+        else:
+            parts = [
+                (
+                    self.hidden_acc.index_select(0, rows[i:j]) * self.weight.index_select(0, cols[i:j]).to(self.dtype)
+                ).sum(dim=1)
+                for i, j in self._pair_chunks(plan)
+            ]
+            z = torch.cat(parts)
         if self.bias is not None:
             z = z + self.bias.index_select(0, cols).to(self.dtype)
         return z
 
     def tile_logits(self, rows: torch.Tensor, c0: int, c1: int) -> torch.Tensor:
-        h = self.hidden.index_select(0, rows).to(self.dtype)
-        z = h @ self.weight[c0:c1].to(self.dtype).T
+        z = self.hidden_acc.index_select(0, rows) @ self.weight[c0:c1].to(self.dtype).T
         if self.bias is not None:
             z = z + self.bias[c0:c1].to(self.dtype)
         return z
 
-    def start_backward(self, needs: tuple[bool, ...], pair_cols: torch.Tensor) -> None:
-        """Allocate the gradients asked for; for a bf16 / fp16 weight also the fp32 buffer over the
-        distinct ids the pairs touch."""
-        need_h, need_w = needs[0], needs[1]
+    def start_backward(self, needs: tuple[bool, ...]) -> None:
+        """Note the gradients asked for; the hidden and weight gradients are allocated by the first
+        step that writes them (the pairs' fused sums create them whole, zero rows included)."""
+        self.need_hidden, self.need_weight = needs[0], needs[1]
         need_b = self.bias is not None and len(needs) > 2 and needs[2]
         device = self.hidden.device
-        self.grad_hidden = torch.zeros(self.hidden.shape, dtype=self.dtype, device=device) if need_h else None
-        self.grad_weight = torch.zeros_like(self.weight) if need_w else None
+        self.grad_hidden: torch.Tensor | None = None
+        self.grad_weight: torch.Tensor | None = None
         self.grad_bias = torch.zeros(self.weight.shape[0], dtype=self.dtype, device=device) if need_b else None
-        self.compact_ids: torch.Tensor | None = None
-        self.compact_grad: torch.Tensor | None = None
         self.tile_grad: torch.Tensor | None = None
-        if need_w and not self.direct and pair_cols.numel():
-            self.compact_ids, self.compact_index = torch.unique(pair_cols, return_inverse=True)
-            self.compact_grad = torch.zeros(
-                (self.compact_ids.numel(), self.weight.shape[1]), dtype=self.dtype, device=device
-            )
 
-    def pair_backward(self, rows: torch.Tensor, cols: torch.Tensor, gz: torch.Tensor, start: int) -> None:
-        g = gz[:, None]
-        if self.grad_hidden is not None:
-            self.grad_hidden.index_add_(0, rows, g * self.weight.index_select(0, cols).to(self.dtype))
-        if self.grad_weight is not None:
-            h = self.hidden.index_select(0, rows).to(self.dtype)
-            if self.compact_grad is not None:
-                self.compact_grad.index_add_(0, self.compact_index[start : start + rows.numel()], g * h)
+    def _zero_grads(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(hidden gradient, weight gradient), allocated as zeros where asked for and not yet there."""
+        if self.need_hidden and self.grad_hidden is None:
+            self.grad_hidden = torch.zeros(self.hidden.shape, dtype=self.dtype, device=self.hidden.device)
+        if self.need_weight and self.grad_weight is None:
+            self.grad_weight = torch.zeros_like(self.weight)
+        return self.grad_hidden, self.grad_weight
+
+    def pair_backward(self, plan: LocalPlan, gz: torch.Tensor) -> None:
+        """Called first in backward (no gradient written yet)."""
+        bag = torch.nn.functional.embedding_bag
+        rows, cols = plan.pair_rows, plan.pair_cols
+        if self.need_hidden:  # row t: sum over its pairs of gz * weight[col], fused
+            if self.direct:
+                self.grad_hidden = bag(cols, self.weight, plan.pair_offsets[:-1], mode="sum", per_sample_weights=gz)
             else:
-                self.grad_weight.index_add_(0, cols, g * h)
+                grad_hidden, _ = self._zero_grads()
+                assert grad_hidden is not None
+                for i, j in self._pair_chunks(plan):
+                    w = self.weight.index_select(0, cols[i:j]).to(self.dtype)
+                    grad_hidden.index_add_(0, rows[i:j], gz[i:j, None] * w)
+        if self.need_weight:  # id j: sum over its pairs of gz * hidden[row], fused, pairs sorted by id
+            by_id, order = torch.sort(cols, stable=True)
+            rows_by_id, gz_by_id = rows[order], gz[order]
+            if self.direct:  # the whole gradient in one pass: one bag per id, empty bags are zero rows
+                starts = torch.zeros(plan.width, dtype=torch.int64, device=cols.device)
+                torch.cumsum(torch.bincount(by_id, minlength=plan.width)[:-1], 0, out=starts[1:])
+                self.grad_weight = bag(rows_by_id, self.hidden_acc, starts, mode="sum", per_sample_weights=gz_by_id)
+                return self._bias_backward(cols, gz)
+            _, grad_weight = self._zero_grads()
+            assert grad_weight is not None
+            ids, counts = torch.unique_consecutive(by_id, return_counts=True)
+            starts = torch.cumsum(counts, 0) - counts
+            bounds = [*starts.tolist(), rows.numel()]
+            unit = self.weight.shape[1] * self.hidden_acc.element_size()  # one fp32 [ids, d] block per chunk
+            for u0, u1 in _chunks(ids.numel(), chunk_length(unit, plan.max_chunk_bytes, plan.chunk_size)):
+                p0, p1 = bounds[u0], bounds[u1]
+                block = bag(
+                    rows_by_id[p0:p1],
+                    self.hidden_acc,
+                    starts[u0:u1] - p0,
+                    mode="sum",
+                    per_sample_weights=gz_by_id[p0:p1],
+                )
+                rows_u = ids[u0:u1]
+                grad_weight[rows_u] = (grad_weight[rows_u].to(self.dtype) + block).to(self.weight.dtype)
+        self._bias_backward(cols, gz)
+
+    def _bias_backward(self, cols: torch.Tensor, gz: torch.Tensor) -> None:
         if self.grad_bias is not None:
             self.grad_bias.index_add_(0, cols, gz)
 
     def tile_backward(self, rows: torch.Tensor, c0: int, c1: int, gz: torch.Tensor) -> None:
-        if self.grad_hidden is not None:
-            self.grad_hidden.index_add_(0, rows, gz @ self.weight[c0:c1].to(self.dtype))
-        if self.grad_weight is not None:
-            gw = gz.T @ self.hidden.index_select(0, rows).to(self.dtype)
+        grad_hidden, grad_weight = self._zero_grads()
+        if grad_hidden is not None:
+            grad_hidden.index_add_(0, rows, gz @ self.weight[c0:c1].to(self.dtype))
+        if grad_weight is not None:
+            gw = gz.T @ self.hidden_acc.index_select(0, rows)
             if self.direct:
-                self.grad_weight[c0:c1] += gw
+                grad_weight[c0:c1] += gw
             else:
                 self.tile_grad = gw if self.tile_grad is None else self.tile_grad + gw
         if self.grad_bias is not None:
@@ -205,9 +312,7 @@ class _HiddenSource:
             self.tile_grad = None
 
     def grads(self) -> tuple[torch.Tensor | None, ...]:
-        if self.compact_grad is not None and self.compact_ids is not None and self.grad_weight is not None:
-            ids = self.compact_ids
-            self.grad_weight[ids] = (self.grad_weight[ids].to(self.dtype) + self.compact_grad).to(self.weight.dtype)
+        self._zero_grads()  # nothing scored: zero gradients
         grad_hidden = None if self.grad_hidden is None else self.grad_hidden.to(self.hidden.dtype)
         grad_bias = None if self.grad_bias is None or self.bias is None else self.grad_bias.to(self.bias.dtype)
         return (grad_hidden, self.grad_weight, grad_bias)
@@ -226,6 +331,16 @@ def _tile_target_hits(targets: torch.Tensor, c0: int, c1: int) -> tuple[torch.Te
     return torch.nonzero(hit).reshape(-1), targets[hit] - c0
 
 
+def _tiles(plan: LocalPlan, dim: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(row chunks of the full rows, column chunks of the vocabulary) from :func:`tile_shape`."""
+    num_full = plan.full_rows.numel()
+    if not num_full:
+        return [], []
+    elem = torch.finfo(plan.dtype).bits // 8
+    rows, cols = tile_shape(num_full, plan.width, dim, elem, plan.max_chunk_bytes, plan.chunk_size)
+    return _chunks(num_full, rows), _chunks(plan.width, cols)
+
+
 # --------------------------------------------------------------------------- forward / backward
 def _forward(src: Any, plan: LocalPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     num_rows, dtype = plan.num_rows, plan.dtype
@@ -234,23 +349,21 @@ def _forward(src: Any, plan: LocalPlan) -> tuple[torch.Tensor, torch.Tensor, tor
     s = torch.zeros(num_rows, dtype=dtype, device=device)
     a = torch.zeros(num_rows, dtype=dtype, device=device)
     zy = torch.zeros(num_rows, dtype=dtype, device=device)
-    rows, cols = plan.pair_rows, plan.pair_cols
-    step = src.pair_chunk(plan)
-    parts = [src.pair_logits(rows[i:j], cols[i:j]) for i, j in _chunks(rows.numel(), step)]
-    u = torch.cat(parts) / plan.tau[rows] if parts else torch.zeros(0, dtype=dtype, device=device)
+    rows = plan.pair_rows
+    u = src.pair_logits(plan) / plan.tau[rows] if rows.numel() else torch.zeros(0, dtype=dtype, device=device)
     if u.numel():
         m = m.scatter_reduce(0, rows, u, reduce="amax", include_self=True)
         e, d, _ = _local_terms(u, safe_shift(m)[rows])
         s.index_add_(0, rows, e)
         a.index_add_(0, rows, e * d)
         zy.index_add_(0, rows[plan.pair_is_target], u[plan.pair_is_target])
-    tile = plan.chunk_size
-    for r0, r1 in _chunks(plan.full_rows.numel(), tile):
+    row_chunks, col_chunks = _tiles(plan, src.dim)
+    for r0, r1 in row_chunks:
         fr, ft = plan.full_rows[r0:r1], plan.full_target_cols[r0:r1]
         tau = plan.tau[fr][:, None]
         fm = torch.full((fr.numel(),), float("-inf"), dtype=dtype, device=device)
         fs, fa, fz = torch.zeros_like(fm), torch.zeros_like(fm), torch.zeros_like(fm)
-        for c0, c1 in _chunks(plan.width, tile):
+        for c0, c1 in col_chunks:
             ut = src.tile_logits(fr, c0, c1) / tau
             tm = ut.amax(dim=1)
             e, d, _ = _local_terms(ut, safe_shift(tm)[:, None])
@@ -272,19 +385,16 @@ def _backward(
     needs: tuple[bool, ...],
 ) -> tuple[torch.Tensor | None, ...]:
     """d/du_j of ``g_s . S + g_a . A + g_zy . zy`` is ``e_j (g_s + g_a (1 + d_j)) + g_zy [j = y]``."""
-    src.start_backward(needs, plan.pair_cols)
+    src.start_backward(needs)
     shift = safe_shift(m)
-    rows, cols = plan.pair_rows, plan.pair_cols
+    rows = plan.pair_rows
     if u.numel():
         e, d, finite = _local_terms(u, shift[rows])
         gu = e * (g_s[rows] + g_a[rows] * torch.where(finite, 1 + d, torch.zeros_like(d)))
         gu = gu + torch.where(plan.pair_is_target, g_zy[rows], torch.zeros_like(gu))
-        gz = gu / plan.tau[rows]
-        for i, j in _chunks(rows.numel(), src.pair_chunk(plan)):
-            src.pair_backward(rows[i:j], cols[i:j], gz[i:j], i)
-    tile = plan.chunk_size
-    row_chunks = _chunks(plan.full_rows.numel(), tile)
-    for c0, c1 in _chunks(plan.width, tile) if row_chunks else []:
+        src.pair_backward(plan, gu / plan.tau[rows])
+    row_chunks, col_chunks = _tiles(plan, src.dim)
+    for c0, c1 in col_chunks:
         for r0, r1 in row_chunks:
             fr, ft = plan.full_rows[r0:r1], plan.full_target_cols[r0:r1]
             tau = plan.tau[fr][:, None]

@@ -20,7 +20,7 @@ import torch
 from ..core.errors import ErrorCode, SamplingMaskError
 from .distributed import CopyToGroup, ReduceSum, all_reduce_max, vocab_shard
 from .inputs import MaskLike, RowPlan, accumulation_dtype, plan_rows
-from .row_stats import LocalPlan, RowStats, finish, rescale
+from .row_stats import DEFAULT_MAX_CHUNK_BYTES, LocalPlan, RowStats, finish, rescale
 
 __all__ = [
     "MaskedScores",
@@ -63,27 +63,48 @@ def _check_fill(fill_value: Any) -> float:
     return float(fill_value)
 
 
-def _check_chunk(chunk_size: int) -> int:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise SamplingMaskError(ErrorCode.E_RANGE, "chunk_size must be an integer >= 1", field="chunk_size")
-    return chunk_size
+def _check_chunking(chunk_size: Any, max_chunk_bytes: Any) -> tuple[int | None, int]:
+    """(``chunk_size``: None or an int >= 1, ``max_chunk_bytes``: an int >= 1), else ``E_RANGE``."""
+    for field, value in (("chunk_size", chunk_size), ("max_chunk_bytes", max_chunk_bytes)):
+        if value is None and field == "chunk_size":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SamplingMaskError(
+                ErrorCode.E_RANGE,
+                f"{field} must be an integer >= 1{' or None' if field == 'chunk_size' else ''}",
+                field=field,
+                value=repr(value)[:80],
+            )
+    return chunk_size, max_chunk_bytes
 
 
-def _local_plan(plan: RowPlan, start: int, width: int, chunk_size: int, dtype: torch.dtype) -> LocalPlan:
+def _local_plan(
+    plan: RowPlan, start: int, width: int, chunk_size: int | None, max_chunk_bytes: int, dtype: torch.dtype
+) -> LocalPlan:
+    """This rank's pairs (ids in ``[start, start + width)``), sorted by (row, column)."""
     ids = plan.pair_ids
     mine = (ids >= start) & (ids < start + width)
+    rows, cols, is_target = plan.pair_rows[mine], ids[mine] - start, plan.pair_is_target[mine]
+    key = rows * width + cols
+    if key.numel() > 1 and not bool((key[1:] > key[:-1]).all()):  # unsorted rows (SGLang, SkyRL rank order)
+        order = torch.argsort(key)
+        rows, cols, is_target = rows[order], cols[order], is_target[order]
+    offsets = torch.zeros(plan.num_rows + 1, dtype=torch.int64, device=rows.device)
+    torch.cumsum(torch.bincount(rows, minlength=plan.num_rows), 0, out=offsets[1:])
     targets = plan.full_targets
     in_shard = (targets >= start) & (targets < start + width)
     return LocalPlan(
         num_rows=plan.num_rows,
-        pair_rows=plan.pair_rows[mine],
-        pair_cols=ids[mine] - start,
-        pair_is_target=plan.pair_is_target[mine],
+        pair_rows=rows,
+        pair_cols=cols,
+        pair_offsets=offsets,
+        pair_is_target=is_target,
         full_rows=plan.full_rows,
         full_target_cols=torch.where(in_shard, targets - start, torch.full_like(targets, -1)),
         tau=plan.tau,
         width=width,
         chunk_size=chunk_size,
+        max_chunk_bytes=max_chunk_bytes,
         dtype=dtype,
     )
 
@@ -124,9 +145,11 @@ def _statistics(
     missing_target: str = "error",
     ignore_index: int | None = -100,
     vocab_group: Any,
-    chunk_size: int,
+    chunk_size: int | None,
+    max_chunk_bytes: int,
 ) -> tuple[RowPlan, int, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """The row plan, this rank's first vocabulary id and :func:`_row_statistics` of ``source``."""
+    chunk_size, max_chunk_bytes = _check_chunking(chunk_size, max_chunk_bytes)
     lead = source.tensors[0]
     device, num_rows, width = lead.device, lead.shape[0], source.width
     start, vocab = vocab_shard(width, vocab_group, device) if vocab_group is not None else (0, width)
@@ -143,7 +166,7 @@ def _statistics(
         missing_target=missing_target,
         ignore_index=ignore_index,
     )
-    local = _local_plan(plan, start, width, _check_chunk(chunk_size), source.dtype)
+    local = _local_plan(plan, start, width, chunk_size, max_chunk_bytes, source.dtype)
     return plan, start, _row_statistics(source.kind, source.tensors, local, vocab_group)
 
 
@@ -160,7 +183,8 @@ def _score(
     ignore_index: int | None = -100,
     fill_value: float = math.nan,
     vocab_group: Any,
-    chunk_size: int,
+    chunk_size: int | None,
+    max_chunk_bytes: int,
 ) -> MaskedScores:
     fill_value = _check_fill(fill_value)
     plan, _, (lse, entropy, zy, defined) = _statistics(
@@ -174,6 +198,7 @@ def _score(
         ignore_index=ignore_index,
         vocab_group=vocab_group,
         chunk_size=chunk_size,
+        max_chunk_bytes=max_chunk_bytes,
     )
     valid = plan.valid & defined
     fill = torch.full_like(lse, fill_value)
@@ -209,7 +234,8 @@ def masked_logprobs(
     fill_value: float = math.nan,
     with_entropy: bool = False,
     vocab_group: Any = None,
-    chunk_size: int = 4096,
+    chunk_size: int | None = None,
+    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
 ) -> MaskedScores:
     """Log-probs of ``targets`` (default: the mask's ``sampled_token_ids``) renormalized over each
     row's support, from raw ``logits`` [T, V] (divided here by ``temperature``: a scalar or [T];
@@ -238,6 +264,7 @@ def masked_logprobs(
         fill_value=fill_value,
         vocab_group=vocab_group,
         chunk_size=chunk_size,
+        max_chunk_bytes=max_chunk_bytes,
     )
 
 
@@ -249,7 +276,8 @@ def masked_entropy(
     empty_rows: str = "full",
     fill_value: float = math.nan,
     vocab_group: Any = None,
-    chunk_size: int = 4096,
+    chunk_size: int | None = None,
+    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
 ) -> MaskedScores:
     """Entropy of each row's distribution renormalized over its support (``.entropy``); empty rows per
     ``empty_rows``. Arguments as :func:`masked_logprobs`."""
@@ -265,6 +293,7 @@ def masked_entropy(
         fill_value=fill_value,
         vocab_group=vocab_group,
         chunk_size=chunk_size,
+        max_chunk_bytes=max_chunk_bytes,
     )
 
 
@@ -277,7 +306,8 @@ def full_logprobs(
     fill_value: float = math.nan,
     with_entropy: bool = False,
     vocab_group: Any = None,
-    chunk_size: int = 4096,
+    chunk_size: int | None = None,
+    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
 ) -> MaskedScores:
     """Full-vocabulary log-probs (and entropy) of ``targets``: what a trainer without replay computes.
     A target of ``-1`` or ``ignore_index`` leaves its row unscored (``fill_value``, default NaN)."""
@@ -294,6 +324,7 @@ def full_logprobs(
         fill_value=fill_value,
         vocab_group=vocab_group,
         chunk_size=chunk_size,
+        max_chunk_bytes=max_chunk_bytes,
     )
 
 
@@ -303,7 +334,8 @@ def masked_support_logprobs(
     *,
     temperature: Any = None,
     vocab_group: Any = None,
-    chunk_size: int = 4096,
+    chunk_size: int | None = None,
+    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
 ) -> torch.Tensor:
     """Renormalized log-prob of every id of the mask, [nnz] in the mask's own id order (what the
     ``support_logprobs`` companion holds). Differentiable."""
@@ -316,6 +348,7 @@ def masked_support_logprobs(
         empty_rows="exclude",
         vocab_group=vocab_group,
         chunk_size=chunk_size,
+        max_chunk_bytes=max_chunk_bytes,
     )
     dtype, width = source.dtype, source.width
     rows, ids = plan.pair_rows, plan.pair_ids
@@ -357,12 +390,16 @@ def masked_logprobs_from_hidden(
     fill_value: float = math.nan,
     with_entropy: bool = False,
     vocab_group: Any = None,
-    chunk_size: int = 4096,
+    chunk_size: int | None = None,
+    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
 ) -> MaskedScores:
     """:func:`masked_logprobs` of the logits ``hidden [T, d] @ weight[V, d].T (+ bias [V])`` without
-    forming them: only the T x |S_t| candidate logits, in chunks of ``chunk_size`` pairs; rows scored
-    over the full vocabulary go through ``chunk_size x chunk_size`` tiles with an online
-    log-sum-exp. Backward recomputes chunk by chunk (memory O(chunk_size x d) beyond the gradients).
+    forming them: only the T x |S_t| candidate logits (a sampled matrix product, [P] values); rows
+    scored over the full vocabulary go through vocabulary tiles with an online log-sum-exp.
+    Memory beyond the gradients: O(T + P) plus one chunk of at most ``max_chunk_bytes`` (default
+    256 MiB; a single row or pair larger than that is its own chunk): weight-gradient blocks of ids,
+    tiles, and pair chunks of a bf16 / fp16 weight. ``chunk_size`` (optional) also caps the ids, pairs,
+    tile rows and tile columns of a chunk (small values exercise chunk boundaries).
     With ``vocab_group``, ``weight`` / ``bias`` are this rank's vocabulary shard and the gradient of
     ``hidden`` is summed over the group.
     """
@@ -379,6 +416,7 @@ def masked_logprobs_from_hidden(
         fill_value=fill_value,
         vocab_group=vocab_group,
         chunk_size=chunk_size,
+        max_chunk_bytes=max_chunk_bytes,
     )
 
 
@@ -392,7 +430,8 @@ def masked_entropy_from_hidden(
     empty_rows: str = "full",
     fill_value: float = math.nan,
     vocab_group: Any = None,
-    chunk_size: int = 4096,
+    chunk_size: int | None = None,
+    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
 ) -> MaskedScores:
     """:func:`masked_entropy` from hidden states, as :func:`masked_logprobs_from_hidden`."""
     return _score(
@@ -407,4 +446,5 @@ def masked_entropy_from_hidden(
         fill_value=fill_value,
         vocab_group=vocab_group,
         chunk_size=chunk_size,
+        max_chunk_bytes=max_chunk_bytes,
     )
