@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMaskError
+from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMask, SamplingMaskError
 from sampling_mask.core import layouts
 
 ROWS = [[5, 1], [], [7], [0, 9, 3, 8], [], [2]]
@@ -281,3 +283,127 @@ def test_bitmask_to_ragged_equals_a_per_row_reference(
         finally:
             layouts.BITMASK_BLOCK = saved
         assert (info.value.code, info.value.row) == (ErrorCode.E_PADDING, num_rows - 1)
+
+
+# ---------------------------------------------------------------------------------------- duplicate test
+def _first_repeat(rows: list[list[int]]) -> tuple[int, int] | None:
+    """(row, smallest repeated id) of the first row that repeats an id, row by row."""
+    for t, row in enumerate(rows):
+        repeated = [i for i in set(row) if row.count(i) > 1]
+        if repeated:
+            return t, min(repeated)
+    return None
+
+
+def _check_duplicates(rows: list[list[int]], vocab: int | None) -> tuple[int, int] | None:
+    ids, offsets = ragged(rows)
+    try:
+        layouts.check_ids(ids, offsets, vocab)
+    except SamplingMaskError as exc:
+        assert exc.code is ErrorCode.E_DUPLICATE
+        return exc.row, exc.value
+    return None
+
+
+#: (chunk, block) sizes: the default, and tiny ones that put chunk tilings, block boundaries and the
+#: wide-row path (rows over chunk // 2 + 1 ids; over chunk ids: the full sort) on every few ids.
+_TILINGS = [(512, 1 << 16), (4, 1 << 16), (8, 7), (2, 5), (16, 3)]
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(st.lists(st.integers(0, 9), max_size=12), min_size=1, max_size=30),
+    st.sampled_from([10, 2**23, 2**23 + 1, 2**31 - 1]),
+    st.randoms(use_true_random=False),
+)
+def test_duplicate_test_agrees_with_a_row_by_row_check(rows: list[list[int]], vocab: int, rnd: random.Random) -> None:
+    # Ids spread over the vocabulary (scaled from 0..9, so repeats stay likely): wide ids take
+    # the full sort (over 2^23), narrow ones the chunked one; with 2^23 the row tag keeps 9 bits.
+    rows = [[i * (vocab - 1) // 9 for i in row] for row in rows]
+    if rnd.random() < 0.5:
+        rows = [list(dict.fromkeys(row)) for row in rows]  # mostly valid, then one planted repeat
+        long = [t for t, row in enumerate(rows) if len(row) > 1]
+        if long and rnd.random() < 0.5:
+            t = rnd.choice(long)
+            rows[t][rnd.randrange(1, len(rows[t]))] = rows[t][0]
+    expected = _first_repeat(rows)
+    for chunk, block in _TILINGS:
+        for simd in (True, False):  # the chunked test, or (numpy without SIMD sorts) the full sort
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(layouts, "_CHUNK", chunk)
+                patch.setattr(layouts, "BLOCK", block)
+                patch.setattr(layouts, "_SIMD_SORT", simd)
+                assert _check_duplicates(rows, vocab) == expected, (chunk, block, simd)
+
+
+@pytest.mark.parametrize("chunk", [8, 512])
+def test_duplicate_test_covers_both_tilings_and_wide_rows(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layouts, "_CHUNK", chunk)
+    monkeypatch.setattr(layouts, "_SIMD_SORT", True)
+    rng = np.random.default_rng(chunk)
+    for width in (2, chunk // 2, chunk // 2 + 1, chunk // 2 + 2, chunk, chunk + 3):
+        for lead in (0, 1, chunk // 2 - 1, chunk // 2, chunk - 1):  # where the row starts in the tiling
+            row = rng.permutation(10 * width)[:width].tolist()
+            rows = [[int(i)] for i in rng.permutation(1000)[:lead]] + [row, [5, 3]]
+            assert _check_duplicates(rows, None) is None
+            rows[lead] = row[:-1] + [row[0]]  # the repeat as far apart as the row allows
+            assert _check_duplicates(rows, None) == (lead, row[0]), (width, lead)
+
+
+def test_duplicate_test_edges(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layouts, "_SIMD_SORT", True)
+    # The same id in neighbouring rows (across chunks and blocks too) is no duplicate.
+    same = [[7, 3] for _ in range(2000)]
+    assert _check_duplicates(same, 10) is None
+    # Empty rows add no row tag; a repeat right after them is still found.
+    rows: list[list[int]] = [[], [4, 2], [], [], [1, 0, 1], []]
+    assert _check_duplicates(rows, 5) == (4, 1)
+    # First and last rows of a block, first and last ids of a row.
+    rows = [[9, 1, 9]] + [[2, 1]] * 40_000 + [[3, 5, 4, 3]]
+    assert _check_duplicates(rows, 10) == (0, 9)
+    assert _check_duplicates(rows[1:], 10) == (40_000, 3)
+    # Ids near the int32 bound take the full sort; 2^23 - 1 the chunked one with a 9-bit row tag:
+    # 600 one-id rows put tags a full cycle (512 rows) apart next to each other across chunks.
+    for top in (2**31 - 2, 2**23 - 1):
+        rows = [[top]] * 600 + [[top, 0]]
+        assert _check_duplicates(rows, None) is None
+        assert _check_duplicates(rows + [[0, top, top]], None) == (601, top)
+
+
+def test_duplicate_test_of_a_512_wide_row_under_the_default_limits() -> None:
+    row = np.random.default_rng(0).permutation(151_936)[:512].astype(np.int32)
+    mask = SamplingMask.from_rows([row.tolist(), row[::-1].tolist()], vocab_size=151_936)
+    assert mask.num_rows == 2
+    row[300] = row[7]
+    with pytest.raises(SamplingMaskError) as info:
+        SamplingMask.from_rows([[1], row.tolist()], vocab_size=151_936)
+    assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_DUPLICATE, 1, int(row[7]))
+
+
+@pytest.mark.parametrize("vocab", [None, 1, 10, 2**31 - 1, 2**31, 2**31 + 5])
+@pytest.mark.parametrize("bad", [-1, -(2**31), 10, 2**31 - 1])
+def test_range_check_names_the_first_bad_row_negatives_first(vocab: int | None, bad: int) -> None:
+    # One max over the ids read as uint32 finds both ends; the message still names the first
+    # negative id's row when there is one, else the first id at or past the vocabulary.
+    rows = [[0], [bad, 0], [2**31 - 1 if vocab is None or vocab >= 2**31 else vocab - 1], [-5 if bad >= 0 else 0]]
+    ids, offsets = ragged(rows)
+    for block in (1, 1 << 16):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(layouts, "BLOCK", block)
+            expected = _reference_range(rows, vocab, whole_mask=block > 1)
+            if expected is None:
+                assert layouts.check_ids(ids, offsets, vocab) is True
+                continue
+            with pytest.raises(SamplingMaskError) as info:
+                layouts.check_ids(ids, offsets, vocab)
+            assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_RANGE, *expected)
+
+
+def _reference_range(rows: list[list[int]], vocab: int | None, whole_mask: bool) -> tuple[int, int] | None:
+    """(row, id) check_ids reports: within one block, a negative id before any id past the vocabulary."""
+    flat = [(t, i) for t, row in enumerate(rows) for i in row]
+    if not whole_mask:  # a block per row: the first bad row, negative or not
+        return next(((t, i) for t, i in flat if i < 0 or (vocab is not None and i >= vocab)), None)
+    return next(((t, i) for t, i in flat if i < 0), None) or next(
+        ((t, i) for t, i in flat if vocab is not None and i >= vocab), None
+    )

@@ -9,6 +9,8 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mask_examples import VLLM_FIXTURES
 
 import sampling_mask
@@ -88,6 +90,16 @@ def test_from_rows_accepts_numpy_rows_and_sets() -> None:
     assert SamplingMask.from_rows(rows) == SamplingMask.from_rows([[5, 1], [], [7]])
     assert SamplingMask.from_rows([{1, 5}, set(), (7,)]) == SamplingMask.from_rows([[1, 5], [], [7]])
     assert SamplingMask.from_rows(np.array([[5, 1], [7, -1]])).to_rows() == [[5, 1], [7]]  # 2-D: dense
+
+
+@settings(max_examples=100)
+@given(st.lists(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=6), max_size=20))
+def test_from_rows_fast_path_agrees_with_the_generic_one(rows: list[list[int]]) -> None:
+    # A list of lists of int32 takes the marshal record reader; a tuple of them the generic path.
+    fast = SamplingMask.from_rows(rows, validate=False)
+    generic = SamplingMask.from_rows(tuple(rows), validate=False)
+    assert fast.ids.tolist() == generic.ids.tolist() == [i for row in rows for i in row]
+    assert fast.offsets.tolist() == generic.offsets.tolist() == np.cumsum([0] + [len(r) for r in rows]).tolist()
 
 
 def test_from_counts_any_integer_dtype() -> None:
