@@ -156,7 +156,9 @@ def test_bad_int32_offsets_fail_as_int64_ones_do(
     assert errors == [(code, row)] * 4
 
 
-def test_steps_scan_and_row_blocks_on_unaligned_int32() -> None:
+@pytest.mark.parametrize("scan_block", [7, 1000, layouts.SCAN_BLOCK])
+def test_steps_scan_and_row_blocks_on_unaligned_int32(scan_block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layouts, "SCAN_BLOCK", scan_block)  # the descent inside a block and at its edge
     offsets = layouts.counts_to_offsets(np.random.default_rng(0).integers(0, 9, size=3000)).astype(np.int32)
     raw = np.zeros(offsets.nbytes + 1, np.uint8)
     unaligned = raw[1:].view(np.int32)

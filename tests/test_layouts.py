@@ -102,6 +102,7 @@ def _reference_rows_check(rows: list[list[int]], vocab: int, sampled: list[int])
 def test_check_rows_in_small_blocks_agrees_with_a_row_by_row_check(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # Blocks of 3 ids put block boundaries everywhere: in rows, at empty rows, between rows.
     monkeypatch.setattr(layouts, "BLOCK", 3)
+    monkeypatch.setattr(layouts, "SCAN_BLOCK", 2)  # and the offsets scan in blocks of 2 steps
     rng = np.random.default_rng(seed)
     vocab = 12
     rows = [sorted(rng.choice(vocab, size=int(rng.integers(0, 5)), replace=False).tolist()) for _ in range(15)]

@@ -176,18 +176,22 @@ def counts_to_offsets(counts: np.ndarray, *, field: str = "counts") -> np.ndarra
 #: Ids (and rows) per validation block: each check runs over a block that stays in cache, so
 #: temporaries are O(block), not O(nnz), and every id is read from memory about once.
 BLOCK = 1 << 16
+#: Bounds per block of :func:`steps_scan`: a row holds about 8 ids, so offsets blocks of BLOCK / 8
+#: entries cover about as many ids as a block of ids, and keep its temporaries as small (64 KiB).
+SCAN_BLOCK = BLOCK // 8
 
 
 def steps_scan(bounds: np.ndarray) -> tuple[int | None, int]:
     """(first i with ``bounds[i + 1] < bounds[i]`` or None, the largest step) of a 1-D array, in blocks
-    of :data:`BLOCK` entries: no temporary as large as ``bounds``. Exact for int32 bounds too: a block
+    of :data:`SCAN_BLOCK` entries: no temporary as large as ``bounds``. Exact for int32 bounds too: a block
     holding a negative bound, where an int32 difference could wrap (``0, 2**31 - 1, -2``), is compared."""
     widest = 0
     # Unaligned bounds (int32 offsets read in place from a payload): numpy is several times slower
     # on those, so each block is first copied into an aligned scratch buffer (it stays in cache).
-    scratch = None if bounds.flags.aligned else np.empty(BLOCK + 1 + 4096 // bounds.itemsize, bounds.dtype)
-    for start in range(0, bounds.size - 1, BLOCK):
-        block = bounds[start : start + BLOCK + 1]
+    span = min(bounds.size, SCAN_BLOCK + 1)
+    scratch = None if bounds.flags.aligned else np.empty(span + 4096 // bounds.itemsize, bounds.dtype)
+    for start in range(0, bounds.size - 1, SCAN_BLOCK):
+        block = bounds[start : start + SCAN_BLOCK + 1]
         if scratch is not None:
             block = _aligned_copy(block, scratch)
         steps = np.diff(block)
