@@ -546,10 +546,18 @@ def _values(array: Any, field: str) -> np.ndarray:
 
 
 def _column(batch: Any, name: str) -> Any:
+    """Column ``name`` of a record batch or table, or None; ``E_SCHEMA`` for a duplicate name or a
+    type pyarrow has no array class for (a forged type id, e.g. INTERVAL_MONTHS)."""
     index = batch.schema.get_all_field_indices(name)
     if len(index) > 1:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "duplicate column", field=name)
-    return batch.column(index[0]) if index else None
+    if not index:
+        return None
+    try:
+        return batch.column(index[0])
+    except KeyError:  # pyarrow's get_array_class_from_type
+        kind = str(batch.schema.field(index[0]).type)[:80]
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unsupported Arrow type {kind}", field=name) from None
 
 
 def _compact_column(batch: Any, cu_rows: Any, limits: Limits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -234,7 +234,7 @@ class MaskDataset:
                 values = {
                     name: np.full(batch.num_rows, keys[name], self.partition_schema.field(name).type.to_pandas_dtype())
                     if name in keys and batch.schema.get_field_index(name) < 0
-                    else batch.column(name).to_numpy(zero_copy_only=False)
+                    else arrow._column(batch, name).to_numpy(zero_copy_only=False)
                     for name in extra
                 }
                 yield MaskBatch(mask, values, fragment.path)
@@ -262,7 +262,7 @@ class MaskDataset:
                     continue
                 batch = pa.RecordBatch.from_arrays(batch.columns, schema=batch.schema.with_metadata(physical.metadata))
                 mask = arrow._mask_from_batch(batch, header, self.limits, self.validate)
-                values = {name: batch.column(name).to_numpy(zero_copy_only=False) for name in extra}
+                values = {name: arrow._column(batch, name).to_numpy(zero_copy_only=False) for name in extra}
                 yield MaskBatch(mask, values, fragment.path)
 
     def sequences(self, **options: Any) -> Iterator[MaskSequence]:
@@ -367,7 +367,7 @@ def batch_from_table(
         table = table.replace_schema_metadata(schema.metadata)
     mask = arrow.mask_from_table(table, limits=limits, validate=validate)
     extra = [name for name in table.schema.names if name not in arrow.RESERVED_COLUMNS]
-    columns = {name: table.column(name).to_numpy(zero_copy_only=False) for name in extra}
+    columns = {name: arrow._column(table, name).to_numpy(zero_copy_only=False) for name in extra}
     return MaskBatch(mask, columns, "")
 
 
