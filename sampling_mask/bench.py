@@ -265,7 +265,7 @@ def naive_lists_to_ragged(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray
 def decode_kind(decoded: SamplingMask, payload: bytes) -> str:
     """``zero-copy`` when the decoded ids and offsets are views of ``payload``; else what was copied."""
     whole = np.frombuffer(payload, dtype=np.uint8)
-    shared = [name for name in ("ids", "offsets") if np.shares_memory(getattr(decoded, name), whole)]
+    shared = [name for name in ("ids", "stored_offsets") if np.shares_memory(getattr(decoded, name), whole)]
     if len(shared) == 2:
         return "zero-copy"
     return "ids in place, offsets copied" if shared == ["ids"] else "decoded / copied"
