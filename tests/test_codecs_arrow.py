@@ -391,3 +391,24 @@ def test_skipping_validation_keeps_the_structure_checks() -> None:
 def test_pyarrow_exceptions_never_escape() -> None:
     for data in (b"ARROW1\x00\x00garbage", b"\xff\xff\xff\xff\x10\x00\x00\x00xx", b"PAR1" + b"\x00" * 20 + b"PAR1"):
         assert error_code(lambda data=data: codecs.decode(data)) == ErrorCode.E_ENCODING
+
+
+def test_descending_row_offsets_name_their_row_after_pyarrow_finds_them() -> None:
+    # pyarrow's full validation checks the rows' order; our scan then names the row (E_OFFSETS).
+    for large in (False, True):
+        inner = list_array([0, 2, 5, 4, 6], pa.array(np.arange(6, dtype=np.int32)), large=large)
+        table = pa.table({arrow.MASK_COLUMN: list_array([0, 4], inner)}).replace_schema_metadata(HEADER)
+        with pytest.raises(SamplingMaskError) as info:
+            arrow.mask_from_table(table)
+        assert (info.value.code, info.value.row) == (ErrorCode.E_OFFSETS, 2)
+
+
+@pytest.mark.parametrize("large_lists", [False, True])
+def test_row_wider_than_the_limit_is_found_with_the_ids(large_lists: bool) -> None:
+    # The widths of ordered Arrow rows are checked block by block, before the block's ids are read.
+    rows = [[1], [2, 3], [0, 1, 2, 3, 4], [5], [0, 1, 2, 3, 4, 5], [7]]
+    data = codecs.encode(SamplingMask.from_rows(rows), "arrows", large_lists=large_lists)
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.decode(data, limits=DEFAULT_LIMITS.replace(max_width=4))
+    assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_LIMIT, 4, 6)
+    assert codecs.decode(data, limits=DEFAULT_LIMITS.replace(max_width=6)).to_rows() == rows

@@ -353,3 +353,64 @@ def test_encode_into_writes_the_envelope_or_nothing() -> None:
     assert info.value.code is ErrorCode.E_LIMIT and small == bytearray(len(data) - 1)
     with pytest.raises(SamplingMaskError):
         codecs.encode_into(mask, bytes(len(data)))  # read-only
+
+
+def _large_mask(num_rows: int = 3000) -> SamplingMask:
+    rng = np.random.default_rng(7)
+    rows = [np.unique(rng.integers(0, 500, size=int(rng.integers(0, 6)))).tolist() for _ in range(num_rows)]
+    sampled = [row[0] if row else -1 for row in rows]
+    return SamplingMask.from_rows(
+        rows,
+        vocab_size=500,
+        cu_seqlens=[0, num_rows // 3, num_rows],
+        sampled_token_ids=sampled,
+        support_logprobs=-rng.random(sum(map(len, rows)), dtype=np.float32),
+    )
+
+
+@pytest.mark.parametrize("offsets_dtype", [None, "int32", "int64"])
+def test_arrays_of_4_kib_and_more_are_padded_to_64_bytes(offsets_dtype) -> None:
+    mask = _large_mask()
+    data = codecs.encode(mask, "msgpack", offsets_dtype=offsets_dtype)
+    assert b"".join(bytes(f) for f in codecs.encode_frames(mask, offsets_dtype=offsets_dtype)) == data
+    env = msgpack.unpackb(data, raw=False)
+    base = np.frombuffer(data, np.uint8).ctypes.data
+    decoded = envelope.decode(data)
+    assert decoded == mask
+    views = {"ids": decoded.ids, "support_logprobs": decoded.companions["support_logprobs"]}
+    views["sampled_token_ids"] = decoded.companions["sampled_token_ids"]
+    if offsets_dtype is not None:
+        views["offsets"] = decoded.stored_offsets
+    padded = set()
+    for key, value in env.items():
+        if isinstance(value, dict) and "data" in value:
+            if len(value["data"]) >= envelope.PAD_FROM:
+                assert list(value)[-2:] == ["pad", "data"] and value["pad"] == bytes(len(value["pad"]))
+                assert len(value["pad"]) < envelope.ALIGN
+                padded.add(key)
+            else:
+                assert "pad" not in value
+    assert padded >= {"ids", "support_logprobs"}
+    for key in padded & set(views):
+        assert (views[key].ctypes.data - base) % envelope.ALIGN == 0, key
+        assert views[key].flags.aligned
+
+
+def test_readers_ignore_any_pad() -> None:
+    mask = _large_mask(50)
+    env = msgpack.unpackb(codecs.encode(mask, "msgpack"), raw=False)
+    for value in env.values():
+        if isinstance(value, dict):
+            value["pad"] = b"not zero"
+    assert envelope.decode(pack(env)) == mask
+
+
+def test_counts_wider_than_the_limit_name_the_widest_row() -> None:
+    # Offsets summed from counts need no scan: the widest row is the largest count.
+    rows = [[1], [0, 1, 2, 3], [5], [0, 1, 2, 3, 4, 5], []]
+    data = codecs.encode(SamplingMask.from_rows(rows), "msgpack")
+    assert "counts" in msgpack.unpackb(data, raw=False)
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.decode(data, limits=DEFAULT_LIMITS.replace(max_width=3))
+    assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_LIMIT, 3, 6)
+    assert codecs.decode(data, limits=DEFAULT_LIMITS.replace(max_width=6)).to_rows() == rows

@@ -408,3 +408,73 @@ def _reference_range(rows: list[list[int]], vocab: int | None, whole_mask: bool)
     return next(((t, i) for t, i in flat if i < 0), None) or next(
         ((t, i) for t, i in flat if vocab is not None and i >= vocab), None
     )
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_check_rows_in_blocks_grown_with_nnz_agrees_with_a_row_by_row_check(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Blocks grow with nnz (a sixteenth) from BLOCK to MAX_BLOCK: here from 2 to 9 ids.
+    monkeypatch.setattr(layouts, "BLOCK", 2)
+    monkeypatch.setattr(layouts, "MAX_BLOCK", 9)
+    rng = np.random.default_rng(seed)
+    rows = [rng.permutation(rng.choice(40, size=int(rng.integers(0, 7)), replace=False)).tolist() for _ in range(60)]
+    if seed % 3 == 0:
+        rows = [sorted(r) for r in rows]
+    t = int(rng.integers(0, len(rows)))
+    if seed % 3 == 1 and rows[t]:
+        rows[t].insert(int(rng.integers(0, len(rows[t]))), rows[t][-1])  # a duplicate, anywhere in the row
+    sampled = [r[0] if r else -1 for r in rows]
+    expected = _reference_rows_check(rows, 40, sampled)
+    ids, offsets = ragged(rows)
+    assert ids.size >> 4 > layouts.BLOCK
+    call = lambda: layouts.check_rows(ids, offsets, 40, sampled=np.array(sampled, np.int32))  # noqa: E731
+    if expected[0] == "raise":
+        with pytest.raises(SamplingMaskError) as info:
+            call()
+        assert (info.value.code, info.value.row) == expected[1:]
+    else:
+        assert call() == expected
+
+
+@pytest.mark.parametrize("block", [1, 3, 1000])
+def test_check_rows_checks_widths_when_asked(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # max_width: offsets known ordered (pyarrow checked them), widths checked with the ids: the same
+    # error as check_offsets + check_width, naming the first of the widest rows.
+    monkeypatch.setattr(layouts, "BLOCK", block)
+    rows = [[1], [0, 2, 4], [3], [], [0, 1, 2, 3], [6], [0, 1, 2, 3]]
+    ids, offsets = ragged(rows)
+    assert layouts.check_rows(ids, offsets, 10, max_width=4) == (True, None)
+    for limit in (2, 3):
+        with pytest.raises(SamplingMaskError) as info:
+            layouts.check_rows(ids, offsets, 10, max_width=limit)
+        assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_LIMIT, 4, 4)
+        with pytest.raises(SamplingMaskError) as direct:
+            layouts.check_width(offsets, layouts.check_offsets(offsets, ids.size), limit)
+        assert str(direct.value) == str(info.value)
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_check_rows_checks_unordered_offsets_like_check_offsets(
+    seed: int, dtype: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With max_width only the end points are checked before: offsets anywhere (negative, past nnz,
+    # descending, wrapping as int32) give check_offsets' error, whatever the blocks.
+    monkeypatch.setattr(layouts, "BLOCK", 3)
+    rng = np.random.default_rng(seed)
+    nnz, rows = 30, 12
+    ids = rng.permutation(nnz).astype(np.int32)  # one fault only: no row (whatever the offsets) repeats an id
+    offsets = np.sort(rng.integers(0, nnz + 1, size=rows + 1)).astype(dtype)
+    offsets[0], offsets[-1] = 0, nnz
+    bad = int(rng.integers(1, rows))
+    offsets[bad] = rng.choice([-5, nnz + 7, int(offsets[bad - 1]) - 1, np.iinfo(dtype).max, np.iinfo(dtype).min])
+    with pytest.raises(SamplingMaskError) as expected:
+        layouts.check_offsets(offsets, nnz)
+    with pytest.raises(SamplingMaskError) as got:
+        layouts.check_rows(ids, offsets, 50, max_width=nnz)
+    assert (got.value.code, got.value.row, got.value.value) == (
+        expected.value.code,
+        expected.value.row,
+        expected.value.value,
+    )

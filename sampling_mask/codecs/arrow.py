@@ -16,10 +16,11 @@ ids for the inner level). Schema metadata carries ``sampling_mask.version`` (``"
 column is replaced by ``sampling_mask_compact: binary`` (one :mod:`sampling_mask.codecs.compact`
 blob per segment, rows ascending) plus ``sampling_mask_num_rows`` / ``sampling_mask_nnz``: int64.
 
-Reading validates before trusting: buffer sizes (``E_ENCODING``), every offset monotonic and inside
-its child (``E_SEGMENTS`` / ``E_OFFSETS``), companions aligned with the mask (``E_SHAPE``), column
-types exact (``E_SCHEMA`` / ``E_DTYPE``), no nulls (``E_SCHEMA``), then Arrow's full validation;
-pyarrow exceptions never escape. Ids and companions are zero-copy views of the Arrow buffers, so a
+Reading validates before trusting: buffer sizes (``E_ENCODING``), column types exact (``E_SCHEMA``
+/ ``E_DTYPE``), no nulls (``E_SCHEMA``), the end offsets of every list inside its child, the segments'
+offsets monotonic (``E_SEGMENTS``), companions' offsets equal to the mask's (``E_SHAPE``), then the
+mask's checks, whose pass over the ids checks the rows' offsets first (``E_OFFSETS``), then Arrow's
+full validation of the other columns; pyarrow exceptions never escape. Ids and companions are zero-copy views of the Arrow buffers, so a
 memory-mapped ``.arrow`` file gives ids that view the mapped file. User columns: :func:`read_table`
 returns the whole ``pyarrow.Table``; :func:`mask_from_table` builds the mask from it.
 """
@@ -637,10 +638,11 @@ def _mask_from_batch(batch: Any, header: _Header, limits: Limits, validate: bool
         cu, inner = _offsets_view(column, code=ErrorCode.E_SEGMENTS, field=MASK_COLUMN, monotonic=validate)
         check_count(len(inner), limits.max_rows, "row count", field=MASK_COLUMN)
         _no_nulls(inner, MASK_COLUMN)
-        offsets, leaf = _offsets_view(inner, code=ErrorCode.E_OFFSETS, field=MASK_COLUMN, monotonic=validate)
+        # The rows' order and widths are checked with the ids (SamplingMask._validate), which read
+        # the offsets once; that leaves nothing for pyarrow's full validation of this column.
+        offsets, leaf = _offsets_view(inner, code=ErrorCode.E_OFFSETS, field=MASK_COLUMN, monotonic=False)
         check_count(len(leaf), limits.max_nnz, "id count", field=MASK_COLUMN)
         ids = _values(leaf, MASK_COLUMN)
-        checked.append(column)
     kwargs: dict[str, Any] = {}
     for name in COMPANIONS:
         column = _column(batch, name)
@@ -649,35 +651,36 @@ def _mask_from_batch(batch: Any, header: _Header, limits: Limits, validate: bool
         nested = name == "support_logprobs"
         _levels(column.type, nested, name)
         _no_nulls(column, name)
-        comp_cu, child = _offsets_view(column, code=ErrorCode.E_SHAPE, field=name, monotonic=validate)
+        # A companion's offsets must equal the mask's, whose order is checked: no scan of their own.
+        comp_cu, child = _offsets_view(column, code=ErrorCode.E_SHAPE, field=name, monotonic=False)
         if not np.array_equal(comp_cu, cu):
             raise SamplingMaskError(ErrorCode.E_SHAPE, "row counts per segment differ from the mask's", field=name)
         if nested:
             _no_nulls(child, name)
-            comp_offsets, child = _offsets_view(child, code=ErrorCode.E_SHAPE, field=name, monotonic=validate)
+            comp_offsets, child = _offsets_view(child, code=ErrorCode.E_SHAPE, field=name, monotonic=False)
             if not np.array_equal(comp_offsets, offsets):
                 raise SamplingMaskError(ErrorCode.E_SHAPE, "row lengths differ from the mask's", field=name)
         kwargs[name] = _values(child, name)
         checked.append(column)
-    if validate:
-        for column in checked:
-            try:
-                column.validate(full=True)
-            except pa.ArrowException as exc:
-                raise SamplingMaskError(ErrorCode.E_ENCODING, f"invalid Arrow data: {exc}"[:500]) from None
     mask = SamplingMask(
         ids,
         offsets,
         cu_seqlens=cu,
         vocab_size=header.vocab_size,
         metadata=header.metadata,
-        validate=validate and not header.compact,
+        validate=False,
         limits=limits,
         **kwargs,
     )
-    if validate and header.compact:  # compact.decode_ragged yields strictly ascending rows
-        mask._validate(limits, rows_ascending=True)
-    return check_id_order(mask, header.id_order) if validate else mask
+    if not validate:
+        return mask
+    mask._validate(limits, rows_ascending=header.compact)  # compact.decode_ragged yields ascending rows
+    for column in checked:  # after the mask's checks, which name the row of a fault in the offsets
+        try:
+            column.validate(full=True)
+        except pa.ArrowException as exc:
+            raise SamplingMaskError(ErrorCode.E_ENCODING, f"invalid Arrow data: {exc}"[:500]) from None
+    return check_id_order(mask, header.id_order)
 
 
 def _empty_mask(header: _Header, schema: Any, limits: Limits) -> SamplingMask:

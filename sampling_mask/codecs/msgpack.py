@@ -13,14 +13,17 @@ Wire format (spec/v1/SPEC.md, section ``msgpack``)::
      "sampled_token_ids": ARRAY, "sampled_logprobs": ARRAY, "temperature": ARRAY,
      "support_logprobs": ARRAY,                  # optional companions (int32 / float32)
      "metadata": {str: nil | bool | int | float | str}}
-    ARRAY = {"dtype": "int32" | "int64" | "float32", "shape": [n, ...], "data": bin}
+    ARRAY = {"dtype": "int32" | "int64" | "float32", "shape": [n, ...], "pad": bin, "data": bin}
+                                                # "pad" (optional): 0-63 zero bytes that put "data"
+                                                # at a multiple of 64 from the envelope's start
 
-The encoder writes the version key first and, by default, row lengths as ``counts`` in the
-narrowest of uint8 / uint16 / int32 that holds the widest row (the smallest wire: 2 bytes per row
-for rows up to 65535 ids); ``offsets_dtype="int64"`` or ``"int32"`` writes offsets that decode in
-O(1) (int32 offsets stay int32 in the mask: :attr:`SamplingMask.stored_offsets`).
-It (that is how :func:`sampling_mask.decode` recognises the
-envelope). The decoder reads ``bin`` values in place: ids, offsets and companions are read-only
+The encoder writes the version key first (that is how :func:`sampling_mask.decode` recognises the
+envelope), pads every ARRAY of :data:`PAD_FROM` bytes or more (an envelope in an aligned buffer,
+such as a ``bytes`` object, then decodes to aligned arrays) and, by default, writes row lengths as
+``counts`` in the narrowest of uint8 / uint16 / int32 that holds the widest row (the smallest wire:
+2 bytes per row for rows up to 65535 ids); ``offsets_dtype="int64"`` or ``"int32"`` writes offsets
+that decode in O(1) (int32 offsets stay int32 in the mask: :attr:`SamplingMask.stored_offsets`).
+The decoder reads ``bin`` values in place: ids, offsets and companions are read-only
 views of the payload (no copy). Declared dtype / shape are checked against a per-field whitelist,
 ``Limits`` and the real ``bin`` length before any view is made. Unknown keys are ignored.
 
@@ -103,27 +106,46 @@ def _bin_header(nbytes: int, key: str) -> bytes:
     )
 
 
+#: The writer places each ARRAY's ``data`` of :data:`PAD_FROM` bytes or more at a multiple of
+#: :data:`ALIGN` bytes from the envelope's start, with a ``pad`` entry (spec 10.1): read in place
+#: from an aligned buffer, the array is then aligned (numpy checks unaligned arrays several times slower).
+ALIGN = 64
+PAD_FROM = 4096
+_PAD_KEY = b"\xa3pad"  # fixstr "pad"; its value is a bin 8 of zero bytes
+_DATA_KEY = b"\xa4data"
+
+
 def _frames(env: Mapping[str, Any]) -> list[Any]:
-    """``msgpack.packb(env, use_bin_type=True)`` as frames: the small msgpack parts joined into
-    ``bytes`` and every ARRAY / bin value as its own frame (a memoryview of the array, no copy).
-    Their concatenation is the envelope; the work is O(1) in rows."""
+    """``msgpack.packb(env, use_bin_type=True)`` as frames, but for the ``pad`` entries that align
+    large ARRAYs: the small msgpack parts joined into ``bytes`` and every ARRAY / bin value as its
+    own frame (a memoryview of the array, no copy). Their concatenation is the envelope; the work
+    is O(1) in rows."""
     import msgpack
 
     packer = msgpack.Packer(use_bin_type=True, use_single_float=False)
     frames: list[Any] = []
     head: list[bytes] = [packer.pack_map_header(len(env))]
+    written = 0  # bytes in ``frames``
 
     def data(value: Any, nbytes: int, key: str) -> None:
+        nonlocal written
         head.append(_bin_header(nbytes, key))
         frames.append(b"".join(head))
         frames.append(value)
+        written += len(frames[-2]) + nbytes
         head.clear()
 
     for key, value in env.items():
         head.append(packer.pack(key))
         if isinstance(value, _Array):
-            head += [packer.pack_map_header(3), packer.pack("dtype"), packer.pack(value.dtype)]
-            head += [packer.pack("shape"), packer.pack(value.shape), packer.pack("data")]
+            pad = value.data.nbytes >= PAD_FROM
+            head += [packer.pack_map_header(4 if pad else 3), packer.pack("dtype"), packer.pack(value.dtype)]
+            head += [packer.pack("shape"), packer.pack(value.shape)]
+            if pad:
+                start = written + sum(map(len, head)) + 2 + len(_PAD_KEY) + len(_DATA_KEY)
+                size = -(start + len(_bin_header(value.data.nbytes, key))) % ALIGN
+                head += [_PAD_KEY, bytes((0xC4, size)), bytes(size)]
+            head.append(_DATA_KEY)
             data(value.data, value.data.nbytes, key)
         elif isinstance(value, bytes):
             data(value, len(value), key)
@@ -265,21 +287,23 @@ def _get_count(env: Mapping[str, Any], key: str, limit: int, *, required: bool) 
     return check_count(value, limit, key, field=key)
 
 
-def _ragged_offsets(env: Mapping[str, Any], nnz: int, limits: Limits) -> np.ndarray:
-    """Offsets from ``offsets`` (read in place, int32 or int64: O(1)) or int64 from ``counts`` (O(T));
-    exactly one of the two."""
+def _ragged_offsets(env: Mapping[str, Any], nnz: int, limits: Limits) -> tuple[np.ndarray, int | None]:
+    """(offsets, widest row or None): ``offsets`` read in place (int32 or int64: O(1), widest None:
+    the offsets are still to be scanned), or int64 summed from ``counts`` (O(T); non-decreasing by
+    construction, so the widest row is the largest count); exactly one of the two."""
     if "counts" in env and "offsets" in env:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "give offsets or counts, not both", field="counts")
     if "counts" not in env:
         raw_offsets = _get_array(env, "offsets", _INDEX_DTYPES, limits, ndim=1)
         assert raw_offsets is not None
         check_output(limits, max(raw_offsets.size - 1, 0), nnz, field="offsets")
-        return raw_offsets
+        return raw_offsets, None
     counts = _get_array(env, "counts", _COUNT_DTYPES, limits, ndim=1)
     assert counts is not None
     check_count(counts.size, limits.max_rows, "row count", field="counts")
     check_output(limits, counts.size, nnz, field="counts")
-    return layouts.counts_to_offsets(counts)
+    offsets = layouts.counts_to_offsets(counts)  # E_OFFSETS for a negative count
+    return offsets, int(counts.max()) if counts.size else 0
 
 
 def _index_array(arr: np.ndarray) -> np.ndarray:
@@ -315,10 +339,11 @@ def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True,
     num_rows = _get_count(env, "num_rows", limits.max_rows, required=layout == "compact")
     nnz = _get_count(env, "nnz", limits.max_nnz, required=layout == "compact")
     kwargs: dict[str, Any] = {}
+    widest = None  # the widest row, when the offsets need no scan
     if layout == "ragged":
         ids = _get_array(env, "ids", ("int32",), limits, ndim=1)
         assert ids is not None
-        offsets = _ragged_offsets(env, ids.size, limits)
+        offsets, widest = _ragged_offsets(env, ids.size, limits)
     elif layout == "dense":
         dense = _get_array(env, "dense", ("int32",), limits, ndim=2)
         assert dense is not None
@@ -357,17 +382,9 @@ def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True,
         _check_structure(ids, offsets, kwargs, limits)
     # compact.decode_ragged builds rows from non-negative gaps minus one: strictly ascending already.
     rows_ascending = layout == "compact"
-    mask = SamplingMask(
-        ids,
-        offsets,
-        vocab_size=vocab_size,
-        metadata=metadata,
-        validate=validate and not rows_ascending,
-        limits=limits,
-        **kwargs,
-    )
-    if validate and rows_ascending:
-        mask._validate(limits, rows_ascending=True)
+    mask = SamplingMask(ids, offsets, vocab_size=vocab_size, metadata=metadata, validate=False, limits=limits, **kwargs)
+    if validate:
+        mask._validate(limits, rows_ascending=rows_ascending, widest=widest)
     return check_id_order(mask, id_order) if validate else mask
 
 

@@ -30,9 +30,11 @@ __all__ = [
     "bitmask_to_ragged",
     "canonical_permutation",
     "check_ids",
+    "check_offset_ends",
     "check_offsets",
     "check_rows",
     "check_segments",
+    "check_width",
     "counts_to_offsets",
     "offsets_dtype_for",
     "dense_to_ragged",
@@ -176,6 +178,10 @@ def counts_to_offsets(counts: np.ndarray, *, field: str = "counts") -> np.ndarra
 #: Ids (and rows) per validation block: each check runs over a block that stays in cache, so
 #: temporaries are O(block), not O(nnz), and every id is read from memory about once.
 BLOCK = 1 << 16
+#: The largest block of :func:`check_rows` and :func:`steps_scan`: their blocks grow with the input
+#: (a sixteenth of it) from :data:`BLOCK` / :data:`SCAN_BLOCK` up to this (1 MiB of int32 ids, in a
+#: 2 MiB L2 cache): fewer numpy calls per id, while temporaries stay a small fraction of the input.
+MAX_BLOCK = BLOCK << 2
 #: Bounds per block of :func:`steps_scan`: a row holds about 8 ids, so offsets blocks of BLOCK / 8
 #: entries cover about as many ids as a block of ids, and keep its temporaries as small (64 KiB).
 SCAN_BLOCK = BLOCK // 8
@@ -183,15 +189,17 @@ SCAN_BLOCK = BLOCK // 8
 
 def steps_scan(bounds: np.ndarray) -> tuple[int | None, int]:
     """(first i with ``bounds[i + 1] < bounds[i]`` or None, the largest step) of a 1-D array, in blocks
-    of :data:`SCAN_BLOCK` entries: no temporary as large as ``bounds``. Exact for int32 bounds too: a block
-    holding a negative bound, where an int32 difference could wrap (``0, 2**31 - 1, -2``), is compared."""
+    of :data:`SCAN_BLOCK` entries or more (a sixteenth of ``bounds``, at most :data:`MAX_BLOCK`): no
+    temporary as large as ``bounds``. Exact for int32 bounds too: a block holding a negative bound,
+    where an int32 difference could wrap (``0, 2**31 - 1, -2``), is compared."""
     widest = 0
+    step = min(max(SCAN_BLOCK, bounds.size >> 4), MAX_BLOCK)
     # Unaligned bounds (int32 offsets read in place from a payload): numpy is several times slower
     # on those, so each block is first copied into an aligned scratch buffer (it stays in cache).
-    span = min(bounds.size, SCAN_BLOCK + 1)
+    span = min(bounds.size, step + 1)
     scratch = None if bounds.flags.aligned else np.empty(span + 4096 // bounds.itemsize, bounds.dtype)
-    for start in range(0, bounds.size - 1, SCAN_BLOCK):
-        block = bounds[start : start + SCAN_BLOCK + 1]
+    for start in range(0, bounds.size - 1, step):
+        block = bounds[start : start + step + 1]
         if scratch is not None:
             block = _aligned_copy(block, scratch)
         steps = np.diff(block)
@@ -205,25 +213,41 @@ def steps_scan(bounds: np.ndarray) -> tuple[int | None, int]:
     return None, widest
 
 
-def check_offsets(offsets: np.ndarray, nnz: int, *, field: str = "offsets") -> int:
-    """``offsets[0] == 0``, non-decreasing, ``offsets[-1] == nnz``, else ``E_OFFSETS``; returns the widest row.
-
-    Works in blocks of :data:`BLOCK` rows: no O(T) temporary.
-    """
+def check_offset_ends(offsets: np.ndarray, nnz: int, *, field: str = "offsets") -> None:
+    """``offsets`` holds ``T+1 >= 1`` entries, ``offsets[0] == 0`` and ``offsets[-1] == nnz``, else
+    ``E_OFFSETS``: O(1)."""
     if offsets.size == 0:
         raise SamplingMaskError(ErrorCode.E_OFFSETS, "offsets must hold T+1 >= 1 entries", field=field)
     if int(offsets[0]) != 0:
         raise SamplingMaskError(ErrorCode.E_OFFSETS, "offsets[0] must be 0", field=field, value=int(offsets[0]))
+    if int(offsets[-1]) != nnz:
+        raise SamplingMaskError(
+            ErrorCode.E_OFFSETS, f"offsets[T] must equal nnz = {nnz}", field=field, value=int(offsets[-1])
+        )
+
+
+def check_offsets(offsets: np.ndarray, nnz: int, *, field: str = "offsets") -> int:
+    """:func:`check_offset_ends` and non-decreasing, else ``E_OFFSETS``; returns the widest row.
+
+    Works in blocks of :data:`SCAN_BLOCK` rows or more: no O(T) temporary.
+    """
+    check_offset_ends(offsets, nnz, field=field)
     descent, widest = steps_scan(offsets)
     if descent is not None:
         raise SamplingMaskError(
             ErrorCode.E_OFFSETS, "offsets decrease", field=field, row=descent, value=int(offsets[descent + 1])
         )
-    if int(offsets[-1]) != nnz:
-        raise SamplingMaskError(
-            ErrorCode.E_OFFSETS, f"offsets[T] must equal nnz = {nnz}", field=field, value=int(offsets[-1])
-        )
     return widest
+
+
+def check_width(offsets: np.ndarray, widest: int, max_width: int) -> None:
+    """``E_LIMIT`` naming the first of the widest rows when ``widest`` (the widest row of the checked
+    ``offsets``) exceeds ``max_width``."""
+    if widest > max_width:
+        row = int(np.flatnonzero(np.diff(offsets) == widest)[0])
+        raise SamplingMaskError(
+            ErrorCode.E_LIMIT, f"row width {widest} exceeds the limit {max_width}", field="ids", row=row, value=widest
+        )
 
 
 def check_segments(cu_seqlens: np.ndarray, num_rows: int, limits: Limits, *, field: str = "cu_seqlens") -> None:
@@ -266,7 +290,8 @@ def range_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 def row_blocks(offsets: np.ndarray, block: int | None = None) -> list[tuple[int, int]]:
     """Row ranges ``[r0, r1)`` tiling all rows, each holding about ``block`` (:data:`BLOCK`) ids and at
-    least one row. Offsets must already be checked."""
+    least one row, for offsets whose end points are checked; on unordered offsets the ranges still
+    tile the rows (their sizes mean nothing then)."""
     block = block or BLOCK
     num_rows = offsets.size - 1
     nnz = int(offsets[-1]) if num_rows else 0
@@ -279,7 +304,7 @@ def row_blocks(offsets: np.ndarray, block: int | None = None) -> list[tuple[int,
         lo = (np.searchsorted(np.ascontiguousarray(offsets[::64]), targets, side="right") - 1) * 64
         window = offsets[np.minimum(lo[:, None] + np.arange(65), num_rows)]  # past the end: nnz > target
         cuts = lo + np.count_nonzero(window <= targets[:, None], axis=1) - 1
-    bounds = np.unique(np.concatenate(([0], cuts, [num_rows])))
+    bounds = np.unique(np.concatenate(([0], np.clip(cuts, 0, num_rows), [num_rows])))
     return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
 
 
@@ -299,33 +324,52 @@ def check_rows(
     field: str = "ids",
     sampled: np.ndarray | None = None,
     ascending: bool = False,
+    max_width: int | None = None,
 ) -> tuple[bool, int | None]:
     """:func:`check_ids` and more: returns (every row ascending, the first non-empty row lacking its
     ``sampled`` id or None); ``sampled`` int32 [T] is checked only where given.
     ``ascending=True``: the caller built every row strictly ascending, so the order is not checked.
+    ``max_width``: only the offsets' end points are checked yet; their order (``E_OFFSETS``) and the
+    row widths (``E_LIMIT``), the errors of :func:`check_offsets` and :func:`check_width`, are
+    checked here, each block's before its ids are read (the offsets are read once).
 
     ``E_RANGE`` for an id out of range, ``E_DUPLICATE`` for a repeated id, both naming the row. One
-    pass in blocks of :data:`BLOCK` ids: range, order, then (unsorted blocks only) the chunked
-    duplicate test :func:`_may_repeat`, then membership of the sampled id. Offsets must already be
-    checked.
+    pass in blocks of a sixteenth of the ids (from :data:`BLOCK` to :data:`MAX_BLOCK`): range,
+    order, then (unsorted blocks only) the chunked duplicate test :func:`_may_repeat`, then
+    membership of the sampled id. Offsets must already be checked (with ``max_width``: their ends).
     """
     all_ascending, missing = True, None
-    blocks = row_blocks(offsets)
+    nnz = int(offsets[-1]) if offsets.size else 0
+    blocks = row_blocks(offsets, min(max(BLOCK, nnz >> 4), MAX_BLOCK))
     # Ids read in place from a payload may be unaligned; numpy is many times slower on those, so
     # each block is first copied into one aligned scratch buffer (it stays in cache).
-    scratch = None
-    if not ids.flags.aligned and blocks:
-        bounds = offsets[np.array([r for r, _ in blocks] + [blocks[-1][1]])]
-        scratch = np.empty(int(np.diff(bounds).max()) + 4096 // ids.itemsize, dtype=ids.dtype)
+    span = int(np.diff(offsets[[r for r, _ in blocks] + [blocks[-1][1]]]).max()) if blocks else 0  # widest block
+    span = min(max(span, 0), nnz)  # unchecked offsets: within [0, nnz] once checked
+    scratch = None if ids.flags.aligned else np.empty(span + 4096 // ids.itemsize, dtype=ids.dtype)
+    # descents[i], 0 < i < n: ids i - 1 and i of a block of n ids do not ascend; the pairs that
+    # straddle two rows are then cleared at the rows' starts (descents[0] and [n] are cleared too).
+    descents = np.empty(span + 1, bool)
     for r0, r1 in blocks:
-        base = int(offsets[r0])
-        block = ids[base : int(offsets[r1])]
-        if block.size == 0:
+        base, end = int(offsets[r0]), int(offsets[r1])
+        edges = np.subtract(offsets[r0 : r1 + 1], base, dtype=np.intp)  # intp: int32 indices index slowly
+        # Unchecked offsets: as unsigned, a negative length (a descent) is larger than any width.
+        if max_width is not None and (
+            not 0 <= base <= end <= nnz or int(np.diff(edges).view(np.uintp).max()) > max_width
+        ):
+            check_width(offsets, check_offsets(offsets, nnz), max_width)  # raises E_OFFSETS or E_LIMIT
+            raise SamplingMaskError(
+                ErrorCode.E_OFFSETS, "offsets out of order", field="offsets", row=r0
+            )  # pragma: no cover
+        block = ids[base:end]
+        n = block.size
+        if n == 0:
             continue
         if scratch is not None:
             block = _aligned_copy(block, scratch)
-        edges = np.subtract(offsets[r0 : r1 + 1], base, dtype=np.intp)  # intp: int32 indices index slowly
         starts = edges[:-1]
+        pairs = descents[: n + 1]
+        if not ascending:  # compare first: the pass that reads the block from memory then does work
+            np.less_equal(block[1:], block[:-1], out=pairs[1:n])
         if block.dtype == np.int32:  # as uint32 a negative id is >= 2^31: one max finds both ends
             hi = int(block.view(np.uint32).max())
             bad = hi >= min(vocab_size if vocab_size is not None else _INT32_MAX + 1, _INT32_MAX + 1)
@@ -341,12 +385,9 @@ def check_rows(
                 ErrorCode.E_RANGE, f"id outside {limit}", field=field, row=row, value=int(block[pos])
             )
         if not ascending:
-            descents = block[1:] <= block[:-1]
-            # Pairs that straddle two rows end at a row start inside the block (an empty row
-            # repeats its neighbour's start; leading ones start at 0, trailing ones at the end).
-            inner = starts[int(np.searchsorted(starts, 0, side="right")) : int(np.searchsorted(starts, block.size))]
-            descents[inner - 1] = False
-            if descents.any():
+            pairs[starts] = False
+            pairs[n] = False
+            if pairs.any():
                 all_ascending = False
                 id_bits = max(hi, 1).bit_length()
                 # uint32 keys keep 9 bits of the row for ids below 2^23; wider ids take the full sort

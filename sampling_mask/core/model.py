@@ -475,29 +475,30 @@ class SamplingMask:
         """Check every invariant of the spec; raise :class:`SamplingMaskError` or return ``self``."""
         return self._validate(limits, rows_ascending=False)
 
-    def _validate(self, limits: Limits, *, rows_ascending: bool) -> SamplingMask:
+    def _validate(self, limits: Limits, *, rows_ascending: bool = False, widest: int | None = None) -> SamplingMask:
         """:meth:`validate`. ``rows_ascending``: the caller built every row strictly ascending (a decoder
-        that sums positive gaps, ``codecs.compact``), so of the id checks only the range is left."""
+        that sums positive gaps, ``codecs.compact``), so of the id checks only the range is left.
+        ``widest``: the caller built the offsets (summed from counts: non-decreasing, this widest row),
+        so of the offsets checks only the end points are left. Otherwise the offsets' order and
+        widths are checked in the same blocked pass as the ids (:func:`layouts.check_rows`)."""
         ids, offsets = self._ids, self._offsets
         num_rows = check_count(max(offsets.size - 1, 0), limits.max_rows, "row count", field="offsets")
         check_count(ids.size, limits.max_nnz, "id count", field="ids")
-        widest = layouts.check_offsets(offsets, ids.size)
+        layouts.check_offset_ends(offsets, ids.size)
         layouts.check_segments(self._cu_seqlens, num_rows, limits)
-        if widest > limits.max_width:
-            row = int(np.flatnonzero(np.diff(offsets) == widest)[0])
-            raise SamplingMaskError(
-                ErrorCode.E_LIMIT,
-                f"row width {widest} exceeds the limit {limits.max_width}",
-                field="ids",
-                row=row,
-                value=widest,
-            )
+        if widest is not None:
+            layouts.check_width(offsets, widest, limits.max_width)
         sampled = self._companions.get("sampled_token_ids")
         aligned = sampled if sampled is not None and sampled.size == num_rows else None
         # One blocked pass over the ids: range, order, duplicates (unsorted rows only) and the
         # membership of each row's sampled id; a decoder that built ascending rows skips the order.
         self._ascending, missing = layouts.check_rows(
-            ids, offsets, self._vocab_size, sampled=aligned, ascending=rows_ascending
+            ids,
+            offsets,
+            self._vocab_size,
+            sampled=aligned,
+            ascending=rows_ascending,
+            max_width=limits.max_width if widest is None else None,
         )
         if sampled is not None:
             if aligned is None:
