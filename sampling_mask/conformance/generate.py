@@ -2471,6 +2471,15 @@ def msgpack_cases(book: Book) -> None:
         _mhex({**ragged, "x-trace": {"span": 7, "tags": ["a"]}}),
         ok(mask(ISSUE_ROWS, vocab=10)),
     )
+    padded_ids = {"dtype": "int32", "shape": [3], "pad": b"\x00" * 3, "data": ragged["ids"]["data"]}
+    f.add(
+        "array-pad-ignored",
+        "An ARRAY may carry a pad bin before data (writers align data with it, 10.1); readers ignore it, "
+        "whatever its bytes and wherever the data then starts.",
+        "msgpack",
+        _mhex({**ragged, "ids": padded_ids, "offsets": {**ragged["offsets"], "pad": b"not zero"}}),
+        ok(mask(ISSUE_ROWS, vocab=10)),
+    )
     f.add(
         "dense-layout-support-logprobs",
         "With layout dense, support_logprobs follows the non-padding entries in row-major order.",
