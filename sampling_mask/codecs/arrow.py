@@ -20,9 +20,10 @@ Reading validates before trusting: buffer sizes (``E_ENCODING``), column types e
 / ``E_DTYPE``), no nulls (``E_SCHEMA``), the end offsets of every list inside its child, the segments'
 offsets monotonic (``E_SEGMENTS``), companions' offsets equal to the mask's (``E_SHAPE``), then the
 mask's checks, whose pass over the ids checks the rows' offsets first (``E_OFFSETS``), then Arrow's
-full validation of the other columns; pyarrow exceptions never escape. Ids and companions are zero-copy views of the Arrow buffers, so a
-memory-mapped ``.arrow`` file gives ids that view the mapped file. User columns: :func:`read_table`
-returns the whole ``pyarrow.Table``; :func:`mask_from_table` builds the mask from it.
+full validation of the other columns; pyarrow exceptions never escape. Ids and companions are
+zero-copy views of the Arrow buffers, so a memory-mapped ``.arrow`` file gives ids that view the
+mapped file. User columns: :func:`read_table` returns the whole ``pyarrow.Table``;
+:func:`mask_from_table` builds the mask from it.
 """
 
 from __future__ import annotations
