@@ -76,6 +76,8 @@ CASES: list[tuple[str, ErrorCode, Any, dict[str, Any]]] = [
     ("temperature 0", ErrorCode.E_RANGE, lambda: base(temperature=np.array([1, 0, 1], np.float32)), {"row": 1}),
     ("temperature < 0", ErrorCode.E_RANGE, lambda: base(temperature=np.array([-1, 1, 1], np.float32)), {"row": 0}),
     ("temperature inf", ErrorCode.E_RANGE, lambda: base(temperature=np.array([1, 1, np.inf], np.float32)), {}),
+    ("temperature < 0 after NaN", ErrorCode.E_RANGE, lambda: base(temperature=np.array([np.nan, -1, 1])), {"row": 1}),
+    ("sampled -1 after valid rows", ErrorCode.E_RANGE, lambda: base(sampled_token_ids=[5, 7, -1]), {"row": 2}),
     ("bitmask id >= V", ErrorCode.E_RANGE, lambda: SamplingMask.from_rows([[9]]).to_bitmask(8), {"value": 9}),
     (
         "concat unknown vocab too large",

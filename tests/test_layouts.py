@@ -129,6 +129,21 @@ def test_check_rows_in_small_blocks_agrees_with_a_row_by_row_check(seed: int, mo
         assert layouts.check_offsets(offsets, ids.size) == max(map(len, rows))
 
 
+def test_sampled_membership_is_exact_where_steps_between_rows_wrap() -> None:
+    # Each row's sampled id is spread over its ids by a running sum of the steps between rows. The
+    # step from 2^31 - 1 to -2^31 wraps in int32; over int64 ids it must not become +2^31.
+    top = 2**31 - 1
+    ids, offsets = ragged([[top], [0, 3], [], [top, 1]])
+    for dtype in (np.int32, np.int64):
+        ok = np.array([top, 3, -1, 1], dtype=np.int32)
+        assert layouts.check_rows(ids.astype(dtype), offsets, None, sampled=ok) == (False, None)
+        lacking = np.array([top, 0, -1, 0], dtype=np.int32)  # row 3 lacks 0, after an empty row
+        assert layouts.check_rows(ids.astype(dtype), offsets, None, sampled=lacking) == (False, 3)
+    wide = np.array([top, 2**31], dtype=np.int64)  # int64 ids may hold 2^31 where no vocab is set
+    sampled = np.array([top, -(2**31)], dtype=np.int32)
+    assert layouts.check_rows(wide, np.array([0, 1, 2]), None, sampled=sampled) == (True, 1)
+
+
 @pytest.mark.parametrize("shift", [1, 2, 3])
 def test_check_rows_reads_unaligned_ids(shift: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # Payload arrays are read in place at any byte offset; the blocks are copied to aligned scratch.

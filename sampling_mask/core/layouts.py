@@ -349,6 +349,7 @@ def check_rows(
     # descents[i], 0 < i < n: ids i - 1 and i of a block of n ids do not ascend; the pairs that
     # straddle two rows are then cleared at the rows' starts (descents[0] and [n] are cleared too).
     descents = np.empty(span + 1, bool)
+    wanted = np.empty(0 if sampled is None else span, ids.dtype)  # each id's row's sampled id
     for r0, r1 in blocks:
         base, end = int(offsets[r0]), int(offsets[r1])
         edges = np.subtract(offsets[r0 : r1 + 1], base, dtype=np.intp)  # intp: int32 indices index slowly
@@ -402,10 +403,12 @@ def check_rows(
                         value=first[1],
                     )
         if sampled is not None and missing is None:
-            nonempty = edges[1:] > starts
-            firsts = starts[nonempty]  # where each non-empty row of the block begins
-            if firsts.size:
-                missing = _first_missing(block, firsts, sampled[r0:r1][nonempty], np.flatnonzero(nonempty) + r0)
+            firsts, want, nonempty = starts, sampled[r0:r1], edges[1:] > starts
+            if not nonempty.all():  # where each non-empty row of the block begins, and its id
+                firsts, want = starts[nonempty], want[nonempty]
+            at = _first_missing(block, firsts, want, wanted, pairs) if firsts.size else None
+            if at is not None:
+                missing = r0 + int(np.flatnonzero(nonempty)[at])
     return all_ascending, missing
 
 
@@ -498,16 +501,26 @@ def _first_duplicate(block: np.ndarray, starts: np.ndarray) -> tuple[int, int] |
     return k >> 32, k & 0xFFFFFFFF
 
 
-def _first_missing(block: np.ndarray, firsts: np.ndarray, want: np.ndarray, rows: np.ndarray) -> int | None:
-    """The first of ``rows`` (non-empty, beginning at ``firsts``) whose ids lack ``want``, or None.
+def _first_missing(
+    block: np.ndarray, firsts: np.ndarray, want: np.ndarray, wanted: np.ndarray, hits: np.ndarray
+) -> int | None:
+    """The index into ``firsts`` (the starts of non-empty rows) of the first row whose ids lack its
+    ``want``, or None. ``wanted`` (``block``'s dtype) and ``hits`` (bool) are scratch of at least
+    ``block.size``.
 
-    Ids are unique per row, so there is exactly one hit per row when none is missing.
+    Each row's ``want`` is spread over its ids by a running sum of the steps between rows (exact
+    modulo 2^bits, so wrapping is harmless): one scan, 3-4x faster than ``np.repeat`` of short
+    rows. Ids are unique per row, so there is exactly one hit per row when none is missing.
     """
-    hit = block == np.repeat(want, np.diff(firsts, append=block.size))
+    n = block.size
+    spread, hit = wanted[:n], hits[:n]
+    spread.fill(0)
+    spread[firsts] = np.diff(want.astype(spread.dtype, copy=False), prepend=spread.dtype.type(0))
+    np.cumsum(spread, out=spread, dtype=spread.dtype)
+    np.equal(block, spread, out=hit)
     if int(np.count_nonzero(hit)) == firsts.size:
         return None
-    found = np.add.reduceat(hit, firsts)
-    return int(rows[np.flatnonzero(found == 0)[0]])
+    return int(np.flatnonzero(np.add.reduceat(hit, firsts) == 0)[0])
 
 
 def canonical_permutation(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:

@@ -507,7 +507,8 @@ class SamplingMask:
                 )
             self._check_sampled(sampled, missing)
         temperature = self._companions.get("temperature")
-        if temperature is not None:
+        # min and max propagate NaN (a valid "unknown"): then the exact test runs.
+        if temperature is not None and temperature.size and not 0 < temperature.min() <= temperature.max() < np.inf:
             bad = ~(temperature > 0) & ~np.isnan(temperature) | np.isinf(temperature)
             if bad.any():
                 row = int(np.flatnonzero(bad)[0])
@@ -523,11 +524,16 @@ class SamplingMask:
     def _check_sampled(self, sampled: np.ndarray, missing: int | None) -> None:
         """Sampled ids in range (-1 only on empty rows), then ``missing`` (the first non-empty row
         lacking its sampled id, found by :func:`layouts.check_ids`) is ``E_MISSING_SAMPLED``."""
-        empty = self._offsets[1:] == self._offsets[:-1]
-        bad = sampled < np.where(empty, -1, 0)
-        if self._vocab_size is not None:
-            bad |= sampled >= self._vocab_size
-        if np.any(bad):
+        # As uint32 every negative id (-1 included) is >= 2^31: one max clears the common case.
+        limit = min(self._vocab_size if self._vocab_size is not None else 1 << 31, 1 << 31)
+        if sampled.size and int(sampled.view(np.uint32).max()) >= limit:
+            empty = self._offsets[1:] == self._offsets[:-1]
+            bad = sampled < np.where(empty, -1, 0)
+            if self._vocab_size is not None:
+                bad |= sampled >= self._vocab_size
+        else:
+            bad = None
+        if bad is not None and np.any(bad):
             row = int(np.flatnonzero(bad)[0])
             raise SamplingMaskError(
                 ErrorCode.E_RANGE,
