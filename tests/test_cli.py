@@ -90,7 +90,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     corrupt.write_bytes(data[: len(data) // 2])
     unknown = folder / "mask.bin"
     unknown.write_bytes(data)
-    return {"folder": folder, "arrows": arrows, "corrupt": corrupt, "unknown": unknown}
+    as_json = folder / "mask.json"
+    sampling_mask.save(mask, as_json)
+    return {"folder": folder, "arrows": arrows, "corrupt": corrupt, "unknown": unknown, "json": as_json}
 
 
 # ---------------------------------------------------------------------------- pure helpers (in-process)
@@ -190,6 +192,24 @@ def test_stats_per_segment_and_plot(files: dict[str, Path], tmp_path: Path) -> N
     assert json.loads(json.dumps(library)) == report
     halves = summarize([mask.take(np.arange(0, 2)), mask.take(np.arange(2, mask.num_segments))])
     assert halves.to_dict() == summarize(mask).to_dict()
+
+
+def test_local_limits_flag_reads_under_local_file_limits(
+    files: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In-process, with the defaults shrunk below the file's 40 rows: refused with a hint, then read
+    # under LOCAL_FILE_LIMITS with --local-limits (before or after the command).
+    from sampling_mask import cli
+    from sampling_mask.cli import _source
+
+    monkeypatch.setattr(_source, "DEFAULT_LIMITS", sampling_mask.DEFAULT_LIMITS.replace(max_rows=10))
+    for path in (files["arrows"], files["json"]):
+        assert cli.main(["inspect", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("sampling-mask: error: E_LIMIT: ") and "--local-limits" in err
+        assert cli.main(["--local-limits", "inspect", str(path)]) == 0
+        assert cli.main(["inspect", str(path), "--local-limits"]) == 0
+        assert "rows          40 in 5 segments" in capsys.readouterr().out
 
 
 def test_validate_accepts_a_valid_file_with_its_sampled_ids(files: dict[str, Path]) -> None:

@@ -234,6 +234,18 @@ def test_compact_layout_column(tmp_path) -> None:
     assert error_code(lambda: arrow.mask_from_table(forged)) == ErrorCode.E_LIMIT
 
 
+@pytest.mark.parametrize("fmt", ["arrow", "arrows", "parquet"])
+def test_read_table_checks_declared_sizes_before_reading(fmt: str) -> None:
+    # 2^20 empty rows compress to a few KB and decompress to 4-8 MiB of offsets: over a 1 MiB
+    # max_bytes, read_table refuses from what the batches declare, before pyarrow decompresses.
+    bomb = SamplingMask(np.zeros(0, np.int32), np.zeros((1 << 20) + 1, np.int64))
+    data = codecs.encode(bomb, fmt, compression="zstd")
+    assert len(data) < 64 << 10
+    tight = DEFAULT_LIMITS.replace(max_bytes=1 << 20)
+    assert error_code(lambda: arrow.read_table(data, fmt, limits=tight)) == ErrorCode.E_LIMIT
+    assert arrow.read_table(data, fmt).num_rows == 1
+
+
 def test_streaming_writer_appends_batches(tmp_path) -> None:
     mask = sample_mask()
     path = tmp_path / "s.arrow"

@@ -53,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bar or chatter"
     )
+    common.add_argument(
+        "--local-limits",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="read input files under LOCAL_FILE_LIMITS (trusted local files of a large run) instead of the "
+        "defaults, which refuse a decode of over 2^28 rows, 2^32 ids or 16 GiB",
+    )
     from .. import __version__
 
     parser = Parser(
@@ -76,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _split_delegated(argv: Sequence[str]) -> tuple[list[str], str, list[str]] | None:
     """(global flags, command, rest) when the command is handed to another module, else None."""
     for i, token in enumerate(argv):
-        if token in ("--debug", "-q", "--quiet"):
+        if token in ("--debug", "-q", "--quiet", "--local-limits"):
             continue
         if token in DELEGATED:
             return list(argv[:i]), token, list(argv[i + 1 :])

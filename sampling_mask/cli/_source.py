@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, LOCAL_FILE_LIMITS, Limits, check_count
 from ..stats import SupportSummary
 from ._common import ROWS_ONLY_FORMATS, STREAMING_FORMATS, CliError, Progress, error_text, progress_enabled
 
@@ -50,10 +51,14 @@ def resolve_format(codecs: Any, path: Path, fmt: str | None, *, flag: str = "--f
 
 class Source:
     """An input file and its format. A ``.json`` file may hold any JSON form: unless ``--format``
-    names one, the form is read from the content (``json_family``) when the file is loaded."""
+    names one, the form is read from the content (``json_family``) when the file is loaded.
+    ``limits``: :data:`DEFAULT_LIMITS`, or :data:`LOCAL_FILE_LIMITS` with ``--local-limits``."""
 
-    def __init__(self, codecs: Any, path: Path, fmt: str, *, json_family: bool) -> None:
+    def __init__(
+        self, codecs: Any, path: Path, fmt: str, *, json_family: bool, limits: Limits = DEFAULT_LIMITS
+    ) -> None:
         self.codecs, self.path, self.fmt, self.json_family = codecs, path, fmt, json_family
+        self.limits = limits
 
     @property
     def streaming(self) -> bool:
@@ -63,15 +68,13 @@ class Source:
         """The whole mask (``self.fmt`` becomes the detected JSON form); SamplingMaskError on bad content."""
         codecs = self.codecs
         if self.json_family:
-            from ..core.limits import DEFAULT_LIMITS, check_count
-
-            check_count(self.path.stat().st_size, DEFAULT_LIMITS.max_bytes, "file size", field="path")
+            check_count(self.path.stat().st_size, self.limits.max_bytes, "file size", field="path")
             data = self.path.read_bytes()
             self.fmt = str(codecs.detect_format(data))
             self.json_family = False
-            mask: SamplingMask = codecs.decode(data, format=self.fmt)
+            mask: SamplingMask = codecs.decode(data, format=self.fmt, limits=self.limits)
             return mask
-        mask = codecs.load(self.path, format=self.fmt)
+        mask = codecs.load(self.path, format=self.fmt, limits=self.limits)
         return mask
 
     def batches(self) -> Iterator[SamplingMask]:
@@ -81,7 +84,7 @@ class Source:
             return
         mapped = _map_readonly(self.path)
         if mapped is None:
-            yield from self.codecs.iter_masks(self.path, format=self.fmt)
+            yield from self.codecs.iter_masks(self.path, format=self.fmt, limits=self.limits)
             return
         import mmap
 
@@ -89,13 +92,18 @@ class Source:
         # for the next batch it is done with the last one, so we drop the mapped pages from the
         # resident set: they stay in the page cache (and fault back in if touched), and the process
         # stays near one batch of memory however large the file is.
-        for batch in self.codecs.iter_masks(memoryview(mapped), format=self.fmt):
+        for batch in self.codecs.iter_masks(memoryview(mapped), format=self.fmt, limits=self.limits):
             yield batch
             mapped.madvise(mmap.MADV_DONTNEED)
             _release_arrow_memory()
 
     def read_error(self, exc: SamplingMaskError) -> CliError:
-        return CliError(exc.code.value, f"{str(self.path)!r} is not a valid sampling-mask file: {error_text(exc)}")
+        hint = ""
+        if exc.code is ErrorCode.E_LIMIT and self.limits is not LOCAL_FILE_LIMITS:
+            hint = " (a trusted local file of a large run may be read with --local-limits)"
+        return CliError(
+            exc.code.value, f"{str(self.path)!r} is not a valid sampling-mask file: {error_text(exc)}{hint}"
+        )
 
 
 def _release_arrow_memory() -> None:
@@ -151,7 +159,8 @@ def open_input(args: argparse.Namespace, name: str = "file") -> Source:
         # the arenas of finished batches: measured, 30-40 MiB more peak memory in a conversion. Arrow
         # reads this variable once, when pyarrow first allocates; the user's own choice wins.
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    return Source(codecs, path, fmt, json_family=args.format is None and fmt == "json")
+    limits = LOCAL_FILE_LIMITS if getattr(args, "local_limits", False) else DEFAULT_LIMITS
+    return Source(codecs, path, fmt, json_family=args.format is None and fmt == "json", limits=limits)
 
 
 def read_all(source: Source) -> SamplingMask:

@@ -84,11 +84,14 @@ def _unvalidated_segments(source: Source, batch_index: int) -> np.ndarray | None
     codecs = source.codecs
     try:
         if source.streaming:
-            for i, batch in enumerate(codecs.iter_masks(source.path, format=source.fmt, validate=False)):
+            for i, batch in enumerate(
+                codecs.iter_masks(source.path, format=source.fmt, validate=False, limits=source.limits)
+            ):
                 if i == batch_index:
                     return batch.cu_seqlens  # type: ignore[no-any-return]
         elif source.fmt == "msgpack":
-            return codecs.load(source.path, format="msgpack", validate=False).cu_seqlens  # type: ignore[no-any-return]
+            mask = codecs.load(source.path, format="msgpack", validate=False, limits=source.limits)
+            return mask.cu_seqlens  # type: ignore[no-any-return]
         elif source.fmt == "json":
             import numpy as np
 

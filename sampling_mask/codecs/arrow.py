@@ -878,10 +878,11 @@ def _read_all(source: Any, fmt: str, limits: Limits, validate: bool) -> Sampling
     return _join(list(_masks(reader, limits, validate)), reader.header, reader.schema, limits)
 
 
-def read_table(source: Any, fmt: str | None = None) -> Any:
+def read_table(source: Any, fmt: str | None = None, *, limits: Limits = DEFAULT_LIMITS) -> Any:
     """The whole ``pyarrow.Table`` (user columns included), unvalidated: pass it to :func:`mask_from_table`.
 
-    ``source``: a path (memory-mapped) or bytes; ``fmt`` defaults to the one the bytes show.
+    ``source``: a path (memory-mapped) or bytes; ``fmt`` defaults to the one the bytes show. What
+    the batches declare they decompress to is checked against ``limits.max_bytes`` first (``E_LIMIT``).
     """
     import pyarrow as pa
 
@@ -890,6 +891,11 @@ def read_table(source: Any, fmt: str | None = None) -> Any:
     stream = _map_file(source) if isinstance(source, (str, os.PathLike)) else _source(source)
     if fmt is None:
         fmt = _sniff(stream.read_at(32, 0))
+    if fmt in ("arrow", "arrows"):
+        costs = _ipc_bounds.batch_costs(_whole(stream), fmt)
+        _ipc_bounds.check(costs.dictionaries + sum(costs.batches), limits, "the table")
+    elif fmt == "parquet":
+        _ipc_bounds.check(sum(_parquet_bounds.row_group_costs(_whole(stream))), limits, "the table")
     with _arrow_errors(f"{fmt} input"):
         if fmt == "arrow":
             return pa.ipc.open_file(stream).read_all()
