@@ -531,17 +531,15 @@ class SamplingMask:
             bad = sampled < np.where(empty, -1, 0)
             if self._vocab_size is not None:
                 bad |= sampled >= self._vocab_size
-        else:
-            bad = None
-        if bad is not None and np.any(bad):
-            row = int(np.flatnonzero(bad)[0])
-            raise SamplingMaskError(
-                ErrorCode.E_RANGE,
-                "sampled id out of range (-1 only on empty rows)",
-                field="sampled_token_ids",
-                row=row,
-                value=int(sampled[row]),
-            )
+            if np.any(bad):
+                row = int(np.flatnonzero(bad)[0])
+                raise SamplingMaskError(
+                    ErrorCode.E_RANGE,
+                    "sampled id out of range (-1 only on empty rows)",
+                    field="sampled_token_ids",
+                    row=row,
+                    value=int(sampled[row]),
+                )
         if missing is not None:
             raise SamplingMaskError(
                 ErrorCode.E_MISSING_SAMPLED,
