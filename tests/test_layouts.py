@@ -353,7 +353,9 @@ def test_duplicate_test_agrees_with_a_row_by_row_check(rows: list[list[int]], vo
 
 
 @pytest.mark.parametrize("chunk", [8, 512])
-def test_duplicate_test_covers_both_tilings_and_wide_rows(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_duplicate_test_covers_rows_across_chunk_boundaries_and_wide_rows(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(layouts, "_CHUNK", chunk)
     monkeypatch.setattr(layouts, "_SIMD_SORT", True)
     rng = np.random.default_rng(chunk)
