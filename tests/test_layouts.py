@@ -398,6 +398,24 @@ def test_duplicate_test_of_a_512_wide_row_under_the_default_limits() -> None:
     assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_DUPLICATE, 1, int(row[7]))
 
 
+@pytest.mark.parametrize("vocab", [151_936, 1 << 22])
+def test_duplicate_test_of_top_p_rows_wider_than_a_chunk(vocab: int) -> None:
+    # Unsorted rows of 513-3000 ids (top-p sampling without top_k) among short ones: checked row by
+    # row against a table indexed by id (ids below 2^20), else by the exact sort.
+    rng = np.random.default_rng(vocab)
+    rows = []
+    for width in rng.integers(513, 3000, size=12):
+        rows += [rng.choice(vocab, size=int(width), replace=False).tolist(), [1, 2], []]
+    ids, offsets = ragged(rows)
+    assert layouts.check_ids(ids, offsets, vocab) is False
+    for t in (0, 9, 33):
+        bad = [list(r) for r in rows]
+        bad[t][-1] = bad[t][0]  # the repeat as far apart as the row allows
+        with pytest.raises(SamplingMaskError) as info:
+            layouts.check_ids(*ragged(bad), vocab)
+        assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_DUPLICATE, t, bad[t][0])
+
+
 @pytest.mark.parametrize("vocab", [None, 1, 10, 2**31 - 1, 2**31, 2**31 + 5])
 @pytest.mark.parametrize("bad", [-1, -(2**31), 10, 2**31 - 1])
 def test_range_check_names_the_first_bad_row_negatives_first(vocab: int | None, bad: int) -> None:
