@@ -1021,6 +1021,25 @@ def bench_peers(
         f" (sorting 512-id chunks) alone costs {floor:.2f}x"
     )
     figures["unsorted_sort_floor"] = floor
+    # Top-p rows (top_k far above top_p's cut): hundreds to thousands of ids per row, the wide-row
+    # path of the duplicate test.
+    top_p = mask_only(synthetic.rollout(2000 if quick else 20_000, seed=seed, top_k=4096, top_p=0.99))
+    lengths = top_p.row_lengths
+    w = race(
+        {
+            "ascending": functools.partial(codecs.decode, codecs.encode(top_p, "msgpack"), format="msgpack"),
+            "unsorted": functools.partial(
+                codecs.decode, codecs.encode(_unsorted(top_p, seed), "msgpack"), format="msgpack"
+            ),
+        },
+        repeats,
+    )
+    report.line(
+        f"  top-p rows ({top_p.num_rows} rows of a top_k 4096, top_p 0.99 rollout: mean {top_p.nnz / top_p.num_rows:.0f}"
+        f" ids, {lengths[lengths > 512].sum() / max(top_p.nnz, 1):.0%} of the ids in rows over 512): validated decode"
+        f" unsorted {_fmt_time(w['unsorted'])}, ascending {_fmt_time(w['ascending'])}, {w['unsorted'] / w['ascending']:.1f}x"
+    )
+    figures["top_p_rows_s"] = w
     if full is not None:
         with_companions = u["decode ascending with companions"] / u["decode ascending"]
         report.line(
