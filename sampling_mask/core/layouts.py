@@ -495,7 +495,8 @@ def _wide_rows_repeat(block: np.ndarray, starts: np.ndarray, lengths: np.ndarray
     stamp = np.empty(1 << id_bits, np.int32)  # never cleared: a row reads back only what it wrote
     positions = np.arange(int(lengths.max()), dtype=np.int32)
     for start, width in zip(starts.tolist(), lengths.tolist(), strict=True):
-        row, wrote = block[start : start + width].astype(np.intp), positions[:width]  # int32 indices cast twice
+        # As intp once: numpy casts int32 indices on every use (this row is indexed twice).
+        row, wrote = block[start : start + width].astype(np.intp), positions[:width]
         stamp[row] = wrote
         if not np.array_equal(stamp[row], wrote):
             return True
