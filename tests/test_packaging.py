@@ -1,4 +1,7 @@
-"""Packaging rules of issue 2: numpy-only import, declared extras, lint and types, README == CI."""
+"""Packaging rules of issues 2 and 28: numpy-only import, declared extras, one version, README == CI.
+
+Lint (ruff) and types (mypy) run beside pytest in the README's test command, not inside it.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import sampling_mask
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "pyarrow", "msgpack")
-README_TEST_COMMAND = "python -m pip install torch==2.13.0 -e '.[test]' && python -m pytest"
+README_TEST_COMMAND = "python -m pip install torch==2.13.0 -e '.[test]' && python -m pytest && python -m ruff check . && python -m ruff format --check . && python -m mypy"
 README_MAIN_COMMAND = "python -m pip install torch==2.13.0 -e '.[all]' && sampling-mask demo"
 
 
@@ -58,7 +61,8 @@ def test_pyproject_declares_numpy_only_and_the_extras() -> None:
     assert {"matplotlib"} <= names(extras["plot"])  # stats --plot, bench --plot
     assert names(extras["arrow"]) | names(extras["msgpack"]) | names(extras["torch"]) <= names(extras["all"])
     assert {"pytest", "hypothesis", "pyarrow", "msgpack", "torch"} <= names(extras["test"])
-    assert project["version"] == sampling_mask.__version__
+    assert project["dynamic"] == ["version"] and "version" not in project  # one source: __version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+(\.dev\d+)?", sampling_mask.__version__)
     assert (ROOT / "sampling_mask" / "py.typed").exists()
 
 
@@ -80,20 +84,12 @@ def test_readme_quickstart_runs() -> None:
     assert "E_PADDING 0" in result.stdout
 
 
-def _tool(module: str) -> None:
-    if importlib.util.find_spec(module) is None:
-        pytest.skip(f"{module} not installed")
-
-
-def test_ruff_check_and_format_pass() -> None:
-    _tool("ruff")
-    lint = _run("-m", "ruff", "check", "sampling_mask", "tests", "benchmarks")
-    assert lint.returncode == 0, lint.stdout + lint.stderr
-    fmt = _run("-m", "ruff", "format", "--check", "sampling_mask")
-    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
-
-
-def test_mypy_passes() -> None:
-    _tool("mypy")
-    result = _run("-m", "mypy", timeout=600)  # the package list comes from [tool.mypy]
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_lint_tools_are_pinned_once() -> None:
+    """The test extra pins ruff and mypy; pre-commit runs those same installs (local hooks)."""
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    pins = {re.split(r"[=<>!~ ;]", r, maxsplit=1)[0]: r for r in extras["test"]}
+    assert re.fullmatch(r"ruff==[\d.]+", pins["ruff"]) and re.fullmatch(r"mypy==[\d.]+", pins["mypy"])
+    hooks = (ROOT / ".pre-commit-config.yaml").read_text(encoding="utf-8")
+    assert "repo: local" in hooks and "python -m ruff check" in hooks and "python -m mypy" in hooks
+    assert "rev:" not in hooks  # no second, downloaded copy of a tool whose version could differ

@@ -98,9 +98,7 @@ def test_relative_links_resolve(page: Path) -> None:
     assert not broken, f"{_name(page)}: links that lead nowhere: {broken}"
 
 
-@pytest.mark.parametrize(
-    ("page", "line", "code", "skip", "needs"), BLOCKS, ids=[f"{b[0]}:line{b[1]}" for b in BLOCKS]
-)
+@pytest.mark.parametrize(("page", "line", "code", "skip", "needs"), BLOCKS, ids=[f"{b[0]}:line{b[1]}" for b in BLOCKS])
 def test_block_runs(page: str, line: int, code: str, skip: str | None, needs: str | None, tmp_path: Path) -> None:
     if skip is not None:
         pytest.skip(f"{page} line {line}: {skip}")
