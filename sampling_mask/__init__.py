@@ -1,6 +1,26 @@
-"""sampling-mask: the interchange format, codecs and scorer for LLM sampling masks (spec v1).
+"""sampling-mask: the interchange format, codecs, scorer and conformance suite for LLM sampling masks.
+
+A *sampling mask* records, per generated token, the vocabulary ids that survived the engine's
+top-k / top-p / min-p filters, so that a trainer renormalizes its log-probs over the same support
+(spec v1, ``spec/v1/SPEC.md``). Start here:
+
+- :class:`SamplingMask`: the immutable, validated model (rows of ids in CSR form, segments,
+  ``vocab_size``, per-row companions such as ``sampled_token_ids``, metadata); ``from_rows``,
+  ``from_dense``, ``from_counts``, ``from_bitmask`` and the matching ``to_*`` convert layouts.
+- :func:`encode` / :func:`decode` / :func:`save` / :func:`load`: every wire and file format
+  (msgpack, Arrow, Parquet, JSON), validated and bounded by :class:`Limits`.
+- :class:`SamplingMaskError`: the one exception for bad input; ``err.code`` is an :class:`ErrorCode`.
+
+Subpackages, each imported on its own: ``codecs`` (formats, streaming writers, datasets),
+``adapters`` (vLLM, SGLang, SkyRL, prime-rl / verifiers, Miles, slime, ...), ``reference_scorer``
+(torch: renormalized log-probs, entropy, support recomputation, the audit), ``alignment`` (label
+shift, padding, context-parallel splits), ``trace`` (multi-turn trajectories), ``sampler`` (is a
+sampler replayable?), ``torch_data`` (DataLoader datasets), ``conformance`` (the suite's runner),
+``synthetic`` (workloads shaped like real runs), ``stats``. The ``sampling-mask`` command line wraps
+them. ``core`` is the vendorable part (numpy only).
 
 ``import sampling_mask`` needs numpy only; torch, pyarrow and msgpack load lazily where used.
+Guides per role: ``docs/`` in the repository (the README's table says which page).
 """
 
 from __future__ import annotations
