@@ -185,6 +185,12 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             out(f"{r['format']:<16} {'-':>11} {'-':>8} {'-':>9} {'-':>8}  {'FAILED':<10}  {r['keeps']}")
+    companion_bytes = sum(values.dtype.itemsize for values in mask.companions.values())
+    out(
+        f"  B/token is the whole file: the mask, its {plural(len(mask.companions), 'companion')}"
+        f" ({', '.join(mask.companions)}: {companion_bytes} B/token) and fixed headers, which weigh on small"
+        " rollouts; the README's bytes per token are the mask alone at 1M tokens (BENCHMARKS.md section 4)"
+    )
     for r in results:
         if r["ok"] is False:
             out(f"  {r['format']}: {r['problem']}")
