@@ -349,15 +349,16 @@ class Writer:
         self.batches_written = 0
 
     @classmethod
-    def to_path(cls, path: Any, fmt: str, **opts: Any) -> Writer:
+    def to_path(cls, path: Any, fmt: str, *, root: Any = None, **opts: Any) -> Writer:
         """A writer to a temporary file next to ``path``, renamed over it by :meth:`close` and removed
-        instead when the ``with`` block raises (or on :meth:`abort`): a reader never sees a partial file."""
+        instead when the ``with`` block raises (or on :meth:`abort`): a reader never sees a partial file.
+        ``root``: the destination folder ``path`` must stay inside (:func:`._files.atomic_path`)."""
         import pyarrow as pa
 
         from ._files import atomic_path
 
         files = contextlib.ExitStack()
-        tmp = files.enter_context(atomic_path(path))
+        tmp = files.enter_context(atomic_path(path, root=root))
         try:
             sink = files.enter_context(contextlib.closing(pa.OSFile(tmp, "wb")))
             writer = cls(sink, fmt, **opts)
