@@ -50,6 +50,29 @@ def _compact(fmt: str, rows: int) -> Callable[[], bytes]:
     return build
 
 
+def _wide_compact(fmt: str, pad: int = 5 << 20) -> Callable[[], bytes]:
+    """Rows of 2**17 consecutive ids (0-bit blocks: about 1 byte per 32 ids) and ``pad`` ignored
+    bytes that raise the budget: as many ids as the budget allows, the densest compact input."""
+
+    def build() -> bytes:
+        import numpy as np
+
+        import sampling_mask
+        from sampling_mask.codecs import compact
+
+        width = 1 << 17
+        rows = 12 * pad // 4 // width - 1
+        ids = np.tile(np.arange(width, dtype=np.int32), rows)
+        offsets = np.arange(0, rows * width + 1, width, dtype=np.int64)
+        if fmt == "arrow":
+            mask = sampling_mask.SamplingMask(ids, offsets)
+            return sampling_mask.encode(mask, "arrow", layout="compact", extra_columns={"junk": [bytes(pad)]})
+        env = {"layout": "compact", "num_rows": rows, "nnz": int(ids.size)}
+        return _envelope(**env, compact=compact.encode_ragged(ids, offsets), junk=bytes(pad))
+
+    return build
+
+
 def _counts(rows: int, pad: int = 0) -> bytes:
     import numpy as np
 
@@ -98,6 +121,8 @@ CASES: dict[str, tuple[Callable[[], bytes], tuple[str, ...]]] = {
     "row 12: arrow compact 2**22 empty rows": (_compact("arrow", 1 << 22), ("OK", "E_LIMIT")),
     "row 12: arrows compact 2**24 empty rows": (_compact("arrows", 1 << 24), ("OK", "E_LIMIT")),
     "row 12: parquet compact 2**22 empty rows": (_compact("parquet", 1 << 22), ("OK", "E_LIMIT")),
+    "msgpack compact rows of 2**17 consecutive ids + 5 MiB ignored bin": (_wide_compact("msgpack"), ("OK", "E_LIMIT")),
+    "arrow compact rows of 2**17 consecutive ids + 5 MiB user column": (_wide_compact("arrow"), ("OK", "E_LIMIT")),
     "row 14: msgpack dense [2**64 - 1, 0]": (lambda: _dense((1 << 64) - 1), ("E_LIMIT", "E_SHAPE")),
     "base64 [2**64 - 1, 0]": (lambda: _base64((1 << 64) - 1), ("E_LIMIT", "E_SHAPE")),
 }
@@ -176,6 +201,19 @@ def test_dense_shape_past_numpy_is_a_limit_error() -> None:
     with pytest.raises(SamplingMaskError) as info:
         sampling_mask.decode(_dense((1 << 64) - 1))
     assert info.value.code in (ErrorCode.E_LIMIT, ErrorCode.E_SHAPE)
+
+
+def test_dense_shape_past_numpy_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Row 14 through the CLI: exit 1 or 2 with the code, never exit 3 (E_INTERNAL)."""
+    pytest.importorskip("msgpack")
+    from sampling_mask.cli import main
+
+    path = tmp_path / "shape.msgpack"
+    path.write_bytes(_dense((1 << 64) - 1))
+    for command in ("validate", "inspect"):
+        assert main([command, str(path)]) in (1, 2), command
+        output = capsys.readouterr()
+        assert "E_LIMIT" in output.out + output.err and "E_INTERNAL" not in output.out + output.err
 
 
 @pytest.mark.parametrize(

@@ -122,7 +122,7 @@ def _convert_streaming(
 
 def run(args: argparse.Namespace) -> int:
     """IN -> OUT; Arrow file / stream and Parquet go batch by batch (files larger than memory convert)."""
-    from ..codecs import _files
+    from ..codecs._files import check_target
 
     source = open_input(args, "input")
     dst = Path(args.output)
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if not dst.parent.is_dir():
         raise CliError("E_IO", f"no such directory: {str(dst.parent)!r}")
     try:  # refused before any work: OUT is absent or a regular file (a symlink: what it points to)
-        _files.check_target(dst)
+        check_target(dst)
     except SamplingMaskError as exc:
         raise CliError(exc.code.value, f"cannot write {str(dst)!r}: {error_text(exc)}") from None
     # The one atomic writer (codecs._files.atomic_path, as save() uses): the output goes to a temporary

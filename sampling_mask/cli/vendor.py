@@ -88,11 +88,11 @@ def _check_package(name: str, dest: Path) -> None:
 
 def _checked(dest: Path, rel: str) -> Path:
     """``dest / rel`` after :func:`codecs._files.check_inside`: no ``..``, no symlink below DEST (``E_IO``)."""
-    from ..codecs import _files
+    from ..codecs._files import check_inside
     from ..core.errors import SamplingMaskError
 
     try:
-        _files.check_inside(dest, dest / rel)
+        check_inside(dest, dest / rel)
     except SamplingMaskError as exc:
         raise CliError(
             "E_IO", f"refusing {rel!r} in {str(dest)!r}: {exc.message} ({exc.value}); nothing was written"
@@ -103,7 +103,7 @@ def _checked(dest: Path, rel: str) -> Path:
 def _previous_files(dest: Path, force: bool) -> dict[str, str]:
     """``{relpath: sha256}`` of the copy already in ``dest`` (empty when none); refuses local changes
     and any path of the manifest that leads through a symlink (also with ``--force``)."""
-    from ..codecs import _files
+    from ..codecs._files import read_bounded
     from ..core.errors import SamplingMaskError
 
     if not dest.exists():
@@ -118,7 +118,7 @@ def _previous_files(dest: Path, force: bool) -> dict[str, str]:
             )
         return {}
     try:
-        files = json.loads(_files.read_bounded(manifest, 1 << 24).decode("utf-8"))["files"]
+        files = json.loads(read_bounded(manifest, 1 << 24).decode("utf-8"))["files"]
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             raise TypeError("files must map paths to sha256")
     except (OSError, ValueError, KeyError, TypeError, SamplingMaskError) as exc:
@@ -145,10 +145,10 @@ def _regular(path: Path) -> bool:
 
 def _file_sha256(path: Path) -> str:
     """The sha256 of a regular file, read bounded (a vendored file is small; a huge one differs anyway)."""
-    from ..codecs import _files
+    from ..codecs._files import read_bounded
 
     try:
-        return _sha256(_files.read_bounded(path, 1 << 26))
+        return _sha256(read_bounded(path, 1 << 26))
     except Exception:  # noqa: BLE001 - too large or unreadable: not the file vendor wrote
         return ""
 
@@ -213,7 +213,7 @@ def _readme(name: str, version: str, codecs: tuple[str, ...]) -> str:
 def vendor(dest: Path, package: str, codecs: tuple[str, ...], *, force: bool = False) -> list[str]:
     """Write the copy (see the module docstring); the paths written, relative to ``dest``."""
     from .. import __version__
-    from ..codecs import _files
+    from ..codecs._files import remove_file
     from ..core.errors import SamplingMaskError
 
     _check_package(package, dest)
@@ -246,7 +246,7 @@ def vendor(dest: Path, package: str, codecs: tuple[str, ...], *, force: bool = F
     try:
         _write_files(dest, contents)
         for rel in sorted(set(previous) - set(contents)):  # a codec no longer chosen: regular files only
-            _files.remove_file(dest, dest / rel)
+            remove_file(dest, dest / rel)
     except SamplingMaskError as exc:
         raise CliError("E_IO", f"cannot write in {str(dest)!r}: {exc.message} ({exc.value})") from None
     except OSError as exc:
@@ -256,14 +256,14 @@ def vendor(dest: Path, package: str, codecs: tuple[str, ...], *, force: bool = F
 
 def _write_files(dest: Path, contents: dict[str, bytes]) -> None:
     """Each file through the one atomic writer, inside ``dest`` and never through a symlink."""
-    from ..codecs import _files
+    from ..codecs._files import atomic_path, make_dirs
 
     dest.mkdir(parents=True, exist_ok=True)
     for rel, data in contents.items():
         path = dest / rel
         if path.parent != dest:
-            _files.make_dirs(dest, path.parent)
-        with _files.atomic_path(path, root=dest) as tmp, open(tmp, "wb") as fh:
+            make_dirs(dest, path.parent)
+        with atomic_path(path, root=dest) as tmp, open(tmp, "wb") as fh:
             fh.write(data)
 
 
