@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import struct
 import sys
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from memory_probe import child_main, run_child
+from memory_probe import child_main, child_results
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Peak RSS may grow this much over the warmed-up baseline across all cases together.
@@ -322,11 +321,7 @@ def _warm_up() -> None:
 # ---------------------------------------------------------------------------------------------- parent
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict[str, Any]]:
-    if not hasattr(os, "fork"):
-        pytest.skip("needs fork")
-    pytest.importorskip("pyarrow")
-    pytest.importorskip("msgpack")
-    return run_child(__file__)
+    return child_results(__file__)
 
 
 @pytest.mark.parametrize("label", list(CASES))

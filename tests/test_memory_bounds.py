@@ -9,14 +9,13 @@ a byte only. Each case runs in a fork of a child process (``memory_probe``); POS
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from memory_probe import child_main, run_child, untrusted_bound_mb
+from memory_probe import child_main, child_results, untrusted_bound_mb
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -142,11 +141,7 @@ def _warm_up() -> None:
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict[str, Any]]:
-    if not hasattr(os, "fork"):
-        pytest.skip("needs fork")
-    pytest.importorskip("pyarrow")
-    pytest.importorskip("msgpack")
-    return run_child(__file__)
+    return child_results(__file__)
 
 
 @pytest.mark.parametrize("label", list(CASES))
