@@ -151,6 +151,7 @@ class MaskHandler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        self.rfile.close()  # the socket file http.server made: every read goes through the deadline instead
         self._raw = _DeadlineSocket(self.connection)
         self.rfile = io.BufferedReader(self._raw, 1 << 16)
 
