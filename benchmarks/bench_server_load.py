@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "tests")]
 
 from amplification_payloads import PAYLOADS  # noqa: E402
-from mask_server import summary  # noqa: E402
+from mask_server import SMALL_DECODERS, memory_bound, summary  # noqa: E402
 
 import sampling_mask  # noqa: E402
 from sampling_mask.synthetic import rollout  # noqa: E402
@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         by_kind[r.kind] = by_kind.get(r.kind, 0) + 1
     fast = [r.seconds for r in results if r.kind not in ("slow", "stalled")]
     valid = [r.seconds for r in results if r.kind == "valid"]
-    bound = args.decoders * max(16 * largest / (1 << 20), 64)
+    bound = memory_bound(args.max_body, args.decoders, SMALL_DECODERS) / (1 << 20)  # the server's documented bound
     return {
         "requests": len(results),
         "clients": args.clients,
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--read-timeout", type=float, default=2.0, help="server: seconds to send a request")
     parser.add_argument("--max-body", type=int, default=8 << 20, help="server: largest body")
     parser.add_argument("--max-seconds", type=float, default=900.0, help="stop sending after this long")
-    parser.add_argument("--rss-bound-mib", type=float, default=0.0, help="default: decoders x max(16 x body, 64 MiB)")
+    parser.add_argument("--rss-bound-mib", type=float, default=0.0, help="default: the server's memory_bound()")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)

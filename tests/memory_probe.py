@@ -116,3 +116,15 @@ def run_child(script: str | Path, *, timeout: float = 300) -> dict[str, dict[str
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {event["case"]: event for event in map(json.loads, proc.stdout.splitlines())}
+
+
+def child_results(script: str | Path) -> dict[str, dict[str, Any]]:
+    """:func:`run_child` of a test module, skipped where ``fork``, pyarrow or msgpack is missing (the
+    body of such a module's ``results`` fixture)."""
+    import pytest
+
+    if not hasattr(os, "fork"):
+        pytest.skip("needs fork")
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("msgpack")
+    return run_child(script)

@@ -11,7 +11,6 @@ POSIX only.
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from amplification_payloads import (
     realistic,
     zstd_stream_of_empty_rows,
 )
-from memory_probe import child_main, run_child, untrusted_bound_mb
+from memory_probe import child_main, child_results, untrusted_bound_mb
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -182,11 +181,7 @@ def _warm_up() -> None:
 # ---------------------------------------------------------------------------------------------- parent
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict[str, Any]]:
-    if not hasattr(os, "fork"):
-        pytest.skip("needs fork")
-    pytest.importorskip("pyarrow")
-    pytest.importorskip("msgpack")
-    return run_child(__file__)
+    return child_results(__file__)
 
 
 @pytest.mark.parametrize("label", list(CASES))

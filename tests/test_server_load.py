@@ -1,6 +1,6 @@
 """A small run of the server load test (benchmarks/bench_server_load.py): the example server answers
 every request of the mixed, partly hostile traffic correctly, stays up, and keeps its peak RSS within
-``decoders x max(16 x largest body, 64 MiB)`` above its idle size. The full run (32 clients, 20,000
+``mask_server.memory_bound()`` (its documented bound) above its idle size. The full run (32 clients, 20,000
 requests) is ``python benchmarks/bench_server_load.py``; its figures are in BENCHMARKS.md.
 """
 

@@ -4,8 +4,6 @@ and the output appears only when complete (a temporary file renamed at the end).
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,6 +83,8 @@ def _writer_options(args: argparse.Namespace, out_fmt: str) -> dict[str, Any]:
     if layout is not None:
         if out_fmt not in (*STREAMING_FORMATS, "msgpack"):
             raise CliError("E_USAGE", f"--layout applies to {streaming} and msgpack output, not {out_fmt}")
+        if layout == "dense" and out_fmt != "msgpack":
+            raise CliError("E_USAGE", f"--layout dense applies to msgpack output, not {out_fmt}")
         opts["layout"] = layout
     if args.allow_loss:
         if out_fmt not in ROWS_ONLY_FORMATS:
@@ -94,7 +94,7 @@ def _writer_options(args: argparse.Namespace, out_fmt: str) -> dict[str, Any]:
 
 
 def _convert_streaming(
-    source: Source, tmp: Path, out_fmt: str, opts: dict[str, Any], batch_rows: int | None, progress: Progress
+    source: Source, path: Path, out_fmt: str, opts: dict[str, Any], batch_rows: int | None, progress: Progress
 ) -> tuple[int, int]:
     """Batch in, batch out: memory stays near one record batch whatever the file size."""
     if opts.get("layout") != "compact":
@@ -111,7 +111,7 @@ def _convert_streaming(
     if batch_rows is not None:
         batches = _rebatch(batches, batch_rows)
     rows = segments = 0
-    with source.codecs.open_writer(tmp, format=out_fmt, **opts) as writer:
+    with source.codecs.open_writer(path, format=out_fmt, **opts) as writer:
         for batch in batches:
             writer.write(batch)
             rows += batch.num_rows
@@ -120,15 +120,10 @@ def _convert_streaming(
     return rows, segments
 
 
-def _chmod_like_new_file(path: Path) -> None:
-    """The mode an ordinary new file gets (0666 less the umask); mkstemp makes files 0600."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
-
-
 def run(args: argparse.Namespace) -> int:
     """IN -> OUT; Arrow file / stream and Parquet go batch by batch (files larger than memory convert)."""
+    from ..codecs._files import check_target
+
     source = open_input(args, "input")
     dst = Path(args.output)
     out_fmt = resolve_format(source.codecs, dst, args.to, flag="--to")
@@ -137,25 +132,22 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("E_IO", f"{str(dst)!r} is a directory; name the output file")
     if not dst.parent.is_dir():
         raise CliError("E_IO", f"no such directory: {str(dst.parent)!r}")
-    # Write next to the target and rename at the end: a failed conversion never leaves half a file,
-    # and converting a file onto itself reads all of the old one first.
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".partial", dir=dst.parent)
-    except OSError as exc:
-        raise CliError("E_IO", f"cannot write in {str(dst.parent)!r}: {exc.strerror or exc}") from None
-    os.close(fd)
-    tmp = Path(tmp_name)
+    try:  # refused before any work: OUT is absent or a regular file (a symlink: what it points to)
+        check_target(dst)
+    except SamplingMaskError as exc:
+        raise CliError(exc.code.value, f"cannot write {str(dst)!r}: {error_text(exc)}") from None
+    # The one atomic writer (codecs._files.atomic_path, as save() uses): the output goes to a temporary
+    # file next to OUT renamed at the end, so a failed conversion never leaves half a file, and
+    # converting a file onto itself reads all of the old one first.
     enabled = progress_enabled(args) and source.streaming
     progress = Progress("convert", count_segments(source.path, source.fmt) if enabled else None, enabled=enabled)
     try:
         if out_fmt in STREAMING_FORMATS:
-            rows, segments = _convert_streaming(source, tmp, out_fmt, opts, args.batch_rows, progress)
+            rows, segments = _convert_streaming(source, dst, out_fmt, opts, args.batch_rows, progress)
         else:
             mask = read_all(source)
-            rows, segments = mask.num_rows, mask.num_segments
-            source.codecs.save(mask, tmp, format=out_fmt, **opts)
-        _chmod_like_new_file(tmp)
-        os.replace(tmp, dst)
+            source.codecs.save(mask, dst, format=out_fmt, **opts)
+            rows, segments = _written_counts(mask, out_fmt)
     except SamplingMaskError as exc:
         hint = (
             "; --allow-loss keeps the rows only" if out_fmt in ROWS_ONLY_FORMATS and "allow_loss" in exc.message else ""
@@ -165,7 +157,6 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("E_IO", f"cannot write {str(dst)!r}: {exc.strerror or exc}") from None
     finally:
         progress.close()
-        tmp.unlink(missing_ok=True)
     if not args.quiet:
         size = dst.stat().st_size
         extras = "".join(f", {k}={v}" for k, v in opts.items() if k != "id_order")
@@ -174,6 +165,11 @@ def run(args: argparse.Namespace) -> int:
             f"{size:,} bytes" + (f" ({size / rows:.2f} per token)" if rows else "")
         )
     return 0
+
+
+def _written_counts(mask: SamplingMask, out_fmt: str) -> tuple[int, int]:
+    """(rows, segments) of what ``out_fmt`` holds: json-rows and base64 keep the rows as one segment."""
+    return mask.num_rows, (1 if out_fmt in ROWS_ONLY_FORMATS else mask.num_segments)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -191,8 +187,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--layout",
-        choices=("ragged", "compact"),
-        help="ragged (default) or compact (arrow, arrows, parquet, msgpack)",
+        choices=("ragged", "compact", "dense"),
+        help="ragged (default) or compact (arrow, arrows, parquet, msgpack); dense (msgpack)",
     )
     p.add_argument("--compact", action="store_true", help="deprecated: --layout compact")
     p.add_argument(

@@ -13,7 +13,9 @@ DEST becomes the package NAME (NAME's last part must be DEST's folder name)::
 Every copied file's first line names the release and the file it came from. Running the command again
 updates the copy: it rewrites the files of the manifest and removes those no longer chosen. A file
 changed since it was written (its sha256 differs from the manifest's), or a DEST holding files but no
-manifest, is refused (``E_IO``, exit 2) unless ``--force``.
+manifest, is refused (``E_IO``, exit 2) unless ``--force``. Every file goes through the library's one
+atomic writer (``codecs._files.atomic_path``), and nothing is written, replaced or deleted through a
+symlink below DEST (refused, ``E_IO``, also with ``--force``): the command never touches a file outside DEST.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import hashlib
 import json
 import keyword
+import os
 from pathlib import Path
 from typing import Any
 
@@ -83,13 +86,31 @@ def _check_package(name: str, dest: Path) -> None:
         raise CliError("E_USAGE", f"--package {name!r} must end with DEST's folder name {dest.name!r}")
 
 
+def _checked(dest: Path, rel: str) -> Path:
+    """``dest / rel`` after :func:`codecs._files.check_inside`: no ``..``, no symlink below DEST (``E_IO``)."""
+    from ..codecs._files import check_inside
+    from ..core.errors import SamplingMaskError
+
+    try:
+        check_inside(dest, dest / rel)
+    except SamplingMaskError as exc:
+        raise CliError(
+            "E_IO", f"refusing {rel!r} in {str(dest)!r}: {exc.message} ({exc.value}); nothing was written"
+        ) from None
+    return dest / rel
+
+
 def _previous_files(dest: Path, force: bool) -> dict[str, str]:
-    """``{relpath: sha256}`` of the copy already in ``dest`` (empty when none); refuses local changes."""
+    """``{relpath: sha256}`` of the copy already in ``dest`` (empty when none); refuses local changes
+    and any path of the manifest that leads through a symlink (also with ``--force``)."""
+    from ..codecs._files import read_bounded
+    from ..core.errors import SamplingMaskError
+
     if not dest.exists():
         return {}
     if not dest.is_dir():
         raise CliError("E_IO", f"{str(dest)!r} exists and is not a folder")
-    manifest = dest / MANIFEST
+    manifest = _checked(dest, MANIFEST)
     if not manifest.exists():
         if any(dest.iterdir()) and not force:
             raise CliError(
@@ -97,17 +118,17 @@ def _previous_files(dest: Path, force: bool) -> dict[str, str]:
             )
         return {}
     try:
-        files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        files = json.loads(read_bounded(manifest, 1 << 24).decode("utf-8"))["files"]
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             raise TypeError("files must map paths to sha256")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, SamplingMaskError) as exc:
         if force:
             return {}
         raise CliError("E_IO", f"cannot read {str(manifest)!r} ({exc}); pass --force to rewrite the copy") from None
     safe = {rel: digest for rel, digest in files.items() if _inside(dest, rel)}
-    changed = [
-        rel for rel, digest in safe.items() if (dest / rel).is_file() and _sha256((dest / rel).read_bytes()) != digest
-    ]
+    for rel in safe:
+        _checked(dest, rel)
+    changed = [rel for rel, digest in safe.items() if _regular(dest / rel) and _file_sha256(dest / rel) != digest]
     if changed and not force:
         raise CliError(
             "E_IO",
@@ -115,6 +136,21 @@ def _previous_files(dest: Path, force: bool) -> dict[str, str]:
             "vendored copy (keep your change elsewhere, or pass --force to discard it)",
         )
     return safe
+
+
+def _regular(path: Path) -> bool:
+    """A regular file, not reached through a symlink at its last step (folders, FIFOs: False)."""
+    return path.is_file() and not path.is_symlink()
+
+
+def _file_sha256(path: Path) -> str:
+    """The sha256 of a regular file, read bounded (a vendored file is small; a huge one differs anyway)."""
+    from ..codecs._files import read_bounded
+
+    try:
+        return _sha256(read_bounded(path, 1 << 26))
+    except Exception:  # noqa: BLE001 - too large or unreadable: not the file vendor wrote
+        return ""
 
 
 def _inside(dest: Path, rel: str) -> bool:
@@ -177,6 +213,8 @@ def _readme(name: str, version: str, codecs: tuple[str, ...]) -> str:
 def vendor(dest: Path, package: str, codecs: tuple[str, ...], *, force: bool = False) -> list[str]:
     """Write the copy (see the module docstring); the paths written, relative to ``dest``."""
     from .. import __version__
+    from ..codecs._files import remove_file
+    from ..core.errors import SamplingMaskError
 
     _check_package(package, dest)
     previous = _previous_files(dest, force)
@@ -189,30 +227,44 @@ def vendor(dest: Path, package: str, codecs: tuple[str, ...], *, force: bool = F
         contents[rel] = (header(rel, __version__, vendored=True) + rest).encode()
     contents.update({rel: text.encode() for rel, text in _generated(package, __version__, codecs).items()})
     contents["LICENSE"] = (_PACKAGE / "LICENSE").read_bytes()
+    for rel in contents:  # every path checked before anything is written
+        _checked(dest, rel)
     if not force:
-        clashes = [rel for rel in contents if rel not in previous and (dest / rel).exists()]
+        clashes = [rel for rel in contents if rel not in previous and os.path.lexists(dest / rel)]
         if clashes:
             raise CliError(
                 "E_IO", f"refusing to overwrite {', '.join(sorted(clashes))} in {str(dest)!r}: not written by vendor"
             )
+    manifest = {
+        "source": "sampling-mask",
+        "version": __version__,
+        "package": package,
+        "codecs": list(codecs),
+        "files": {rel: _sha256(data) for rel, data in sorted(contents.items())},
+    }
+    contents[MANIFEST] = (json.dumps(manifest, indent=2) + "\n").encode()  # written last
     try:
-        for rel, data in contents.items():
-            path = dest / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        for rel in sorted(set(previous) - set(contents)):  # a codec no longer chosen
-            (dest / rel).unlink(missing_ok=True)
-        manifest = {
-            "source": "sampling-mask",
-            "version": __version__,
-            "package": package,
-            "codecs": list(codecs),
-            "files": {rel: _sha256(data) for rel, data in sorted(contents.items())},
-        }
-        (dest / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        _write_files(dest, contents)
+        for rel in sorted(set(previous) - set(contents)):  # a codec no longer chosen: regular files only
+            remove_file(dest, dest / rel)
+    except SamplingMaskError as exc:
+        raise CliError("E_IO", f"cannot write in {str(dest)!r}: {exc.message} ({exc.value})") from None
     except OSError as exc:
         raise CliError("E_IO", f"cannot write in {str(dest)!r}: {exc.strerror or exc}") from None
-    return sorted(contents)
+    return sorted(rel for rel in contents if rel != MANIFEST)
+
+
+def _write_files(dest: Path, contents: dict[str, bytes]) -> None:
+    """Each file through the one atomic writer, inside ``dest`` and never through a symlink."""
+    from ..codecs._files import atomic_path, make_dirs
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel, data in contents.items():
+        path = dest / rel
+        if path.parent != dest:
+            make_dirs(dest, path.parent)
+        with atomic_path(path, root=dest) as tmp, open(tmp, "wb") as fh:
+            fh.write(data)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,11 +8,20 @@ file claims or becomes (``E_LIMIT`` past ``limit``). :func:`atomic_path` writes 
 flushes it and renames it over the target only when the block succeeds; a live writer holds an
 exclusive ``flock`` on its temporary, so a later save can tell the leftovers of a killed one and
 remove them (:func:`remove_stale_temporaries`), touching no other file.
+
+The one writer: ``save``, ``open_writer``, ``convert``, ``write_dataset`` and ``vendor`` all write
+through :func:`atomic_path`. The target must be absent or a regular file (``E_ENCODING`` for a FIFO,
+device, socket or directory: nothing is replaced, checked again just before the rename). With
+``root=`` (a destination folder the writer owns: a dataset's base, a vendored package) the target
+must lie inside ``root`` and no component below ``root`` may be a symlink (``E_ENCODING``), so
+nothing is ever written, replaced or deleted outside it; :func:`make_dirs` and :func:`remove_file`
+keep the same rule for the folders they create and the files they delete.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -27,7 +36,17 @@ try:  # POSIX
 except ImportError:  # pragma: no cover - Windows: no stale-file detection
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["atomic_path", "check_regular", "read_bounded", "read_head", "remove_stale_temporaries"]
+__all__ = [
+    "atomic_path",
+    "check_inside",
+    "check_regular",
+    "check_target",
+    "make_dirs",
+    "read_bounded",
+    "read_head",
+    "remove_file",
+    "remove_stale_temporaries",
+]
 
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
@@ -156,6 +175,75 @@ def _fsync(path: str, *, directory: bool = False) -> None:
         os.close(fd)
 
 
+def _refused(path: str, why: str) -> SamplingMaskError:
+    return SamplingMaskError(ErrorCode.E_ENCODING, why, field="path", value=path[-80:])
+
+
+def check_inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> list[str]:
+    """The components of ``path`` below ``root`` (``path`` relative to ``root``, or under it), after
+    checking that none climbs out (``..``, an absolute part) and that none that exists is a symlink
+    or, but for the last, anything other than a folder: ``E_ENCODING`` naming the path otherwise."""
+    base = os.fspath(root)
+    name = os.fspath(path)
+    rel = os.path.relpath(name, base) if os.path.isabs(name) == os.path.isabs(base) else name
+    parts = [p for p in rel.replace(os.sep, "/").split("/") if p not in ("", ".")]
+    if not parts or os.path.isabs(rel) or ".." in parts:
+        raise _refused(name, f"not a path inside {base[-80:]!r}")
+    current = base
+    for i, part in enumerate(parts):
+        current = os.path.join(current, part)
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            break
+        if stat.S_ISLNK(info.st_mode):
+            raise _refused(current, f"a symlink inside {base[-80:]!r}: refused (nothing is written through it)")
+        if i < len(parts) - 1 and not stat.S_ISDIR(info.st_mode):
+            raise _refused(current, "not a folder")
+    return parts
+
+
+def make_dirs(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> list[str]:
+    """``os.makedirs`` of the folder ``path`` inside ``root``, never through a symlink (:func:`check_inside`);
+    a folder name the file system refuses (too long, ...) is ``E_SCHEMA`` naming it. Returns the
+    folders it created, outermost first (a caller undoing its work removes them, innermost first)."""
+    base = os.fspath(root)
+    current = base
+    created = []
+    for part in check_inside(base, path):
+        current = os.path.join(current, part)
+        try:
+            os.mkdir(current)
+            created.append(current)
+        except FileExistsError:
+            info = os.lstat(current)
+            if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+                raise _refused(current, "a symlink or file where a folder must be: refused") from None
+        except OSError as exc:
+            if exc.errno in (errno.ENAMETOOLONG, errno.EINVAL, errno.EILSEQ):
+                raise SamplingMaskError(
+                    ErrorCode.E_SCHEMA, f"invalid folder name: {exc.strerror}", field="path", value=part[:80]
+                ) from None
+            raise
+    return created
+
+
+def remove_file(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
+    """Delete the regular file ``path`` inside ``root`` (:func:`check_inside`); False when it is
+    absent or not a regular file (a folder, a FIFO: left alone)."""
+    parts = check_inside(root, path)
+    target = os.path.join(os.fspath(root), *parts)
+    try:
+        info = os.lstat(target)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(info.st_mode):
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(target)
+    return True
+
+
 def _target(path: str | os.PathLike[str]) -> str:
     """The file a save replaces: ``path``, or what its symlinks point to; ``E_ENCODING`` when that
     exists and is not a regular file."""
@@ -169,10 +257,34 @@ def _target(path: str | os.PathLike[str]) -> str:
     return target
 
 
+def check_target(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> str:
+    """The real file :func:`atomic_path` would replace, checked before any work: absent or a regular
+    file (``E_ENCODING`` otherwise); with ``root``, inside it and reached through no symlink."""
+    if root is not None:
+        parts = check_inside(root, path)
+        path = os.path.join(os.fspath(root), *parts)
+    return _target(path)
+
+
+def _check_still_regular(target: str, shown: str) -> None:
+    """Just before the rename: the target is still absent or a regular file (not swapped meanwhile)."""
+    try:
+        info = os.lstat(target)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise _not_regular(shown, info.st_mode)
+
+
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
+def atomic_path(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> Iterator[str]:
     """A temporary path next to ``path``'s real file, flushed to disk and renamed over it only when
-    the block succeeds; removed when it fails. A crash at any point leaves the old file (or none)."""
+    the block succeeds; removed when it fails. A crash at any point leaves the old file (or none).
+    The target must be absent or a regular file; with ``root``, inside ``root`` with no symlink on
+    the way (see the module docstring)."""
+    shown = os.fspath(path)
+    if root is not None:
+        path = os.path.join(os.fspath(root), *check_inside(root, path))
     target = _target(path)
     directory, base = os.path.split(target)
     remove_stale_temporaries(directory, base)
@@ -181,6 +293,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
         try:
             yield tmp
             _fsync(tmp)
+            if root is not None:
+                check_inside(root, path)  # no folder on the way swapped for a symlink meanwhile
+            _check_still_regular(target, shown)
             os.replace(tmp, target)
         except BaseException:
             with contextlib.suppress(OSError):

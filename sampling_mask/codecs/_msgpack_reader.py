@@ -9,7 +9,11 @@ Invariants: every declared length is checked against the bytes that remain befor
 sliced or built (``E_ENCODING``); containers nest at most ``max_depth`` deep and the payload holds
 at most ``max_objects`` objects (``E_LIMIT``); map keys are unique strings (``E_SCHEMA``); strings
 are strict UTF-8; ``ext`` types, the reserved byte 0xc1 and trailing bytes are ``E_ENCODING``.
-Iterative: hostile nesting cannot exhaust the Python stack.
+Iterative: hostile nesting cannot exhaust the Python stack. Every object is charged, as it is
+built, the bytes of Python memory it takes (:data:`LIST_BYTES`, :data:`MAP_BYTES` per container and
+slot, the size of each str, int, float and ``bin`` view): past ``max_bytes`` the read stops with
+``E_LIMIT``, so junk under an unknown key (a million empty maps) cannot cost more than the budget
+(:func:`read_counted` returns what the parsed object holds, for the decoder to charge the rest).
 
 ``data`` may also be a list of frames (:func:`sampling_mask.codecs.msgpack.encode_frames`, ZMQ
 multipart) whose concatenation is the payload: a ``bin`` whose header ends one frame and whose
@@ -20,14 +24,23 @@ joined frames (one copy), with the same checks.
 from __future__ import annotations
 
 import struct
+import sys
 from typing import Any
 
 from ..core.errors import ErrorCode, SamplingMaskError
 
-__all__ = ["MAX_OBJECTS", "read"]
+__all__ = ["LIST_BYTES", "MAP_BYTES", "MAX_OBJECTS", "VIEW_BYTES", "read", "read_counted"]
 
 #: At most this many msgpack objects per payload (the envelope itself needs a few dozen).
 MAX_OBJECTS = 1 << 20
+#: Upper estimates of CPython's memory (64-bit): a list (header, appended slots with over-allocation)
+#: and a dict (header and table, per entry) as (fixed, per element) bytes ...
+LIST_BYTES = (88, 9)
+MAP_BYTES = (192, 48)
+#: ... a ``bin`` (a memoryview of the input), an int outside CPython's small-int cache, a float.
+VIEW_BYTES = 192
+_INT_BYTES = 36
+_FLOAT_BYTES = 24
 
 _FIXED = {  # type byte -> (struct format, size) for fixed-width scalars
     0xCA: (">f", 4),
@@ -75,23 +88,40 @@ def _bytes_view(data: Any) -> memoryview:
     return view
 
 
-def read(data: Any, *, max_depth: int, max_objects: int = MAX_OBJECTS) -> Any:
+def read(data: Any, *, max_depth: int, max_objects: int = MAX_OBJECTS, max_bytes: int | None = None) -> Any:
     """Parse exactly one msgpack object spanning all of ``data`` (bytes-like, or a list of frames);
-    ``bin`` values are memoryviews of it."""
+    ``bin`` values are memoryviews of it. ``max_bytes``: the Python memory the parsed objects may take."""
+    return read_counted(data, max_depth=max_depth, max_objects=max_objects, max_bytes=max_bytes)[0]
+
+
+def read_counted(
+    data: Any, *, max_depth: int, max_objects: int = MAX_OBJECTS, max_bytes: int | None = None
+) -> tuple[Any, int]:
+    """:func:`read`, and the bytes of Python memory the parsed object holds (the estimates above)."""
+    budget = (1 << 62) if max_bytes is None else int(max_bytes)
     if not isinstance(data, (list, tuple)):
-        return _read([_bytes_view(data)], max_depth, max_objects)
+        return _read([_bytes_view(data)], max_depth, max_objects, budget)
     try:
         frames = [_bytes_view(frame) for frame in data]
     except TypeError:
         raise SamplingMaskError(ErrorCode.E_ENCODING, "every frame must be bytes-like") from None
     frames = [frame for frame in frames if len(frame)] or [memoryview(b"")]
     try:
-        return _read(frames, max_depth, max_objects)
+        return _read(frames, max_depth, max_objects, budget)
     except (_Split, SamplingMaskError):  # read again joined: same checks, errors name joined offsets
-        return _read([memoryview(b"".join(frames))], max_depth, max_objects)
+        return _read([memoryview(b"".join(frames))], max_depth, max_objects, budget)
 
 
-def _read(frames: list[memoryview], max_depth: int, max_objects: int) -> Any:
+def _over_budget(used: int, budget: int, pos: int) -> SamplingMaskError:
+    return SamplingMaskError(
+        ErrorCode.E_LIMIT,
+        f"the msgpack objects would take more than {budget} bytes of memory (at byte {pos})",
+        field="max_bytes",
+        value=used,
+    )
+
+
+def _read(frames: list[memoryview], max_depth: int, max_objects: int, budget: int) -> tuple[Any, int]:
     """:func:`read` over frames; raises :class:`_Split` where a value straddles two frames."""
     multi = len(frames) > 1
     later = [0] * len(frames)  # bytes in the frames after each one
@@ -102,6 +132,7 @@ def _read(frames: list[memoryview], max_depth: int, max_objects: int) -> Any:
     end = len(view)
     pos = 0
     objects = 0
+    used = 0  # bytes of Python memory built so far
     stack: list[_Container] = []
     top: list[Any] = []
     done = False
@@ -119,6 +150,7 @@ def _read(frames: list[memoryview], max_depth: int, max_objects: int) -> Any:
         pos += 1
         value: Any
         container: _Container | None = None
+        cost = 0
         if tag <= 0x7F:
             value = tag
         elif tag >= 0xE0:
@@ -138,6 +170,7 @@ def _read(frames: list[memoryview], max_depth: int, max_objects: int) -> Any:
                 value = str(view[pos : pos + size], "utf-8")
             except UnicodeDecodeError:
                 raise SamplingMaskError(ErrorCode.E_ENCODING, "invalid UTF-8 in a msgpack str", value=pos) from None
+            cost = sys.getsizeof(value)
             pos += size
         elif tag in _BIN:
             width = _BIN[tag]
@@ -152,12 +185,14 @@ def _read(frames: list[memoryview], max_depth: int, max_objects: int) -> Any:
             if pos + size > end:
                 raise _Split() if multi else _truncated(pos)
             value = view[pos : pos + size]
+            cost = VIEW_BYTES
             pos += size
         elif tag in _FIXED:
             fmt, width = _FIXED[tag]
             if pos + width > end:
                 raise _truncated(pos)
             (value,) = struct.unpack_from(fmt, view, pos)
+            cost = _FLOAT_BYTES if tag <= 0xCB else 0 if -5 <= value <= 256 else _INT_BYTES
             pos += width
         elif tag == 0xC0:
             value = None
@@ -180,6 +215,8 @@ def _read(frames: list[memoryview], max_depth: int, max_objects: int) -> Any:
                 raise SamplingMaskError(
                     ErrorCode.E_LIMIT, f"msgpack containers nest deeper than the limit {max_depth}", value=pos
                 )
+            fixed, per_item = MAP_BYTES if is_map else LIST_BYTES
+            cost = fixed + per_item * size
             container = _Container(is_map, size)
             value = container.items
         elif tag in _EXT:
@@ -187,6 +224,9 @@ def _read(frames: list[memoryview], max_depth: int, max_objects: int) -> Any:
         else:  # 0xc1, never used
             raise SamplingMaskError(ErrorCode.E_ENCODING, "invalid msgpack type byte 0xc1", value=pos - 1)
 
+        used += cost
+        if used > budget:
+            raise _over_budget(used, budget, pos)
         if stack:
             _attach(stack[-1], value, pos)
         else:
@@ -201,7 +241,7 @@ def _read(frames: list[memoryview], max_depth: int, max_objects: int) -> Any:
         raise _Split()
     if pos != end:
         raise SamplingMaskError(ErrorCode.E_ENCODING, f"{end - pos} trailing bytes after the msgpack object", value=pos)
-    return top[0]
+    return top[0], used
 
 
 def _attach(parent: _Container, value: Any, pos: int) -> None:

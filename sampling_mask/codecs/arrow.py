@@ -349,15 +349,16 @@ class Writer:
         self.batches_written = 0
 
     @classmethod
-    def to_path(cls, path: Any, fmt: str, **opts: Any) -> Writer:
+    def to_path(cls, path: Any, fmt: str, *, root: Any = None, **opts: Any) -> Writer:
         """A writer to a temporary file next to ``path``, renamed over it by :meth:`close` and removed
-        instead when the ``with`` block raises (or on :meth:`abort`): a reader never sees a partial file."""
+        instead when the ``with`` block raises (or on :meth:`abort`): a reader never sees a partial file.
+        ``root``: the destination folder ``path`` must stay inside (:func:`._files.atomic_path`)."""
         import pyarrow as pa
 
         from ._files import atomic_path
 
         files = contextlib.ExitStack()
-        tmp = files.enter_context(atomic_path(path))
+        tmp = files.enter_context(atomic_path(path, root=root))
         try:
             sink = files.enter_context(contextlib.closing(pa.OSFile(tmp, "wb")))
             writer = cls(sink, fmt, **opts)
@@ -592,8 +593,13 @@ def _compact_column(batch: Any, cu_rows: Any, limits: Limits) -> tuple[np.ndarra
     total_rows = check_count(sum(row_counts.tolist()), limits.max_rows, "row count", field=COMPACT_ROWS_COLUMN)
     total_nnz = check_count(sum(nnz_counts.tolist()), limits.max_nnz, "id count", field=COMPACT_NNZ_COLUMN)
     check_output(limits, total_rows, total_nnz, segments=len(row_counts), field=COMPACT_COLUMN)
-    ids_parts, offset_parts = [], [np.zeros(1, np.int64)]
-    base = 0
+    # One segment: its arrays are the result. More: each is copied into the result at once and
+    # dropped, so the peak is the result plus one segment (not every part plus their concatenation).
+    ids: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+    if len(blobs) != 1:
+        ids, offsets = np.empty(total_nnz, np.int32), np.zeros(total_rows + 1, np.int64)
+    row = nnz = 0
     for b in range(len(blobs)):
         buf = blobs[b].as_buffer()
         seg_ids, seg_offsets = compact.decode_ragged(
@@ -601,13 +607,18 @@ def _compact_column(batch: Any, cu_rows: Any, limits: Limits) -> tuple[np.ndarra
         )
         if seg_offsets.size != int(row_counts[b]) + 1 or seg_ids.size != int(nnz_counts[b]):
             raise SamplingMaskError(ErrorCode.E_SHAPE, "compact blob disagrees with its counts", segment=b)
-        ids_parts.append(seg_ids)
-        offset_parts.append(seg_offsets[1:] + base)
-        base += seg_ids.size
-    ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int32)
+        if ids is None or offsets is None:
+            ids, offsets = seg_ids, seg_offsets
+            break
+        ids[nnz : nnz + seg_ids.size] = seg_ids
+        np.add(seg_offsets[1:], nnz, out=offsets[row + 1 : row + seg_offsets.size])
+        row += seg_offsets.size - 1
+        nnz += seg_ids.size
+        del seg_ids, seg_offsets
+    assert ids is not None and offsets is not None
     cu = np.zeros(len(row_counts) + 1, np.int64)
     np.cumsum(row_counts, out=cu[1:])
-    return ids.astype(np.int32, copy=False), np.concatenate(offset_parts), cu
+    return ids.astype(np.int32, copy=False), offsets, cu
 
 
 def _mask_from_batch(batch: Any, header: _Header, limits: Limits, validate: bool) -> SamplingMask:

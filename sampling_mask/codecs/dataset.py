@@ -20,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import glob
@@ -395,15 +396,41 @@ def open_dataset(
     return MaskDataset(source, format=format, partitioning=partitioning, limits=limits, validate=validate)
 
 
+#: The longest file or folder name written (bytes of its UTF-8), what POSIX file systems allow.
+_NAME_MAX = 255
+
+
 def _partition_directory(keys: Sequence[str], values: Sequence[Any]) -> str:
+    """``key=value/...`` for one group (values percent-quoted); ``E_DTYPE`` for a value that is not an
+    integer or string, ``E_SCHEMA`` naming a key or value that cannot be a folder name."""
     parts = []
     for key, value in zip(keys, values, strict=True):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, str, np.integer, np.str_)):
             raise SamplingMaskError(
                 ErrorCode.E_DTYPE, "partition values are integers or strings", field=key, value=repr(value)[:80]
             )
-        parts.append(f"{key}={urllib.parse.quote(str(value), safe='')}")
+        name = f"{key}={urllib.parse.quote(str(value), safe='')}"
+        if len(name.encode()) > _NAME_MAX:
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"partition folder name {name[:60]!r}... is {len(name.encode())} bytes, over {_NAME_MAX}",
+                field=key,
+                value=str(value)[:80],
+            )
+        parts.append(name)
     return os.path.join(*parts) if parts else ""
+
+
+def _check_partition_keys(partition_by: Sequence[str]) -> None:
+    """A partition key names a folder ``key=value``: non-empty, no separator, ``=`` or NUL (``E_SCHEMA``)."""
+    for key in partition_by:
+        if not isinstance(key, str) or not key or any(ch in key for ch in "/\\=\0") or key in (".", ".."):
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                "a partition key must be a plain folder-name part",
+                field="partition_by",
+                value=repr(key)[:80],
+            )
 
 
 def write_dataset(
@@ -424,23 +451,38 @@ def write_dataset(
     file holds at most ``max_file_bytes`` plus one mask's worth. Files are named
     ``part-<random>-<n>.<ext>`` so that writers of one dataset never collide; each is written
     atomically (:func:`sampling_mask.codecs.open_writer`). ``writer_options``: ``compression`` etc.
+
+    All or nothing: when anything fails (a bad value, a partition folder name over 255 bytes:
+    ``E_SCHEMA`` naming it), the files and folders this call made are removed again and the error
+    raised. Nothing is written through a symlink below ``base_dir`` (``E_ENCODING``): the files stay
+    inside it.
     """
-    from . import open_writer
+    from . import _files
 
     if format not in _EXTENSIONS:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "write_dataset writes 'parquet' or 'arrow'", value=format)
     if max_file_bytes < 1:
         raise SamplingMaskError(ErrorCode.E_RANGE, "max_file_bytes must be positive", field="max_file_bytes")
+    _check_partition_keys(partition_by)
     if isinstance(parts, tuple) and len(parts) == 2 and hasattr(parts[0], "__sampling_mask__"):  # (mask, columns)
         parts = [parts]  # type: ignore[list-item]
     base = os.fspath(base_dir)
     token = secrets.token_hex(4)
     open_files: dict[str, tuple[Any, int]] = {}  # directory -> (writer, bytes written)
     written: list[str] = []
+    created: list[str] = []  # folders this call made, outermost first
     counter = 0
 
-    def open_files_writer(path: str) -> Any:
-        return open_writer(path, format=format, **writer_options)
+    def new_writer(directory: str) -> Any:
+        nonlocal counter
+        os.makedirs(base, exist_ok=True)
+        if directory != base:
+            created.extend(_files.make_dirs(base, directory))
+        path = os.path.join(directory, f"part-{token}-{counter:05d}.{format}")
+        counter += 1
+        writer = arrow.Writer.to_path(path, format, root=base, **writer_options)
+        written.append(path)
+        return writer
 
     try:
         for mask, columns in parts:  # type: ignore[misc]
@@ -455,20 +497,19 @@ def write_dataset(
                 raise SamplingMaskError(ErrorCode.E_SCHEMA, "partition column missing", field=missing[0])
             keys = [table[name] for name in partition_by]
             groups = _groups(keys, mask.num_segments)
+            # Every folder name of this mask is checked before anything of it is written.
+            folders = [
+                os.path.join(base, _partition_directory(partition_by, [k[int(g[0])] for k in keys])) for g in groups
+            ]
             stored = {name: values for name, values in table.items() if name not in partition_by}
             sizes = _segment_bytes(mask)
-            for group in groups:
-                first = int(group[0])
-                directory = os.path.join(base, _partition_directory(partition_by, [k[first] for k in keys]))
+            for group, directory in zip(groups, folders, strict=True):
+                directory = directory.rstrip(os.sep) or base
                 writer, size = open_files.pop(directory, (None, 0))
                 start = 0
                 while start < group.size:
                     if writer is None:
-                        os.makedirs(directory, exist_ok=True)
-                        path = os.path.join(directory, f"part-{token}-{counter:05d}.{format}")
-                        counter += 1
-                        writer, size = open_files_writer(path), 0
-                        written.append(path)
+                        writer, size = new_writer(directory), 0
                     # As many segments as fit the file's remaining budget (at least one).
                     room = np.cumsum(sizes[group[start:]]) <= max_file_bytes - size
                     stop = start + max(1, int(np.count_nonzero(room)))
@@ -481,9 +522,19 @@ def write_dataset(
                         writer = None
                 if writer is not None:
                     open_files[directory] = (writer, size)
-    finally:
-        for writer, _size in open_files.values():
+        while open_files:
+            _, (writer, _size) = open_files.popitem()
             writer.close()
+    except BaseException as exc:
+        for writer, _size in open_files.values():
+            writer.abort(exc)
+        for path in written:
+            with contextlib.suppress(OSError, SamplingMaskError):
+                _files.remove_file(base, path)
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise
     return written
 
 

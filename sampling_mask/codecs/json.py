@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes, remaining
 from ..core.model import SamplingMask, as_sampling_mask
 from ._buffers import array_from_buffer, decode_base64, wire_dtype, wire_shape
 from ._common import (
@@ -108,6 +108,11 @@ def parse(data: Any, *, limits: Limits = DEFAULT_LIMITS) -> Any:
 
     ``E_LIMIT`` also when the Python objects parsing would build (:func:`parse_cost`) exceed
     ``limits.max_bytes``: ``[[],[],...]`` costs some 25 bytes of objects per byte of text."""
+    return _parse(data, limits)[0]
+
+
+def _parse(data: Any, limits: Limits) -> tuple[Any, int]:
+    """:func:`parse`, and the bytes it charged (:func:`parse_cost`)."""
     if isinstance(data, str):
         text = data
     else:
@@ -120,9 +125,9 @@ def parse(data: Any, *, limits: Limits = DEFAULT_LIMITS) -> Any:
             text = str(raw, "utf-8-sig")
         except UnicodeDecodeError as exc:
             raise SamplingMaskError(ErrorCode.E_ENCODING, f"JSON is not UTF-8: {exc.reason}", value=exc.start) from None
-    check_count(parse_cost(text), limits.max_bytes, "JSON parse (estimated bytes of Python objects)")
+    cost = check_count(parse_cost(text), limits.max_bytes, "JSON parse (estimated bytes of Python objects)")
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant), cost
     except SamplingMaskError:
         raise
     except RecursionError:
@@ -173,17 +178,25 @@ def _float_array(values: list[Any], *, field: str) -> np.ndarray:
     kinds = _types(values)
     if not kinds <= {int, float, str}:
         raise SamplingMaskError(ErrorCode.E_DTYPE, "expected JSON numbers", field=field)
+    written = None  # where the text wrote a non-finite value as a string
     if str in kinds:
         strings = {v for v in values if type(v) is str}
         if not strings <= _NONFINITE_TEXT.keys():
             raise SamplingMaskError(
                 ErrorCode.E_DTYPE, 'strings in a float array must be "NaN", "Infinity" or "-Infinity"', field=field
             )
+        written = np.fromiter(map(isinstance, values, itertools.repeat(str)), dtype=bool, count=len(values))
         values = [_NONFINITE_TEXT.get(v, v) if type(v) is str else v for v in values]
     try:
         wide = np.fromiter(values, dtype=np.float64, count=len(values))
     except OverflowError:
         raise SamplingMaskError(ErrorCode.E_RANGE, "number does not fit float32", field=field) from None
+    # A number literal past float64 (-1e999) parses as an infinity: out of range, not "-Infinity" (spec 11.1).
+    overflow = np.isinf(wide) if written is None else np.isinf(wide) & ~written
+    if overflow.any():
+        raise SamplingMaskError(
+            ErrorCode.E_RANGE, "number does not fit float32", field=field, row=int(np.flatnonzero(overflow)[0])
+        )
     with np.errstate(over="ignore"):
         narrow = wide.astype(np.float32)
     if not np.array_equal(np.isfinite(wide), np.isfinite(narrow)):
@@ -292,7 +305,9 @@ def decode(data: Any, fmt: str | None = None, *, limits: Limits = DEFAULT_LIMITS
     """A mask from JSON text in form ``fmt`` (detected from the parsed value when None)."""
     if fmt is not None and fmt not in FORMATS:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown JSON form {fmt!r}; one of {list(FORMATS)}", value=fmt)
-    obj = parse(data, limits=limits)
+    obj, cost = _parse(data, limits)
+    # The parsed objects stay alive while the mask is built: the rest of the budget is the mask's.
+    limits = remaining(limits, cost)
     found = detect(obj) if fmt is None else fmt
     has_bools = _mentions_bools(data)
     if found == "json-rows":
@@ -345,9 +360,20 @@ def _decode_document(doc: dict[str, Any], has_bools: bool, limits: Limits) -> Sa
             kwargs[name] = _float_array(values, field=name)
     if doc.get("support_logprobs") is not None:
         kwargs["support_logprobs"] = _nested_floats(doc["support_logprobs"], base.offsets, field="support_logprobs")
+    _check_finite_metadata(doc.get("metadata"))
     metadata = metadata_from_json(doc.get("metadata"))
     mask = SamplingMask(base.ids, base.offsets, vocab_size=vocab_size, metadata=metadata, limits=limits, **kwargs)
     return check_id_order(mask, id_order)
+
+
+def _check_finite_metadata(metadata: Any) -> None:
+    """A metadata number literal past float64 (``-1e999``) parses as an infinity: ``E_RANGE`` (spec 11.1)."""
+    if isinstance(metadata, dict):
+        for key, value in metadata.items():
+            if type(value) is float and math.isinf(value):
+                raise SamplingMaskError(
+                    ErrorCode.E_RANGE, "number out of the float64 range", field=f"metadata.{key}"[:80]
+                )
 
 
 def _decode_base64(env: dict[str, Any], limits: Limits) -> SamplingMask:

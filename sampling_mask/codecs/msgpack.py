@@ -43,7 +43,7 @@ import numpy as np
 
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, remaining
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
 from . import _msgpack_reader
 from ._buffers import array_from_buffer, input_view, wire_dtype, wire_shape
@@ -291,9 +291,10 @@ def _ragged_offsets(env: Mapping[str, Any], nnz: int, limits: Limits) -> tuple[n
     """(offsets, widest row or None): ``offsets`` read in place (int32 or int64: O(1), widest None:
     the offsets are still to be scanned), or int64 summed from ``counts`` (O(T); non-decreasing by
     construction, so the widest row is the largest count); exactly one of the two."""
-    if "counts" in env and "offsets" in env:
+    # nil reads as absent (spec 10.1): {"offsets": nil, "counts": ARRAY} is counts alone.
+    if env.get("counts") is not None and env.get("offsets") is not None:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "give offsets or counts, not both", field="counts")
-    if "counts" not in env:
+    if env.get("counts") is None:
         raw_offsets = _get_array(env, "offsets", _INDEX_DTYPES, limits, ndim=1)
         assert raw_offsets is not None
         check_output(limits, max(raw_offsets.size - 1, 0), nnz, field="offsets")
@@ -322,9 +323,25 @@ def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True,
         source: Any = [input_view(frame, copy=copy) for frame in data]
     else:
         source = input_view(data, copy=copy)
-    env = _msgpack_reader.read(source, max_depth=limits.max_json_depth)
+    first = next((bytes(f[:1]) for f in source if len(f)), b"") if isinstance(source, list) else bytes(source[:1])
+    try:
+        env, held = _msgpack_reader.read_counted(source, max_depth=limits.max_json_depth, max_bytes=limits.max_bytes)
+    except SamplingMaskError as exc:
+        if exc.code is not ErrorCode.E_ENCODING or (first and (0x80 <= first[0] <= 0x8F or first[0] in (0xDE, 0xDF))):
+            raise
+        start = f"byte 0x{first[0]:02x}" if first else "nothing"
+        raise SamplingMaskError(
+            ErrorCode.E_ENCODING,
+            f"not a msgpack sampling-mask envelope (a msgpack map): the input starts with {start}",
+            value=first.hex() or None,
+        ) from None
+    # What the parsed envelope holds stays alive while the mask is built: the rest of the budget is the mask's.
+    limits = remaining(limits, held)
     if not isinstance(env, dict):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "the envelope must be a msgpack map")
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA,
+            f"not a msgpack sampling-mask envelope: the envelope must be a msgpack map, not {type(env).__name__}",
+        )
     if VERSION_KEY not in env:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing version key", field=VERSION_KEY)
     check_version(env[VERSION_KEY])

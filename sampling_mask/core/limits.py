@@ -25,11 +25,13 @@ __all__ = [
     "UNTRUSTED_CAP_BYTES",
     "UNTRUSTED_EXPANSION",
     "UNTRUSTED_FLOOR_BYTES",
+    "DECODE_ROW_BYTES",
     "Limits",
     "check_count",
     "check_output",
     "checked_nbytes",
     "output_nbytes",
+    "remaining",
 ]
 
 #: :meth:`Limits.for_untrusted_input`: a decode may produce this many bytes per input byte ...
@@ -38,6 +40,14 @@ UNTRUSTED_EXPANSION = 12
 UNTRUSTED_FLOOR_BYTES = 8 << 20
 #: ... and never more than this (1 GiB).
 UNTRUSTED_CAP_BYTES = 1 << 30
+#: What a decode holds at its peak per row (:func:`output_nbytes`): the int64 offsets, and the
+#: temporaries of building and validating them (counts widened to int64, row lengths, the dense or
+#: compact row scan). Measured 16-28 bytes a row on empty and zero-width rows (msgpack ragged /
+#: counts / dense / compact, base64, Arrow and Parquet compact: ``tests/test_memory_bounds.py``).
+DECODE_ROW_BYTES = 32
+
+
+_MAX_DIM = (1 << 63) - 1  # the largest array dimension numpy accepts (intp)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,14 +72,17 @@ class Limits:
 
         The output budget (``max_bytes``) is ``UNTRUSTED_EXPANSION`` (12) bytes per input byte, at
         least ``UNTRUSTED_FLOOR_BYTES`` (8 MiB) and at most 1 GiB; counts are capped modestly
-        (2^24 rows, 2^20 segments, 2^28 ids, rows of 2^18 ids, vocabularies of 2^22). Under these
-        limits no input grows a decoder's peak memory by more than max(16 x input size, 64 MiB)
-        (``tests/test_amplification.py``).
+        (2^24 rows, 2^20 segments, 2^28 ids, rows of 2^18 ids, vocabularies of 2^22). The budget
+        is one total per decode: what the decode really holds at its peak is charged against it
+        (:data:`DECODE_ROW_BYTES` a row, the parsed JSON / msgpack objects, the decompressed
+        buffers), so bytes that only pad the input raise it no faster than 12 per byte. Under
+        these limits no input grows a decoder's peak memory by more than max(16 x input size,
+        64 MiB) (``tests/test_amplification.py``, ``tests/test_memory_bounds.py``).
         """
         size = check_count(input_size, 1 << 62, "input size")
         budget = min(UNTRUSTED_CAP_BYTES, max(UNTRUSTED_FLOOR_BYTES, UNTRUSTED_EXPANSION * size))
         return cls(
-            max_rows=min(1 << 24, budget // 8),
+            max_rows=min(1 << 24, budget // DECODE_ROW_BYTES),
             max_segments=1 << 20,
             max_nnz=min(1 << 28, budget // 4),
             max_width=1 << 18,
@@ -104,6 +117,10 @@ def checked_nbytes(shape: Iterable[int], itemsize: int, limits: Limits, *, field
             raise SamplingMaskError(
                 ErrorCode.E_SHAPE, "dimensions must be non-negative integers", field=field, value=dim
             )
+        if dim > _MAX_DIM:  # numpy's index type: even a zero-size array cannot have such a dimension
+            raise SamplingMaskError(
+                ErrorCode.E_LIMIT, f"dimension {dim} exceeds the limit {_MAX_DIM}", field=field, value=dim
+            )
         total *= dim
     if total > limits.max_bytes:
         raise SamplingMaskError(
@@ -113,9 +130,21 @@ def checked_nbytes(shape: Iterable[int], itemsize: int, limits: Limits, *, field
 
 
 def output_nbytes(rows: int, nnz: int, *, segments: int = 1, per_row: int = 0, per_id: int = 0) -> int:
-    """Bytes of the ragged mask a decode builds: ids int32 [nnz], offsets int64 [rows + 1],
-    ``cu_seqlens`` int64 [segments + 1], plus ``per_row`` / ``per_id`` companion bytes."""
-    return 4 * nnz + 8 * (rows + 1) + 8 * (segments + 1) + per_row * rows + per_id * nnz
+    """Bytes a decode of the ragged mask holds at its peak: ids int32 [nnz], :data:`DECODE_ROW_BYTES`
+    per row (offsets int64 [rows + 1] and their temporaries), ``cu_seqlens`` int64 [segments + 1],
+    plus ``per_row`` / ``per_id`` companion bytes."""
+    return 4 * nnz + DECODE_ROW_BYTES * (rows + 1) + 8 * (segments + 1) + per_row * rows + per_id * nnz
+
+
+def remaining(limits: Limits, held: int) -> Limits:
+    """``limits`` with ``held`` bytes taken from ``max_bytes`` (what a decode already holds, such as
+    its parsed objects, while it builds the mask); ``E_LIMIT`` when nothing is left."""
+    held = int(held)
+    if held > limits.max_bytes:
+        raise SamplingMaskError(
+            ErrorCode.E_LIMIT, f"{held} bytes exceed the limit {limits.max_bytes}", field="max_bytes", value=held
+        )
+    return limits.replace(max_bytes=limits.max_bytes - held)
 
 
 def check_output(

@@ -1,0 +1,196 @@
+"""The example server's own limits (issue 24, rows 14-16 and the server points): admission by
+declared size keeps its memory within ``mask_server.memory_bound()`` under concurrent 8 MiB
+adversarial bodies, a small request is answered at once while large ones are in flight, slow
+headers get a 408 within the read timeout, and a malformed ``Content-Length`` a 400. Loopback only;
+every loop is bounded and every socket has a timeout, and the server child is killed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "examples")]
+from mask_server import MemoryGate, memory_bound, request_cost  # noqa: E402
+
+pytest.importorskip("msgpack")
+TIMEOUT = 30.0
+READ_TIMEOUT = 1.5
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def port() -> Iterator[int]:
+    if not sys.platform.startswith("linux"):
+        pytest.skip("peak RSS from /proc")
+    command = [
+        sys.executable,
+        str(ROOT / "examples" / "mask_server.py"),
+        "--port=0",
+        f"--read-timeout={READ_TIMEOUT}",
+        "--decoders=2",
+        "--queue-timeout=20",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("listening on"), line
+        yield int(line.rsplit(":", 1)[1])
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def _exchange(port: int, head: bytes, body: bytes = b"", *, pause: float = 0.0) -> tuple[int, dict[str, Any]]:
+    """Send ``head`` (and ``body``, its first MiB then the rest after ``pause`` s); (status, JSON)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
+        sock.sendall(head)
+        if pause:
+            sock.sendall(body[:MiB])
+            time.sleep(pause)
+            body = body[MiB:]
+        sock.sendall(body)
+        chunks = []
+        while chunk := sock.recv(1 << 16):
+            chunks.append(chunk)
+    header, _, payload = b"".join(chunks).partition(b"\r\n\r\n")
+    return int(header.split(b" ", 2)[1]), json.loads(payload or b"{}")
+
+
+def _post(port: int, body: bytes, **kw: Any) -> tuple[int, dict[str, Any]]:
+    head = f"POST /decode HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    return _exchange(port, head.encode(), body, **kw)
+
+
+def _stats(port: int) -> dict[str, Any]:
+    return _exchange(port, b"GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")[1]
+
+
+def _adversarial(size: int = 8 << 20) -> bytes:
+    """Row 11: a dense [2**24, 0] mask and an ignored bin that pads the body to ``size`` bytes."""
+    import msgpack
+
+    dense = {"dtype": "int32", "shape": [1 << 24, 0], "data": b""}
+    env = {"sampling_mask": 1, "layout": "dense", "dense": dense, "junk": b""}
+    pad = size - len(msgpack.packb(env, use_bin_type=True)) - 4
+    return msgpack.packb({**env, "junk": bytes(pad)}, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _small_valid() -> tuple[bytes, int]:
+    import sampling_mask
+
+    mask = sampling_mask.SamplingMask.from_rows([[1, 2], [], [3]], vocab_size=8)
+    return sampling_mask.encode(mask, "msgpack"), mask.nnz
+
+
+def _parallel(count: int, call: Any) -> list[Any]:
+    results: list[Any] = [None] * count
+
+    def one(i: int) -> None:
+        try:
+            results[i] = call(i)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            results[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT * 2)
+    return results
+
+
+def test_memory_gate_waits_for_room() -> None:
+    gate = MemoryGate(100)
+    assert gate.reserve(60, 0.1)
+    assert not gate.reserve(60, 0.05)  # would overcommit
+    threading.Timer(0.05, gate.release, args=(60,)).start()
+    assert gate.reserve(60, 5.0)
+    assert gate.reserve(1000, 0.05) is False  # capped at the capacity: waits for the whole pool
+    gate.release(60)
+    assert gate.reserve(1000, 0.05)
+
+
+def test_documented_bound_covers_the_largest_requests() -> None:
+    assert request_cost(8 << 20) == (8 << 20) + 128 * MiB
+    assert memory_bound(8 << 20, 2, 2) == 2 * request_cost(8 << 20) + 2 * request_cost(64 << 10)
+
+
+def test_row_14_shape_past_numpy_is_a_400(port: int) -> None:
+    import msgpack
+
+    body = msgpack.packb(
+        {"sampling_mask": 1, "layout": "dense", "dense": {"dtype": "int32", "shape": [(1 << 64) - 1, 0], "data": b""}}
+    )
+    status, answer = _post(port, body)
+    assert (status, answer.get("code")) in ((400, "E_LIMIT"), (400, "E_SHAPE")), answer
+
+
+def test_row_15_concurrent_adversarial_bodies_stay_within_the_bound(port: int) -> None:
+    idle = _stats(port)
+    body = _adversarial()
+    answers = _parallel(8, lambda i: _post(port, body))
+    assert all(isinstance(a, tuple) and a[0] == 400 and a[1]["code"] == "E_LIMIT" for a in answers), answers
+    after = _stats(port)
+    growth = after["peak_rss_mib"] - idle["rss_mib"]
+    assert growth <= after["memory_bound_mib"], (growth, after)
+
+
+def test_row_16_small_request_answered_while_large_ones_are_in_flight(port: int) -> None:
+    small, nnz = _small_valid()
+    large = _adversarial(6 << 20)
+    # Six large requests in flight: each sends a MiB, holds its reservation (or waits for one) for 1 s.
+    background = threading.Thread(target=lambda: _parallel(6, lambda i: _post(port, large, pause=1.0)))
+    background.start()
+    time.sleep(0.3)
+    start = time.monotonic()
+    status, answer = _post(port, small)
+    elapsed = time.monotonic() - start
+    background.join(TIMEOUT * 2)
+    assert status == 200 and answer["nnz"] == nnz, answer
+    assert elapsed < 1.0, f"the small request took {elapsed:.2f} s"
+
+
+def test_slow_headers_get_408_within_the_read_timeout(port: int) -> None:
+    def trickle(_: int) -> tuple[int, float]:
+        start = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
+            sock.sendall(b"POST /decode HTTP/1.1\r\n")
+            answer = b""
+            for _ in range(int(4 * READ_TIMEOUT / 0.2)):  # bounded: past the deadline by far
+                try:
+                    sock.sendall(b"X")
+                except OSError:
+                    break
+                sock.settimeout(0.2)
+                try:
+                    answer = sock.recv(1 << 16)
+                    break
+                except TimeoutError:
+                    continue
+        return int(answer.split(b" ", 2)[1]) if answer else 0, time.monotonic() - start
+
+    results = _parallel(20, trickle)
+    assert all(isinstance(r, tuple) and r[0] == 408 for r in results), results
+    assert max(r[1] for r in results) < READ_TIMEOUT + 2.0, results
+
+
+def test_malformed_content_length_is_a_400(port: int) -> None:
+    for value in ("\u00b2".encode("latin-1"), b"-1", b"1e3", b"99999999999999999999999"):
+        head = b"POST /decode HTTP/1.1\r\nHost: x\r\nContent-Length: " + value + b"\r\nConnection: close\r\n\r\n"
+        status, _ = _exchange(port, head)
+        assert status == 400, (value, status)
+    assert _stats(port)["ok"]
