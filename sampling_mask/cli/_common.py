@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ..core.optional import EXTRAS, UnavailableError
+
 if TYPE_CHECKING:
     from ..core.errors import SamplingMaskError
 
@@ -25,7 +27,7 @@ STREAMING_FORMATS = ("arrow", "arrows", "parquet")
 #: Formats that carry the rows only (no segments, companions, vocab_size or metadata).
 ROWS_ONLY_FORMATS = ("json-rows", "base64")
 #: Optional dependencies and the extra that installs each.
-OPTIONAL_EXTRAS = {"pyarrow": "arrow", "msgpack": "msgpack", "torch": "torch", "matplotlib": "plot"}
+OPTIONAL_EXTRAS = EXTRAS
 FORMAT_HELP = "input format when the extension does not say it (arrow, arrows, parquet, msgpack, json, ...)"
 
 
@@ -55,13 +57,7 @@ def add_command(
 
 
 def missing_dependency(name: str) -> str:
-    extra = OPTIONAL_EXTRAS[name]
-    return f"this needs {name}, which is not installed (pip install 'sampling-mask[{extra}]')"
-
-
-def warn(text: str) -> None:
-    """One line on stderr: ``sampling-mask: warning: text`` (deprecated flags)."""
-    sys.stderr.write(f"{PROG}: warning: {text}\n")
+    return UnavailableError(name).message
 
 
 def out(text: str = "") -> None:

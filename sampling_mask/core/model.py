@@ -17,7 +17,6 @@ import math
 import operator
 import pickle
 import types
-import warnings
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, SupportsIndex
 
@@ -806,16 +805,6 @@ class SamplingMask:
         fields.update({name: value for name, value in changes.items() if value is not _KEEP})
         return SamplingMask(self._ids, self._offsets, limits=limits, **fields)
 
-    def with_companions(self, **changes: Any) -> SamplingMask:
-        """Deprecated alias of :meth:`replace` (removed in the next release)."""
-        warnings.warn(
-            "SamplingMask.with_companions() is deprecated; use SamplingMask.replace()", DeprecationWarning, stacklevel=2
-        )
-        unknown = set(changes) - set(COMPANIONS) - {"cu_seqlens", "vocab_size", "metadata"}
-        if unknown:
-            raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown fields {sorted(unknown)}")
-        return self.replace(**changes)
-
     # ------------------------------------------------------------------ segments
     def take(self, segment_indices: Iterable[int] | np.ndarray) -> SamplingMask:
         """A mask of the given segments, in the given order (repeats allowed)."""
@@ -854,10 +843,15 @@ class SamplingMask:
         """Equal segmentation, equal row *sets*, and equal vocab_size, companions and metadata.
 
         Companions are compared in canonical row order (``support_logprobs`` follows its ids);
-        NaN equals NaN.
+        NaN equals NaN. ``other`` may be any object of the mask protocol (a mask of a vendored copy).
         """
         if not isinstance(other, SamplingMask):
-            return NotImplemented
+            if getattr(type(other), "__sampling_mask__", None) is None:
+                return NotImplemented
+            try:
+                other = as_sampling_mask(other)
+            except SamplingMaskError:
+                return NotImplemented
         if (
             self._vocab_size != other._vocab_size
             or not np.array_equal(self._cu_seqlens, other._cu_seqlens)
