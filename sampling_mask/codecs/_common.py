@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..core.checks import is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask
 
@@ -41,7 +42,7 @@ _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 def check_version(value: Any, *, field: str = VERSION_KEY) -> None:
     """``value`` must be the integer 1: ``E_SCHEMA`` when missing or not an integer, else ``E_VERSION``."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, "the version must be an integer", field=field, value=repr(value)[:80]
         )

@@ -136,6 +136,11 @@ def _held(codec: Codec) -> bool:
     return name in sys.modules or importlib.util.find_spec(name) is not None
 
 
+def _load(codec: Codec) -> ModuleType:
+    """The module of ``codec``: its name comes from :data:`CODECS`, never from a payload."""
+    return importlib.import_module(f"{__package__}.{codec.name}")
+
+
 def held_formats() -> tuple[str, ...]:
     """The formats whose codec module is present (all of :data:`FORMATS` but in a vendored copy)."""
     return tuple(fmt for codec in CODECS.values() if _held(codec) for fmt in codec.formats)
@@ -150,7 +155,7 @@ def module_for(fmt: Any, *, encoding: bool) -> ModuleType:
         )
     for package in codec.encode_packages if encoding else codec.decode_packages:
         require(package, what=f"{fmt} {'encoding' if encoding else 'decoding'}")
-    return importlib.import_module(f"{__package__}.{codec.name}")
+    return _load(codec)
 
 
 def own_format(fmt: Any, codec: str) -> Any:
@@ -188,8 +193,7 @@ def sniff(data: Any) -> str:
             if head.startswith(magic):
                 return fmt
         if codec.sniffer is not None and _held(codec):
-            module = importlib.import_module(f"{__package__}.{codec.name}")
-            if getattr(module, codec.sniffer)(head):
+            if getattr(_load(codec), codec.sniffer)(head):
                 return codec.formats[0]
     if head.removeprefix(_BOM).lstrip(b" \t\r\n")[:1] in (b"{", b"["):
         return "json"

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.checks import check_structure
+from ..core.checks import check_structure, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
 from ..core.model import SamplingMask, as_sampling_mask
@@ -221,9 +221,7 @@ def _nested_floats(value: Any, offsets: np.ndarray, *, field: str) -> np.ndarray
     if len(value) != offsets.size - 1:
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {offsets.size - 1} rows, got {len(value)}", field=field)
     lengths = np.fromiter(map(len, value), dtype=np.int64, count=len(value))
-    if not np.array_equal(lengths, np.diff(offsets)):
-        row = int(np.flatnonzero(lengths != np.diff(offsets))[0])
-        raise SamplingMaskError(ErrorCode.E_SHAPE, "row length differs from the mask's", field=field, row=row)
+    raise_at_first(lengths != np.diff(offsets), ErrorCode.E_SHAPE, "row length differs from the mask's", field=field)
     return _float_array(list(itertools.chain.from_iterable(value)), field=field)
 
 

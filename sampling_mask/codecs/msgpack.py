@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..core import layouts
-from ..core.checks import check_structure
+from ..core.checks import check_structure, is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
@@ -290,7 +290,7 @@ def _get_count(env: Mapping[str, Any], key: str, limit: int, *, required: bool) 
         if required:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing count", field=key)
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "must be an integer", field=key, value=repr(value)[:80])
     return check_count(value, limit, key, field=key)
 

@@ -22,7 +22,7 @@ from typing import Any, SupportsIndex
 
 import numpy as np
 
-from . import layouts
+from . import checks, layouts
 from .errors import ErrorCode, SamplingMaskError
 from .limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
 
@@ -59,21 +59,6 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
         arr = arr.view()
         arr.flags.writeable = False
     return arr
-
-
-def _as_float_array(value: Any, *, field: str, size: int) -> np.ndarray:
-    arr = layouts.asarray_checked(value, field=field)
-    if arr.ndim != 1:
-        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected 1 dimension, got {arr.ndim}", field=field)
-    if arr.size == 0 and arr.dtype.kind in "iuO":
-        arr = arr.astype(np.float32)
-    if arr.dtype.kind != "f":
-        raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected a float array, got {arr.dtype}", field=field)
-    if arr.dtype != np.float32:
-        arr = arr.astype(np.float32)
-    if arr.size != size:
-        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {size} values, got {arr.size}", field=field)
-    return np.ascontiguousarray(arr)
 
 
 def _check_metadata(metadata: Mapping[str, Any] | None) -> Mapping[str, _MetadataValue]:
@@ -310,7 +295,7 @@ class SamplingMask:
             ("support_logprobs", support_logprobs, ids_arr.size),
         ):
             if value is not None:
-                companions[name] = _as_float_array(value, field=name, size=size)
+                companions[name] = checks.as_float_array(value, field=name, size=size, integers=name == "temperature")
         self._ids = _readonly(ids_arr)
         self._offsets = _readonly(offsets_arr)
         self._offsets_int64 = None
