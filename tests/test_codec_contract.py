@@ -205,3 +205,12 @@ def test_require_passes_other_import_errors_through_and_the_error_pickles(monkey
     err = pickle.loads(pickle.dumps(UnavailableError("pyarrow", what="parquet encoding")))
     assert isinstance(err, UnavailableError) and err.extra == "arrow" and str(err).startswith("E_UNAVAILABLE: ")
     assert "parquet encoding needs pyarrow" in str(err)
+
+
+def test_the_command_line_reads_its_format_tables_from_the_registry() -> None:
+    from sampling_mask.cli import _common
+
+    assert _common.STREAMING_FORMATS == _registry.CODECS["arrow"].formats == _registry.STREAMING_FORMATS
+    assert _common.ROWS_ONLY_FORMATS == ("json-rows", "base64") == _registry.ROWS_ONLY_FORMATS
+    assert all(fmt in _common.FORMAT_HELP for fmt in codecs.FORMATS)
+    assert _common.OPTIONAL_EXTRAS is sm.core.optional.EXTRAS

@@ -16,19 +16,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ..codecs import _registry
 from ..core.optional import EXTRAS, UnavailableError
 
 if TYPE_CHECKING:
     from ..core.errors import SamplingMaskError
 
 PROG = "sampling-mask"
-#: Formats written and read batch by batch (one record batch / row group at a time).
-STREAMING_FORMATS = ("arrow", "arrows", "parquet")
-#: Formats that carry the rows only (no segments, companions, vocab_size or metadata).
-ROWS_ONLY_FORMATS = ("json-rows", "base64")
+#: Formats written and read batch by batch, and those that carry the rows only: the codec registry's.
+STREAMING_FORMATS, ROWS_ONLY_FORMATS = _registry.STREAMING_FORMATS, _registry.ROWS_ONLY_FORMATS
 #: Optional dependencies and the extra that installs each.
 OPTIONAL_EXTRAS = EXTRAS
-FORMAT_HELP = "input format when the extension does not say it (arrow, arrows, parquet, msgpack, json, ...)"
+FORMAT_HELP = f"input format when the extension does not say it ({', '.join(_registry.FORMATS)})"
 
 
 class CliError(Exception):

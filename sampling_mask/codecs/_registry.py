@@ -41,6 +41,8 @@ __all__ = [
     "CODECS",
     "EXTENSIONS",
     "FORMATS",
+    "ROWS_ONLY_FORMATS",
+    "STREAMING_FORMATS",
     "Codec",
     "codec_for",
     "decode",
@@ -76,6 +78,10 @@ class Codec:
     #: empty when it cannot be vendored, and then ``not_vendorable`` says why.
     files: tuple[str, ...] = ()
     not_vendorable: str | None = None
+    #: Its formats are written and read record batch by record batch (streaming writers, ``iter_masks``).
+    streaming: bool = False
+    #: Its formats that carry the rows only (no segments, companions, vocab_size or metadata).
+    rows_only: tuple[str, ...] = ()
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -99,6 +105,7 @@ CODECS: Mapping[str, Codec] = {
         encode_packages=("pyarrow",),
         decode_packages=("pyarrow",),
         not_vendorable="it needs pyarrow and the library's file readers; depend on 'sampling-mask[arrow]' instead",
+        streaming=True,
     ),
     "msgpack": Codec(
         "msgpack",
@@ -113,12 +120,16 @@ CODECS: Mapping[str, Codec] = {
         ("json", "json-rows", "base64"),
         {".json": "json"},
         files=("json.py", *_SHARED),
+        rows_only=("json-rows", "base64"),
     ),
 }
 #: Every format, in the order of :data:`CODECS`.
 FORMATS = tuple(fmt for codec in CODECS.values() for fmt in codec.formats)
 #: File extension -> format.
 EXTENSIONS = {ext: fmt for codec in CODECS.values() for ext, fmt in codec.extensions.items()}
+#: Formats written and read batch by batch; formats that carry the rows only.
+STREAMING_FORMATS = tuple(fmt for codec in CODECS.values() if codec.streaming for fmt in codec.formats)
+ROWS_ONLY_FORMATS = tuple(fmt for codec in CODECS.values() for fmt in codec.rows_only)
 _CODEC_OF = {fmt: codec for codec in CODECS.values() for fmt in codec.formats}
 _BOM = b"\xef\xbb\xbf"
 
