@@ -131,6 +131,8 @@ EXTENSIONS = {ext: fmt for codec in CODECS.values() for ext, fmt in codec.extens
 STREAMING_FORMATS = tuple(fmt for codec in CODECS.values() if codec.streaming for fmt in codec.formats)
 ROWS_ONLY_FORMATS = tuple(fmt for codec in CODECS.values() for fmt in codec.rows_only)
 _CODEC_OF = {fmt: codec for codec in CODECS.values() for fmt in codec.formats}
+_MAGIC = tuple((magic, fmt) for codec in CODECS.values() for fmt, magic in codec.magic.items())
+_SNIFFED = tuple(codec for codec in CODECS.values() if codec.sniffer is not None)
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -199,13 +201,12 @@ def sniff(data: Any) -> str:
         head = bytes(memoryview(data)[:32])
     except TypeError:
         raise SamplingMaskError(ErrorCode.E_ENCODING, "input must be bytes-like or str") from None
-    for codec in CODECS.values():
-        for fmt, magic in codec.magic.items():
-            if head.startswith(magic):
-                return fmt
-        if codec.sniffer is not None and _held(codec):
-            if getattr(_load(codec), codec.sniffer)(head):
-                return codec.formats[0]
+    for magic, fmt in _MAGIC:
+        if head.startswith(magic):
+            return fmt
+    for codec in _SNIFFED:
+        if _held(codec) and getattr(_load(codec), codec.sniffer)(head):  # type: ignore[arg-type]
+            return codec.formats[0]
     if head.removeprefix(_BOM).lstrip(b" \t\r\n")[:1] in (b"{", b"["):
         return "json"
     raise SamplingMaskError(

@@ -10,6 +10,7 @@ command line's exit status 2), whose message names the extra to install. It is a
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
 
 __all__ = ["EXTRAS", "UnavailableError", "require"]
@@ -44,6 +45,9 @@ def require(name: str, *, what: str | None = None) -> ModuleType:
 
     ``what`` says what needs it (``"msgpack encoding"``). A package that is installed but fails
     to import for another reason raises that error unchanged."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
