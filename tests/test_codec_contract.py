@@ -172,6 +172,12 @@ def test_a_missing_package_is_unavailable_naming_the_extra(
     else:
         with pytest.raises(UnavailableError, match=r"sampling-mask\[arrow\]"):
             sm.decode(data)
+    module = importlib.import_module(f"sampling_mask.codecs.{package.removeprefix('py')}")
+    with pytest.raises(UnavailableError):  # the codec module itself, called directly
+        module.encode(_mask())
+    if package == "pyarrow":
+        with pytest.raises(UnavailableError):
+            module.decode(data)
 
 
 def test_the_command_line_reports_a_missing_package_in_one_line(

@@ -42,6 +42,7 @@ from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask, concat
+from ..core.optional import require
 from . import _ipc_bounds, _parquet_bounds
 from ._buffers import input_view
 from ._common import (
@@ -471,7 +472,7 @@ def encode(
     """``mask`` as one record batch of an IPC file / stream, or one row group of Parquet (``layout``:
     ``"ragged"`` or ``"compact"``)."""
     mask = as_sampling_mask(mask)
-    import pyarrow as pa
+    pa = require("pyarrow", what="Arrow encoding")
 
     layout = check_layout(layout, LAYOUTS)
     fmt = own_format(format, "arrow")
@@ -867,6 +868,7 @@ def decode(
     fmt = own_format(format, "arrow")
     if fmt is None:
         fmt = own_format(sniff(data), "arrow")
+    require("pyarrow", what="Arrow decoding")
     return _read_all(_source(data, copy=copy), fmt, limits, validate)
 
 
