@@ -37,6 +37,7 @@ from .core import (
     Limits,
     SamplingMask,
     SamplingMaskError,
+    UnavailableError,
     as_sampling_mask,
     concat,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "SPEC_VERSION",
     "SamplingMask",
     "SamplingMaskError",
+    "UnavailableError",
     "__version__",
     "as_sampling_mask",
     "concat",

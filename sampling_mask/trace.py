@@ -26,8 +26,8 @@ import numpy as np
 
 from .alignment import _count, take_rows
 from .core import layouts
+from .core.checks import as_float_array, as_host_array
 from .core.errors import ErrorCode, SamplingMaskError
-from .core.layouts import as_float_array, as_host_array
 from .core.limits import DEFAULT_LIMITS, Limits
 from .core.model import SamplingMask, as_sampling_mask
 
@@ -147,7 +147,7 @@ class TraceBuilder:
         if logprobs is None:
             lp = np.full(ids.size, np.nan, np.float32)
         else:
-            lp = as_float_array(logprobs, field="logprobs", size=ids.size).copy()
+            lp = as_float_array(logprobs, field="logprobs", size=ids.size, integers=True).copy()
         try:
             SamplingMask(row_ids, row_offsets, sampled_token_ids=ids, vocab_size=self._vocab_size, limits=self._limits)
         except SamplingMaskError as exc:  # name the row in trace coordinates

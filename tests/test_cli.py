@@ -352,11 +352,6 @@ def test_convert_to_whole_file_formats(files: dict[str, Path], tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr
     assert sampling_mask.load(tmp_path / "m.msgpack") == mask
     assert msgpack_layout(tmp_path / "m.msgpack") == "compact"
-    proc = run("convert", files["arrows"], tmp_path / "old.msgpack", "--compact")  # deprecated alias
-    assert proc.returncode == 0 and "--compact is deprecated; use --layout compact" in proc.stderr
-    assert (
-        sampling_mask.load(tmp_path / "old.msgpack") == mask and msgpack_layout(tmp_path / "old.msgpack") == "compact"
-    )
     one_error_line(run("convert", files["arrows"], tmp_path / "m.json", "--layout", "compact"), "E_USAGE")
     pq = pytest.importorskip("pyarrow.parquet")
     proc = run("convert", files["arrows"], tmp_path / "c.parquet", "--layout", "compact")

@@ -24,7 +24,7 @@ def sample_mask() -> SamplingMask:
 
 def error_code(data, fmt=None, **kwargs) -> ErrorCode:
     with pytest.raises(SamplingMaskError) as err:
-        json_codec.decode(data, fmt, **kwargs)
+        json_codec.decode(data, format=fmt, **kwargs)
     return err.value.code
 
 

@@ -286,15 +286,6 @@ def test_replace_changes_and_drops_fields() -> None:
     assert info.value.code is ErrorCode.E_RANGE
 
 
-def test_with_companions_is_a_deprecated_alias_of_replace() -> None:
-    m = example(sampled_token_ids=[5, -1, 7])
-    with pytest.warns(DeprecationWarning, match="replace"):
-        assert m.with_companions(sampled_token_ids=None) == m.replace(sampled_token_ids=None)
-    with pytest.warns(DeprecationWarning), pytest.raises(SamplingMaskError) as info:
-        m.with_companions(logits=[1])
-    assert info.value.code is ErrorCode.E_SCHEMA
-
-
 def test_from_constructors_spell_out_their_keywords() -> None:
     # No **kwargs: IDEs, type checkers and help() see every field each constructor takes.
     fields = {"cu_seqlens", "sampled_token_ids", "sampled_logprobs", "temperature", "support_logprobs", "metadata"}

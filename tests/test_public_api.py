@@ -60,19 +60,18 @@ def test_the_model_comes_first_and_the_format_is_a_keyword(tmp_path: Path) -> No
     assert list(inspect.signature(sampling_mask.save).parameters)[:2] == ["mask", "path"]
 
 
-def test_the_old_orders_still_work_with_a_deprecation_warning(tmp_path: Path) -> None:
+def test_the_forms_never_released_are_gone(tmp_path: Path) -> None:
+    """0.1.0 was never released: the old orders and spellings are errors, not deprecation shims."""
     mask = _mask()
     data = sampling_mask.encode(mask, "msgpack")
-    with pytest.warns(DeprecationWarning, match="format=") as caught:
-        assert sampling_mask.decode(data, "msgpack") == mask
-    assert caught[0].filename == __file__  # the warning names the caller's line
-    for path in (tmp_path / "a.arrow", str(tmp_path / "b.json")):
-        with pytest.warns(DeprecationWarning, match=r"save\(mask, path\)") as caught:
-            sampling_mask.save(path, mask)
-        assert caught[0].filename == __file__
-        assert sampling_mask.load(path) == mask
     with pytest.raises(TypeError):
-        sampling_mask.decode(data, "msgpack", format="msgpack")
+        sampling_mask.decode(data, "msgpack")  # type: ignore[misc]
+    with pytest.raises(SamplingMaskError):
+        sampling_mask.save(tmp_path / "a.arrow", mask)  # type: ignore[arg-type]
+    assert not (tmp_path / "a.arrow").exists()
+    assert not hasattr(SamplingMask, "with_companions")
+    with pytest.raises(TypeError):
+        sampling_mask.encode(mask, "msgpack", compact=True)
 
 
 def test_a_wrong_format_is_still_a_sampling_mask_error() -> None:
@@ -92,9 +91,8 @@ def test_one_spelling_for_the_compact_layout(fmt: str) -> None:
     assert sampling_mask.decode(data) == mask and sampling_mask.decode(ragged) == mask
     assert data != ragged
     if fmt != "msgpack":
-        with pytest.warns(DeprecationWarning, match='layout="compact"') as caught:
-            assert sampling_mask.encode(mask, fmt, compact=True) == data
-        assert caught[0].filename == __file__  # the warning names the caller's line, not ours
+        with pytest.raises(TypeError):
+            sampling_mask.encode(mask, fmt, compact=True)
     with pytest.raises(SamplingMaskError) as info:
         sampling_mask.encode(mask, fmt, layout="sparse")
     assert info.value.code is ErrorCode.E_SCHEMA

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import json
+import re
 import subprocess
 import sys
 import textwrap
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -125,7 +128,7 @@ def test_core_files_import_only_stdlib_numpy_and_each_other(name: str) -> None:
 def test_codec_files_import_only_what_the_vendor_table_declares(codec: str) -> None:
     """Each codec's modules import the stdlib, numpy, its declared packages, the core, and each other only:
     a copy holding exactly those files imports nothing missing."""
-    modules, packages = CODECS[codec]
+    modules, packages = CODECS[codec].files, CODECS[codec].packages
     stems = {Path(m).stem for m in modules}
     for name in modules:
         for level, module in _imported_modules(PACKAGE / "codecs" / name):
@@ -152,7 +155,7 @@ def test_licence_file_is_apache_2_and_matches_pyproject() -> None:
     assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
     assert (PACKAGE / "LICENSE").read_bytes() == text.encode()  # the copy vendor ships (a link in the checkout)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert project["license"] == {"text": "Apache-2.0"}
+    assert project["license"] == "Apache-2.0"  # an SPDX expression
 
 
 @pytest.mark.parametrize("rel", vendorable_files())
@@ -362,3 +365,90 @@ def test_anything_else_is_refused_with_an_error_code_everywhere(obj: object, cod
         masked_logprobs(torch.zeros(2, 10), obj, targets=[5, 7])  # type: ignore[arg-type]
     expected = ErrorCode.E_DTYPE if isinstance(obj, _NotAMask) else code  # not a mask: read as a dense tensor
     assert scored.value.code is expected
+
+
+# ---------------------------------------------------------------------------- issue 28: one contract in the copy
+def test_the_copy_offers_top_level_encode_and_decode_for_the_formats_it_holds(vendored: object) -> None:
+    v: Any = vendored
+    assert v.codecs.FORMATS == ("msgpack", "json", "json-rows", "base64")
+    assert {"encode", "decode"} <= set(v.__all__)
+    theirs = v.SamplingMask.from_rows([[5, 1], [], [7]], vocab_size=10, cu_seqlens=[0, 2, 3])
+    for fmt in ("msgpack", "json"):
+        data = v.encode(theirs, fmt)
+        assert data == sm.encode(theirs, fmt)  # the same bytes as the installed library writes
+        assert v.decode(data) == theirs and v.decode(data, format=fmt, validate=False, copy=True) == theirs
+    assert v.decode(v.encode(v.SamplingMask.from_rows([[3]]), "json-rows")).to_rows() == [[3]]
+    with pytest.raises(v.SamplingMaskError) as info:
+        v.encode(theirs, "parquet")
+    assert info.value.code.value == "E_SCHEMA" and "not in this copy" in info.value.message
+    with pytest.raises(v.SamplingMaskError) as info:
+        v.decode(sm.encode(theirs, "msgpack"), format="arrow")
+    assert info.value.code.value == "E_SCHEMA"
+
+
+def test_masks_of_copies_and_of_the_library_compare_equal(tmp_path: Path, vendored: object) -> None:
+    v: Any = vendored
+    other_name = "acme_other_copy"
+    assert vendor(tmp_path / other_name, other_name) == 0
+    sys.path.insert(0, str(tmp_path))
+    try:
+        other: Any = importlib.import_module(other_name)
+        fields: dict[str, Any] = {"vocab_size": 10, "cu_seqlens": [0, 2, 3], "sampled_token_ids": [5, -1, 7]}
+        rows = [[5, 1], [], [7]]
+        ours, theirs, third = (lib.SamplingMask.from_rows(rows, **fields) for lib in (sm, v, other))
+        assert type(ours) is not type(theirs) and type(theirs) is not type(third)
+        for a in (ours, theirs, third):
+            for b in (ours, theirs, third):
+                assert a == b and not a != b
+        changed = v.SamplingMask.from_rows([[5, 2], [], [7]], **{**fields, "sampled_token_ids": [5, -1, 7]})
+        assert ours != changed and changed != ours and third != changed
+        assert ours != object() and theirs != [1, 2]  # not masks: unequal, no error
+    finally:
+        sys.path.remove(str(tmp_path))
+        for module in [m for m in sys.modules if m == other_name or m.startswith(f"{other_name}.")]:
+            del sys.modules[module]
+
+
+def test_the_vendored_msgpack_codec_without_msgpack_is_unavailable(
+    vendored: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    v: Any = vendored
+    mask = v.SamplingMask.from_rows([[5, 1], [7]], vocab_size=10)
+    data = v.encode(mask, "msgpack") if importlib.util.find_spec("msgpack") else None
+    monkeypatch.setitem(sys.modules, "msgpack", None)
+    with pytest.raises(v.UnavailableError) as info:
+        importlib.import_module(f"{v.__name__}.codecs.msgpack").encode(mask)
+    err = info.value
+    assert type(err).__module__ == f"{v.__name__}.core.optional" and isinstance(err, ModuleNotFoundError)
+    assert err.code == "E_UNAVAILABLE" and "pip install 'sampling-mask[msgpack]'" in str(err)
+    if data is not None:
+        assert v.decode(data) == mask  # decoding needs no msgpack package
+
+
+def test_vendor_help_offers_no_local_limits(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["vendor", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--package" in text and "--local-limits" not in text
+    assert main(["inspect", "--help"]) == 0
+    assert "--local-limits" in capsys.readouterr().out  # the commands that read mask files keep it
+
+
+#: The library's own import path, where a copy must name its own package instead.
+OWN_PATH = re.compile(r"\bimport sampling_mask\b|\bsampling_mask\.(?:SamplingMask|decode|encode|codecs|core)\b")
+
+
+def test_copied_docstrings_name_the_copy_not_the_library(vendored: object) -> None:
+    v: Any = vendored
+    root = Path(v.__file__).parent
+    sources = {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*.py")}
+    originals = [(PACKAGE / rel).read_text() for rel in vendorable_files(("json", "msgpack"))]
+    assert any(OWN_PATH.search(text) for text in originals)  # there was something to rewrite
+    for rel, text in sources.items():
+        body = text.partition("\n")[2]  # the header names the source file on purpose
+        assert not OWN_PATH.search(body), f"{rel}: {OWN_PATH.search(body)}"
+    assert '"sampling_mask"' in sources["codecs/_common.py"]  # the wire key is not a path: kept
+    import doctest
+
+    for name in ("json", "msgpack"):
+        result = doctest.testmod(importlib.import_module(f"{v.__name__}.codecs.{name}"))
+        assert result.attempted and not result.failed, name

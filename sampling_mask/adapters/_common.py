@@ -1,6 +1,6 @@
 """Helpers shared by the adapters: duck-typed field access, strict base64, nested-list flattening.
 
-Array coercion that trainer-side code needs too lives in :mod:`sampling_mask.core.layouts`."""
+Array coercion that trainer-side code needs too lives in :mod:`sampling_mask.core.checks`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 
 from ..codecs import _buffers
 from ..core import layouts
+from ..core.checks import as_host_array, is_int
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.layouts import as_host_array
 from ..core.limits import Limits, checked_nbytes
 from ..core.model import SamplingMask, concat
 
@@ -131,7 +131,7 @@ def check_response_length(mask: SamplingMask, response_length: Any, field: str) 
     """``E_SHAPE`` unless the sample's ``response_length`` (when given) equals the row count."""
     if response_length is None:
         return mask
-    if isinstance(response_length, bool) or not isinstance(response_length, (int, np.integer)):
+    if not is_int(response_length):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "response_length must be an integer", field="response_length")
     if int(response_length) != mask.num_rows:
         raise SamplingMaskError(

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ..core.checks import as_float_array
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.layouts import as_float_array
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
 from ._common import (
@@ -74,7 +74,7 @@ def from_sample(
     ids = int_array(ids_value, np.int32, field="ids")
     offsets = int_array(offsets_value, np.int64, field="offsets")
     if logprobs_value is not None:
-        kwargs["support_logprobs"] = as_float_array(logprobs_value, field="logprobs", size=ids.size)
+        kwargs["support_logprobs"] = as_float_array(logprobs_value, field="logprobs", size=ids.size, integers=True)
     mask = SamplingMask(ids, offsets, vocab_size=vocab_size, limits=limits, **kwargs)
     return check_response_length(check_rows_nonempty(mask, "offsets"), response_length, "offsets")
 

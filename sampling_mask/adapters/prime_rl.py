@@ -26,8 +26,8 @@ from .. import alignment
 from ..codecs import _msgpack_reader
 from ..codecs.msgpack import _bin_header
 from ..core import layouts
+from ..core.checks import as_float_array
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.layouts import as_float_array
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
 from ._common import array_from_base64, array_from_bytes, array_to_base64, get_field, int_array
@@ -64,7 +64,7 @@ def _buffer(value: Any, name: str, dtype: str, limits: Limits) -> np.ndarray:
         return array_from_bytes(value, dtype, field=name, limits=limits)
     if dtype == "int32":
         return int_array(value, np.int32, field=name)
-    return as_float_array(value, field=name)
+    return as_float_array(value, field=name, integers=True)
 
 
 def _nd_array(value: Mapping[str, Any], name: str, dtype: str, limits: Limits) -> np.ndarray:

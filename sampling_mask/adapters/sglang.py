@@ -52,7 +52,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core import layouts
+from ..core import checks, layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
@@ -81,7 +81,7 @@ TRUNCATED = "output_token_sampling_mask_truncated"  # unmerged PR #34037 only
 def _check_length(declared: Any, expected: int) -> None:
     if declared is None:
         return
-    if isinstance(declared, bool) or not isinstance(declared, (int, np.integer)):
+    if not checks.is_int(declared):
         raise SamplingMaskError(ErrorCode.E_DTYPE, f"{LENGTH} must be an integer", field=LENGTH)
     if int(declared) != expected:
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"{LENGTH} {int(declared)} != {expected} rows", field=LENGTH)
@@ -109,7 +109,7 @@ def _logprob_companions(values: Any, offsets: np.ndarray, mode: LogprobsMode) ->
             raise SamplingMaskError(
                 ErrorCode.E_SCHEMA, "selected mode has one float per row", field=LOGPROBS, row=nested.index(True)
             )
-        return {"sampled_logprobs": layouts.as_float_array(values, field=LOGPROBS, size=num_rows)}
+        return {"sampled_logprobs": checks.as_float_array(values, field=LOGPROBS, size=num_rows, integers=True)}
     if len(values) != num_rows or not all(nested):
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"support mode needs {num_rows} lists, one per row", field=LOGPROBS)
     flat_values, value_offsets = _float_rows(values)
@@ -125,7 +125,7 @@ def _float_rows(rows: list[list[Any]]) -> tuple[np.ndarray, np.ndarray]:
     """(float32 values, int64 offsets) from nested lists of numbers."""
     lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
     flat = list(chain.from_iterable(rows))
-    return layouts.as_float_array(flat, field=LOGPROBS, size=len(flat)), layouts.counts_to_offsets(lengths)
+    return checks.as_float_array(flat, field=LOGPROBS, integers=True), layouts.counts_to_offsets(lengths)
 
 
 def _truncated_flags(value: Any, num_rows: int, allow_truncated: bool, meta: dict[str, Any]) -> None:
@@ -303,7 +303,7 @@ def from_chunked(
     logprobs_value = get_field(chunked, "logprobs", None)
     kwargs: dict[str, Any] = {}
     if logprobs_value is not None:
-        values = layouts.as_float_array(logprobs_value, field="logprobs")
+        values = checks.as_float_array(logprobs_value, field="logprobs", integers=True)
         mode = sampling_logprobs_mode
         if mode == "auto":
             if values.size == token_ids.size and values.size != lengths.size:

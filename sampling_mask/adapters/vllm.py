@@ -58,7 +58,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core import layouts
+from ..core import checks, layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
@@ -212,7 +212,7 @@ def _choices(body: Any, where: str) -> list[Any]:
 
 def _choice_index(choice: Any, where: str) -> int:
     index = get_field(choice, "index", where=where)
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
+    if not checks.is_int(index) or index < 0:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "index must be an integer >= 0", field=f"{where}.index")
     return int(index)
 
@@ -359,7 +359,7 @@ def _tensor_field(tensors: Any, name: str, dtype: type, ndim: int) -> np.ndarray
 def _scalar_int(value: Any, field: str) -> int:
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
         value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if not checks.is_int(value):
         raise SamplingMaskError(ErrorCode.E_DTYPE, f"{field} must be an integer", field=field)
     return int(value)
 
@@ -491,7 +491,7 @@ def to_engine_tensors(mask: SamplingMask, width: int, *, rows_per_request: int =
     mask = as_sampling_mask(mask)
     if mask.vocab_size is None:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "to_engine_tensors needs vocab_size", field="vocab_size")
-    if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
+    if not checks.is_int(width) or width < 1:
         raise SamplingMaskError(ErrorCode.E_RANGE, "width must be an integer >= 1", field="width", value=width)
     canon = mask.canonical()
     lengths = canon.row_lengths
@@ -566,7 +566,7 @@ def _flat_arrays(flat: Any, limits: Limits) -> tuple[np.ndarray, ...]:
     starts = int_array(get_field(flat, "start_indices"), np.int64, field="start_indices")
     ends = int_array(get_field(flat, "end_indices"), np.int64, field="end_indices")
     token_ids = int_array(get_field(flat, "token_ids"), np.int64, field="token_ids")
-    logprobs = layouts.as_float_array(get_field(flat, "logprobs"), field="logprobs", size=token_ids.size)
+    logprobs = checks.as_float_array(get_field(flat, "logprobs"), field="logprobs", size=token_ids.size, integers=True)
     check_count(starts.size, limits.max_rows, "position count", field="start_indices")
     if ends.size != starts.size:
         raise SamplingMaskError(
@@ -670,7 +670,7 @@ def _from_flat(
     n_top = listed
     cut_kept = np.zeros(num_rows, dtype=bool)
     if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        if not checks.is_int(top_k) or top_k < 1:
             raise SamplingMaskError(ErrorCode.E_RANGE, "top_k must be an integer >= 1", field="top_k", value=top_k)
         n_top = np.minimum(listed, int(top_k))
         # A kept candidate past top_k: the support is wider than top_k (ties), so cutting would lie.
@@ -836,9 +836,9 @@ def from_generate_logprobs(
         entry_counts.append(len(top))
     num_rows = len(content)
     sampled = int_array(sampled_ids, np.int64, field="logprobs.content.token_id")
-    sampled_lp = layouts.as_float_array(sampled_lps, field="logprobs.content.logprob", size=num_rows)
+    sampled_lp = checks.as_float_array(sampled_lps, field="logprobs.content.logprob", size=num_rows, integers=True)
     cand = int_array(entry_ids, np.int64, field="top_logprobs.token_id")
-    cand_lp = layouts.as_float_array(entry_lps, field="top_logprobs.logprob", size=cand.size)
+    cand_lp = checks.as_float_array(entry_lps, field="top_logprobs.logprob", size=cand.size, integers=True)
     if np.isnan(sampled_lp).any() or np.isnan(cand_lp).any():
         raise SamplingMaskError(ErrorCode.E_RANGE, "a logprob is NaN", field="logprobs")
     if (sampled_lp <= FILTERED_LOGPROB).any():

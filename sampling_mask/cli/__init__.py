@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ..core.errors import SamplingMaskError
+from ..core.optional import UnavailableError
 from . import audit, bench, conformance, convert, demo, inspect, stats, validate, vendor
 from ._common import OPTIONAL_EXTRAS, PROG, CliError, Parser, error_text, missing_dependency, print_json
 
@@ -48,11 +49,12 @@ def _delegate(command: str, argv: list[str]) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command this module runs itself (the delegated ones take their own argv)."""
-    common = Parser(add_help=False)
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
-    common.add_argument(
+    base = Parser(add_help=False)
+    base.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    base.add_argument(
         "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bar or chatter"
     )
+    common = Parser(add_help=False, parents=[base])  # and the flags of commands that read mask files
     common.add_argument(
         "--local-limits",
         action="store_true",
@@ -73,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
     for command in (demo, inspect, validate, convert, stats, vendor, audit):
-        command.add_parser(sub, common)
+        command.add_parser(sub, common if getattr(command, "USES_LIMITS", True) else base)
     for name, (_entry, help_text) in DELEGATED.items():
         p = sub.add_parser(name, help=help_text, add_help=False)
         p.add_argument("args", nargs=argparse.REMAINDER)
@@ -118,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(exc.code, exc.message, debug=debug, as_json=as_json)
     except SamplingMaskError as exc:
         return _report(exc.code.value, error_text(exc), debug=debug, as_json=as_json)
+    except UnavailableError as exc:
+        return _report(exc.code, exc.message, debug=debug, as_json=as_json)
     except ModuleNotFoundError as exc:
         if exc.name not in OPTIONAL_EXTRAS:
             return _internal_error(exc, debug=debug, as_json=as_json)

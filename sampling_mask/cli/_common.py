@@ -16,17 +16,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ..codecs import _registry
+from ..core.optional import EXTRAS, UnavailableError
+
 if TYPE_CHECKING:
     from ..core.errors import SamplingMaskError
 
 PROG = "sampling-mask"
-#: Formats written and read batch by batch (one record batch / row group at a time).
-STREAMING_FORMATS = ("arrow", "arrows", "parquet")
-#: Formats that carry the rows only (no segments, companions, vocab_size or metadata).
-ROWS_ONLY_FORMATS = ("json-rows", "base64")
+#: Formats written and read batch by batch, and those that carry the rows only: the codec registry's.
+STREAMING_FORMATS, ROWS_ONLY_FORMATS = _registry.STREAMING_FORMATS, _registry.ROWS_ONLY_FORMATS
 #: Optional dependencies and the extra that installs each.
-OPTIONAL_EXTRAS = {"pyarrow": "arrow", "msgpack": "msgpack", "torch": "torch", "matplotlib": "plot"}
-FORMAT_HELP = "input format when the extension does not say it (arrow, arrows, parquet, msgpack, json, ...)"
+OPTIONAL_EXTRAS = EXTRAS
+FORMAT_HELP = f"input format when the extension does not say it ({', '.join(_registry.FORMATS)})"
 
 
 class CliError(Exception):
@@ -55,13 +56,7 @@ def add_command(
 
 
 def missing_dependency(name: str) -> str:
-    extra = OPTIONAL_EXTRAS[name]
-    return f"this needs {name}, which is not installed (pip install 'sampling-mask[{extra}]')"
-
-
-def warn(text: str) -> None:
-    """One line on stderr: ``sampling-mask: warning: text`` (deprecated flags)."""
-    sys.stderr.write(f"{PROG}: warning: {text}\n")
+    return UnavailableError(name).message
 
 
 def out(text: str = "") -> None:

@@ -19,7 +19,6 @@ from ._common import (
     error_text,
     out,
     progress_enabled,
-    warn,
 )
 from ._source import (
     Source,
@@ -77,9 +76,7 @@ def _writer_options(args: argparse.Namespace, out_fmt: str) -> dict[str, Any]:
             raise CliError("E_USAGE", f"--batch-rows applies to {streaming} output, not {out_fmt}")
         if args.batch_rows < 1:
             raise CliError("E_USAGE", f"--batch-rows must be >= 1, got {args.batch_rows}")
-    if args.compact:
-        warn("--compact is deprecated; use --layout compact")
-    layout = "compact" if args.compact else args.layout
+    layout = args.layout
     if layout is not None:
         if out_fmt not in (*STREAMING_FORMATS, "msgpack"):
             raise CliError("E_USAGE", f"--layout applies to {streaming} and msgpack output, not {out_fmt}")
@@ -190,7 +187,6 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         choices=("ragged", "compact", "dense"),
         help="ragged (default) or compact (arrow, arrows, parquet, msgpack); dense (msgpack)",
     )
-    p.add_argument("--compact", action="store_true", help="deprecated: --layout compact")
     p.add_argument(
         "--allow-loss", action="store_true", help="json-rows / base64: keep the rows only, drop everything else"
     )

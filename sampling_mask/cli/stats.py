@@ -139,15 +139,14 @@ def _plot(out: Path, summary: SupportSummary, source: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.ticker import MaxNLocator
 
     counts = summary.length_counts[1:]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     if counts.sum():
         sizes = np.arange(1, counts.size + 1)
-        # The text histogram's buckets: 1, 2, 3-4, 5-8, ... (edges halfway between sizes).
-        edges = np.concatenate(([0.5, 1.5], 2.0 ** np.arange(1, int(np.log2(counts.size)) + 2) + 0.5))
-        left.hist(sizes, bins=edges, weights=counts, color="#3465a4")
-        left.set_xscale("log", base=2)
+        left.hist(sizes, bins=_size_edges(counts.size), weights=counts, color="#3465a4")
+        _integer_size_axis(left, counts.size)
         left.set_yscale("log")
     left.set_xlabel("support size |S_t| (ids per row)")
     left.set_ylabel("rows")
@@ -158,10 +157,32 @@ def _plot(out: Path, summary: SupportSummary, source: Path) -> None:
         right.hist(means[np.isfinite(means)], bins=40, color="#73d216")
     right.set_xlabel("mean support size per segment")
     right.set_ylabel("segments")
+    right.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole segments, never 0.5
     right.set_title(f"{summary.segments:,} segments")
     fig.suptitle(source.name)
     fig.tight_layout()
     save_png(fig, out)
+
+
+def _size_edges(widest: int) -> Any:
+    """Bin edges of the text histogram's buckets 1, 2, 3-4, 5-8, ...: each bucket runs from its first
+    size to the next bucket's (``[1, 2, 3, 5, 9, ...]``), so the axis starts at size 1."""
+    import numpy as np
+
+    return np.concatenate(([1.0], 2.0 ** np.arange(0, int(np.log2(widest)) + 2) + 1))
+
+
+def _integer_size_axis(ax: Any, widest: int) -> None:
+    """A log-2 x-axis of support sizes from 1, with integer ticks at the powers of two (1, 2, 4, ...)."""
+    import numpy as np
+    from matplotlib.ticker import NullLocator
+
+    edges = _size_edges(widest)
+    ax.set_xscale("log", base=2)
+    ticks = 2 ** np.arange(0, int(np.log2(edges[-1])) + 1)
+    ax.set_xticks(ticks, labels=[f"{int(t):,}" for t in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(1, edges[-1])
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

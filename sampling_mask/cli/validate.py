@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.checks import is_int
 from ..core.errors import SamplingMaskError
 from ._common import (
     FORMAT_HELP,
@@ -56,7 +57,7 @@ def _read_sampled(path: Path) -> np.ndarray:
         raise _SidecarError("E_ENCODING", f"not a .npy array or JSON list: {exc}", field=field) from None
     if isinstance(data, np.ndarray):
         arr = data
-    elif isinstance(data, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in data):
+    elif isinstance(data, list) and all(map(is_int, data)):
         too_big = next((v for v in data if not -(1 << 63) <= v < 1 << 63), None)
         if too_big is not None:
             raise _SidecarError("E_RANGE", "a sampled id does not fit int64", field=field, value=too_big)

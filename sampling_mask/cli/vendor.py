@@ -25,20 +25,20 @@ import hashlib
 import json
 import keyword
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+from ..codecs._registry import CODECS as _ALL_CODECS
+from ..codecs._registry import Codec
 from ._common import CliError, add_command, out
 
-#: Codec -> (modules of sampling_mask/codecs/ it needs, packages beyond numpy it imports).
-CODECS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "json": (("json.py", "_buffers.py", "_common.py"), ()),
-    "msgpack": (("msgpack.py", "_msgpack_reader.py", "compact.py", "_buffers.py", "_common.py"), ("msgpack",)),
-}
-#: Formats that cannot be vendored, and why.
-NOT_VENDORABLE = {
-    "arrow": "it needs pyarrow and the library's codec entry point; depend on 'sampling-mask[arrow]' instead",
-}
+#: The codecs a copy can take (the registry's entries with vendorable files).
+CODECS: dict[str, Codec] = {name: codec for name, codec in _ALL_CODECS.items() if codec.files}
+#: Codecs that cannot be vendored, and why.
+NOT_VENDORABLE = {name: codec.not_vendorable or "" for name, codec in _ALL_CODECS.items() if not codec.files}
+#: This command reads no mask files: the global --local-limits flag is not offered here.
+USES_LIMITS = False
 MANIFEST = "VENDORED.json"
 _PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ def header(relpath: str, version: str, *, vendored: bool) -> str:
 def vendorable_files(codecs: tuple[str, ...] = tuple(CODECS)) -> list[str]:
     """Paths under sampling_mask/ that a copy with ``codecs`` takes: the core folder, then the codec modules."""
     core = sorted(f"core/{p.name}" for p in (_PACKAGE / "core").glob("*.py"))
-    modules = sorted({f"codecs/{m}" for codec in codecs for m in CODECS[codec][0]})
+    modules = sorted({f"codecs/{m}" for codec in codecs for m in CODECS[codec].files})
     return core + modules
 
 
@@ -166,21 +166,56 @@ def _generated(name: str, version: str, codecs: tuple[str, ...]) -> dict[str, st
 
     stamp = f"# sampling-mask {version}, Apache-2.0 (see LICENSE): written by `sampling-mask vendor`; do not edit\n"
     names = ", ".join(sorted(core_names))
-    listed = "".join(f'    "{n}",\n' for n in sorted([*core_names, "SAMPLING_MASK_VERSION", "SPEC_VERSION"]))
+    top = [*core_names, "SAMPLING_MASK_VERSION", "SPEC_VERSION", *(("decode", "encode") if codecs else ())]
+    listed = "".join(f'    "{n}",\n' for n in sorted(top))
     codec_text = ", ".join(codecs) if codecs else "none"
+    entry = "from .codecs import decode, encode\n" if codecs else ""
     files = {
         "__init__.py": (
             f'{stamp}"""sampling-mask {version} (format spec v{SPEC_VERSION}) vendored as ``{name}``: the core model'
             f"; codecs: {codec_text}.\n\nSee README.md in this folder. Update with ``sampling-mask vendor``, never by hand.\n"
-            f'"""\n\nfrom .core import {names}\n\nSAMPLING_MASK_VERSION = "{version}"\nSPEC_VERSION = {SPEC_VERSION}\n\n'
+            f'"""\n\n{entry}from .core import {names}\n\nSAMPLING_MASK_VERSION = "{version}"\nSPEC_VERSION = {SPEC_VERSION}\n\n'
             f"__all__ = [\n{listed}]\n"
         ),
         "README.md": _readme(name, version, codecs),
     }
     if codecs:
-        usage = "\n".join(f"- ``{name}.codecs.{c}``: ``encode(mask)`` / ``decode(data)``" for c in codecs)
-        files["codecs/__init__.py"] = f'{stamp}"""Vendored codecs (import each module directly):\n\n{usage}\n"""\n'
+        files["codecs/__init__.py"] = _codecs_init(stamp, name, codecs)
     return files
+
+
+def _formats(codecs: tuple[str, ...]) -> list[str]:
+    return [fmt for c in codecs for fmt in CODECS[c].formats]
+
+
+def _codecs_init(stamp: str, name: str, codecs: tuple[str, ...]) -> str:
+    """DEST/codecs/__init__.py: the entry points of the codec contract, for the formats the copy holds."""
+    formats = _formats(codecs)
+    usage = "\n".join(f"- ``{name}.codecs.{c}``: ``encode(mask)`` / ``decode(data)``" for c in codecs)
+    return (
+        f'{stamp}"""Vendored codecs, formats {", ".join(formats)}: ``encode(mask, format)`` and\n'
+        "``decode(data, *, format=None, limits=..., validate=True, copy=False)`` (the format told by the\n"
+        f"first bytes), also as ``{name}.encode`` / ``{name}.decode``; or each module directly:\n\n{usage}\n"
+        '"""\n\nfrom ._registry import decode, detect_format, encode, held_formats\n\n'
+        "FORMATS = held_formats()\n\n"
+        '__all__ = ["FORMATS", "decode", "detect_format", "encode"]\n'
+    )
+
+
+#: Where a copied docstring names this library as the import path of something the copy holds.
+_OWN_NAMES = re.compile(
+    r"\bimport sampling_mask\b"
+    r"|\bsampling_mask(?=\.(?:SamplingMask|SamplingMaskError|ErrorCode|Limits|as_sampling_mask|concat|"
+    r"decode|encode|core|codecs)\b)"
+)
+
+
+def own_names(text: str, package: str) -> str:
+    """``text`` with ``sampling_mask`` replaced by ``package`` where it is the import path of the
+    copy's own code (``import sampling_mask``, ``sampling_mask.decode``); other uses of the word (the
+    wire key ``"sampling_mask"``, vLLM's ``sampling_mask.token_ids``, the source path in the header)
+    stay."""
+    return _OWN_NAMES.sub(lambda m: m.group(0).replace("sampling_mask", package), text)
 
 
 def _readme(name: str, version: str, codecs: tuple[str, ...]) -> str:
@@ -191,10 +226,11 @@ def _readme(name: str, version: str, codecs: tuple[str, ...]) -> str:
         "`core/` is `sampling_mask/core/`"
         + (f"; `codecs/` holds the {', '.join(codecs)} codec{'s' if len(codecs) > 1 else ''}." if codecs else "."),
         "It imports only the standard library and numpy"
-        + "".join(f", and {dep} for {c} encoding" for c in codecs for dep in CODECS[c][1])
+        + "".join(f", and {dep} for {c} encoding" for c in codecs for dep in CODECS[c].packages)
         + ".",
         "",
         f"    from {name} import SamplingMask, SamplingMaskError",
+        *([f"    from {name} import decode, encode  # formats: {', '.join(_formats(codecs))}"] if codecs else []),
         *(f"    from {name}.codecs import {c}" for c in codecs),
         "",
         "Do not edit these files. Update the copy by running the same command with a newer sampling-mask:",
@@ -203,8 +239,8 @@ def _readme(name: str, version: str, codecs: tuple[str, ...]) -> str:
         + (f" --codecs {','.join(codecs)}" if codecs else ""),
         "",
         f"It refuses to overwrite a file changed since it was written ({MANIFEST} holds each file's sha256)",
-        "unless `--force`. Masks made here are accepted by an installed sampling-mask (the mask protocol,",
-        "`sampling_mask.as_sampling_mask`).",
+        "unless `--force`. Masks made here are accepted by an installed sampling-mask, and compare equal",
+        "with its masks and those of other copies (the mask protocol, `__sampling_mask__()`).",
         "",
     ]
     return "\n".join(lines)
@@ -224,7 +260,7 @@ def vendor(dest: Path, package: str, codecs: tuple[str, ...], *, force: bool = F
         first, _, rest = text.partition("\n")
         if not first.startswith("# sampling-mask "):
             raise RuntimeError(f"sampling_mask/{rel} lacks its licence header")  # a packaging bug: exit 3
-        contents[rel] = (header(rel, __version__, vendored=True) + rest).encode()
+        contents[rel] = (header(rel, __version__, vendored=True) + own_names(rest, package)).encode()
     contents.update({rel: text.encode() for rel, text in _generated(package, __version__, codecs).items()})
     contents["LICENSE"] = (_PACKAGE / "LICENSE").read_bytes()
     for rel in contents:  # every path checked before anything is written
@@ -274,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         from .. import __version__
 
-        deps = sorted({dep for c in codecs for dep in CODECS[c][1]})
+        deps = sorted({dep for c in codecs for dep in CODECS[c].packages})
         out(
             f"vendored sampling-mask {__version__} into {dest} as {args.package}: core"
             + (f", codecs {', '.join(codecs)}" if codecs else "")
@@ -289,6 +325,6 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = add_command(sub, common, "vendor", "copy the core (and codecs) into your own package", run)
     p.add_argument("dest", metavar="DEST", help="the folder of the new package (created if missing)")
     p.add_argument("--package", required=True, metavar="NAME", help="its import name, e.g. myserver._sampling_mask")
-    deps = "; ".join(f"{c}: {', '.join(d) or 'numpy only'}" for c, (_, d) in CODECS.items())
+    deps = "; ".join(f"{c}: {', '.join(codec.packages) or 'numpy only'}" for c, codec in CODECS.items())
     p.add_argument("--codecs", metavar="LIST", help=f"comma-separated codecs to copy too ({deps})")
     p.add_argument("--force", action="store_true", help="overwrite files changed since they were vendored")

@@ -2,7 +2,10 @@
 
 Codec contract: a codec module turns a mask into ``bytes`` and back, losslessly unless its format
 says otherwise, and its decoder raises only :class:`~sampling_mask.SamplingMaskError` on bad input
-after checking every declared size against ``Limits`` and the real buffer length.
+after checking every declared size against ``Limits`` and the real buffer length. Every codec's
+``encode(mask, *, format=..., **options)`` and ``decode(data, *, format=None, limits=...,
+validate=True, copy=False)`` have the same keyword-only signature; one table, ``codecs._registry``,
+knows each codec's formats, extensions, first bytes, the extra it needs and its vendorable files:
 
 ========== ========================== ===================== ===========================
 format     module                     file extension        detected by content
@@ -17,21 +20,23 @@ base64     :mod:`.json`                (``.json``)           object with ``data`
 ========== ========================== ===================== ===========================
 
 Only these fixed modules are ever imported; nothing in a payload selects code. pyarrow and
-msgpack are imported by the modules that need them, on first use.
+msgpack are imported by the modules that need them, on first use; when one is not installed the
+call raises ``UnavailableError`` (``E_UNAVAILABLE``) naming the extra, e.g.
+``pip install 'sampling-mask[arrow]'``.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
-from . import _files
+from . import _files, _registry
+from ._registry import EXTENSIONS, FORMATS, detect_format, encode, format_for_path
+from ._registry import sniff as _sniff
 
 __all__ = [
     "EXTENSIONS",
@@ -50,87 +55,8 @@ __all__ = [
     "write_dataset",
 ]
 
-FORMATS = ("arrow", "arrows", "parquet", "msgpack", "json", "json-rows", "base64")
-_MODULES = {
-    "arrow": "arrow",
-    "arrows": "arrow",
-    "parquet": "arrow",
-    "msgpack": "msgpack",
-    "json": "json",
-    "json-rows": "json",
-    "base64": "json",
-}
-_ARROW_FORMATS = ("arrow", "arrows", "parquet")
-_JSON_FORMATS = ("json", "json-rows", "base64")
-EXTENSIONS = {
-    ".arrow": "arrow",
-    ".feather": "arrow",
-    ".arrows": "arrows",
-    ".parquet": "parquet",
-    ".msgpack": "msgpack",
-    ".json": "json",
-}
-
-
-def _module(fmt: str) -> Any:
-    if fmt not in _MODULES:
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown format {fmt!r}; one of {list(FORMATS)}", value=fmt)
-    return importlib.import_module(f"{__name__}.{_MODULES[fmt]}")
-
-
-def format_for_path(path: str | os.PathLike[str]) -> str:
-    """The format a file name implies (``E_SCHEMA`` for an extension not in :data:`EXTENSIONS`)."""
-    ext = os.path.splitext(os.fspath(path))[1].lower()
-    if ext not in EXTENSIONS:
-        raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, f"no format for extension {ext!r}; pass format=", field="path", value=ext
-        )
-    return EXTENSIONS[ext]
-
-
-def _sniff(data: Any) -> str:
-    """The format by its first bytes; ``"json"`` stands for the whole JSON family (decided after parsing)."""
-    if isinstance(data, str):
-        return "json"
-    try:
-        head = bytes(memoryview(data)[:32])
-    except TypeError:
-        raise SamplingMaskError(ErrorCode.E_ENCODING, "input must be bytes-like or str") from None
-    if head.startswith(b"ARROW1"):
-        return "arrow"
-    if head.startswith(b"\xff\xff\xff\xff"):
-        return "arrows"
-    if head.startswith(b"PAR1"):
-        return "parquet"
-    from . import msgpack as msgpack_codec
-
-    if msgpack_codec.is_envelope(head):
-        return "msgpack"
-    text = head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
-    if text[:1] in (b"{", b"["):
-        return "json"
-    raise SamplingMaskError(
-        ErrorCode.E_ENCODING, "unrecognised encoding (not Arrow, Parquet, our msgpack envelope or JSON)", value=head[:8]
-    )
-
-
-def detect_format(data: Any) -> str:
-    """Which of :data:`FORMATS` ``data`` is, by content (JSON objects are parsed to tell the forms apart)."""
-    fmt = _sniff(data)
-    if fmt == "json":
-        from . import json as json_codec
-
-        return json_codec.detect(json_codec.parse(data))
-    return fmt
-
-
-def encode(mask: SamplingMask, format: str, **opts: Any) -> bytes:
-    """``mask`` as bytes in ``format`` (one of :data:`FORMATS`); ``opts`` go to that codec's ``encode``."""
-    mask = as_sampling_mask(mask)
-    module = _module(format)
-    if format == "msgpack":
-        return module.encode(mask, **opts)  # type: ignore[no-any-return]
-    return module.encode(mask, format, **opts)  # type: ignore[no-any-return]
+_ARROW_FORMATS = _registry.CODECS["arrow"].formats
+_JSON_FORMATS = _registry.CODECS["json"].formats
 
 
 def encode_frames(mask: SamplingMask, **opts: Any) -> list[Any]:
@@ -152,8 +78,6 @@ def encode_into(mask: SamplingMask, buffer: Any, **opts: Any) -> int:
 
 def decode(
     data: Any,
-    _format: str | None = None,
-    /,
     *,
     format: str | None = None,
     limits: Limits = DEFAULT_LIMITS,
@@ -169,46 +93,18 @@ def decode(
     Arrow input from a trusted producer; sizes and byte counts are checked regardless. For network
     payloads pass ``limits=Limits.for_untrusted_input(len(data))``. A list of frames
     (:func:`encode_frames`, ZMQ multipart) is read as the msgpack envelope they concatenate to.
-    ``decode(data, "msgpack")`` (the format positional) is deprecated: pass ``format=``.
     """
-    if _format is not None:
-        if format is not None:
-            raise TypeError("decode() got the format both positionally and as format=")
-        warnings.warn(
-            "decode(data, format) is deprecated; pass the format as a keyword: decode(data, format=...)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        format = _format
-    if isinstance(data, (list, tuple)):
-        if format not in (None, "msgpack"):
-            raise SamplingMaskError(ErrorCode.E_ENCODING, "a list of frames holds a msgpack envelope", value=format)
-        from . import msgpack as msgpack_codec
-
-        return msgpack_codec.decode(data, limits=limits, validate=validate, copy=copy)
-    fmt = _sniff(data) if format is None else format
-    if fmt in _JSON_FORMATS:
-        from . import json as json_codec
-
-        return json_codec.decode(data, format, limits=limits)
-    module = _module(fmt)
-    if isinstance(data, str):
-        raise SamplingMaskError(ErrorCode.E_ENCODING, f"{fmt} input must be bytes, not str", value=fmt)
-    if fmt == "msgpack":
-        return module.decode(data, limits=limits, validate=validate, copy=copy)  # type: ignore[no-any-return]
-    return module.decode(data, fmt, limits=limits, validate=validate, copy=copy)  # type: ignore[no-any-return]
+    return _registry.decode(data, format=format, limits=limits, validate=validate, copy=copy)
 
 
 def save(mask: SamplingMask, path: str | os.PathLike[str], *, format: str | None = None, **opts: Any) -> None:
     """Write ``mask`` to ``path`` (format from the extension unless given). Atomic: the file is written
     next to ``path``, flushed to disk and renamed over it, so a failed save (an error, a kill, a power
     loss) never leaves a truncated file there. A symlink is written through (its target is replaced);
-    a path that exists and is not a regular file is refused (``E_ENCODING``). ``save(path, mask)``
-    (the old order) is deprecated."""
-    mask, path = _mask_first(mask, path)
+    a path that exists and is not a regular file is refused (``E_ENCODING``)."""
     mask = as_sampling_mask(mask)
     fmt = format_for_path(path) if format is None else format
-    _module(fmt)
+    _registry.codec_for(fmt)
     if fmt in _ARROW_FORMATS:
         extra_columns = opts.pop("extra_columns", None)
         with open_writer(path, format=fmt, **opts) as writer:
@@ -219,22 +115,10 @@ def save(mask: SamplingMask, path: str | os.PathLike[str], *, format: str | None
         fh.write(data)
 
 
-def _mask_first(mask: Any, path: Any) -> tuple[SamplingMask, str | os.PathLike[str]]:
-    """``(mask, path)`` from either order; the old ``save(path, mask)`` warns (one release)."""
-    if isinstance(mask, (str, os.PathLike)) and not isinstance(path, (str, os.PathLike)):
-        warnings.warn(
-            "save(path, mask) is deprecated; the mask comes first, as in encode: save(mask, path)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return path, mask
-    return mask, path
-
-
 def _file_format(path: str | os.PathLike[str], format: str | None) -> str:
     """The explicit format, else the extension's, else detected from the file's first bytes."""
     if format is not None:
-        _module(format)
+        _registry.codec_for(format)
         return format
     fmt = EXTENSIONS.get(os.path.splitext(os.fspath(path))[1].lower())
     if fmt is None:
@@ -256,13 +140,10 @@ def load(
     _files.check_regular(path)
     fmt = _file_format(path, format)
     if fmt in _ARROW_FORMATS:
-        from . import arrow
-
+        arrow = _registry.module_for(fmt, encoding=False)
         return arrow.load(path, fmt, limits=limits, validate=validate)
     data = _files.read_bounded(path, limits.max_bytes)
-    if fmt in _JSON_FORMATS:
-        return decode(data, format=format, limits=limits)
-    return decode(data, format=fmt, limits=limits, validate=validate)
+    return decode(data, format=format if fmt in _JSON_FORMATS else fmt, limits=limits, validate=validate)
 
 
 def iter_masks(
@@ -283,8 +164,7 @@ def iter_masks(
     else:
         fmt = _file_format(path, format)
     if fmt in _ARROW_FORMATS:
-        from . import arrow
-
+        arrow = _registry.module_for(fmt, encoding=False)
         yield from arrow.iter_masks(path, fmt, limits=limits, validate=validate, batch_size=batch_size)
     elif isinstance(path, (bytes, bytearray, memoryview)):
         yield decode(path, format=format, limits=limits, validate=validate)
@@ -307,8 +187,7 @@ def open_writer(path: str | os.PathLike[str], *, format: str | None = None, **op
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, f"{fmt!r} has no record batches; streaming needs arrow, arrows or parquet", value=fmt
         )
-    from . import arrow
-
+    arrow = _registry.module_for(fmt, encoding=True)
     return arrow.Writer.to_path(path, fmt, **opts)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.checks import is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import Limits, checked_nbytes
 
@@ -96,7 +97,7 @@ def wire_shape(value: Any, *, field: str, ndim: int | None = None) -> tuple[int,
             ErrorCode.E_SHAPE, f"expected {ndim} dimension(s), got {len(value)}", field=field, value=len(value)
         )
     for dim in value:
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
+        if not is_int(dim) or dim < 0:
             raise SamplingMaskError(
                 ErrorCode.E_SHAPE,
                 "dimensions must be non-negative integers",

@@ -11,12 +11,10 @@ the object ``{"float": "NaN" | "Infinity" | "-Infinity"}`` so that JSON stays st
 from __future__ import annotations
 
 import math
-import os
-import sys
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from ..core.checks import is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask
 
@@ -27,7 +25,7 @@ __all__ = [
     "check_depth",
     "check_id_order",
     "check_version",
-    "compact_layout",
+    "check_layout",
     "id_order_of",
     "metadata_from_json",
     "metadata_to_json",
@@ -44,7 +42,7 @@ _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 def check_version(value: Any, *, field: str = VERSION_KEY) -> None:
     """``value`` must be the integer 1: ``E_SCHEMA`` when missing or not an integer, else ``E_VERSION``."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, "the version must be an integer", field=field, value=repr(value)[:80]
         )
@@ -54,23 +52,8 @@ def check_version(value: Any, *, field: str = VERSION_KEY) -> None:
         )
 
 
-def _outside() -> int:
-    """The ``stacklevel`` of the caller's first frame outside this package, so that a warning names
-    the user's line (Python shows a DeprecationWarning by default only there, in ``__main__``)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(2), 2  # level 1 is our caller, the function that warns
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-def compact_layout(layout: str, compact: bool | None, allowed: tuple[str, ...]) -> str:
-    """The layout an encoder was asked for: ``layout`` (one of ``allowed``), or the deprecated
-    ``compact=True`` spelling of ``layout="compact"`` (warns; removed in the next release)."""
-    if compact is not None:
-        warnings.warn('compact=True is deprecated; pass layout="compact"', DeprecationWarning, stacklevel=_outside())
-        if compact:
-            layout = "compact"
+def check_layout(layout: str, allowed: tuple[str, ...]) -> str:
+    """``layout`` when it is one of ``allowed`` (the layouts an encoder writes), else ``E_SCHEMA``."""
     if layout not in allowed:
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, f"layout must be one of {list(allowed)}", field="layout", value=repr(layout)[:80]

@@ -42,18 +42,20 @@ from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask, concat
+from ..core.optional import require
 from . import _ipc_bounds, _parquet_bounds
 from ._buffers import input_view
 from ._common import (
     SPEC_MAJOR,
     check_id_order,
+    check_layout,
     check_version,
-    compact_layout,
     id_order_of,
     metadata_to_json,
     metadata_value_from_json,
     parse_id_order,
 )
+from ._registry import own_format, sniff
 
 __all__ = [
     "COMPACT_COLUMN",
@@ -288,17 +290,16 @@ def table_from_mask(
     large_lists: bool | None = None,
     layout: str = "ragged",
     extra_columns: Mapping[str, Any] | None = None,
-    compact: bool | None = None,
 ) -> Any:
     """A ``pyarrow.Table`` of one record batch, one row per segment (zero-copy over the mask's arrays).
 
     ``layout``: ``"ragged"`` (list columns) or ``"compact"``; ``extra_columns``: name -> one value per
-    segment (any ``pyarrow.array`` input). ``compact=True`` is the deprecated spelling of ``layout="compact"``.
+    segment (any ``pyarrow.array`` input).
     """
     mask = as_sampling_mask(mask)
     import pyarrow as pa
 
-    is_compact = compact_layout(layout, compact, LAYOUTS) == "compact"
+    is_compact = check_layout(layout, LAYOUTS) == "compact"
     plan = _plan(mask, large_lists=large_lists, compact=is_compact, id_order=None)
     return pa.Table.from_batches([_batch(mask, plan, extra_columns)])
 
@@ -329,7 +330,6 @@ class Writer:
         large_lists: bool | None = None,
         layout: str = "ragged",
         id_order: str | None = None,
-        compact: bool | None = None,
     ) -> None:
         if fmt not in FORMATS:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{fmt!r} is not an Arrow format", value=fmt)
@@ -339,7 +339,7 @@ class Writer:
         self._fmt = fmt
         self._compression = compression
         self._large_lists = large_lists
-        self._compact = compact_layout(layout, compact, LAYOUTS) == "compact"
+        self._compact = check_layout(layout, LAYOUTS) == "compact"
         self._id_order = id_order
         self._plan: _Plan | None = None
         self._schema: Any = None
@@ -463,20 +463,20 @@ class Writer:
 
 def encode(
     mask: SamplingMask,
-    fmt: str = "arrow",
     *,
+    format: str = "arrow",
     compression: str | None = None,
     large_lists: bool | None = None,
     layout: str = "ragged",
     extra_columns: Mapping[str, Any] | None = None,
-    compact: bool | None = None,
 ) -> bytes:
     """``mask`` as one record batch of an IPC file / stream, or one row group of Parquet (``layout``:
-    ``"ragged"`` or ``"compact"``; ``compact=True`` is its deprecated spelling)."""
+    ``"ragged"`` or ``"compact"``)."""
     mask = as_sampling_mask(mask)
-    import pyarrow as pa
+    pa = require("pyarrow", what="Arrow encoding")
 
-    layout = compact_layout(layout, compact, LAYOUTS)
+    layout = check_layout(layout, LAYOUTS)
+    fmt = own_format(format, "arrow")
     sink = pa.BufferOutputStream()
     with Writer(sink, fmt, compression=compression, large_lists=large_lists, layout=layout) as writer:
         writer.write(mask, extra_columns=extra_columns)
@@ -866,12 +866,20 @@ def iter_masks(
 
 
 def decode(
-    data: Any, fmt: str = "arrow", *, limits: Limits = DEFAULT_LIMITS, validate: bool = True, copy: bool = False
+    data: Any,
+    *,
+    format: str | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    validate: bool = True,
+    copy: bool = False,
 ) -> SamplingMask:
-    """A mask from IPC file / stream / Parquet bytes: read-only views of ``data`` where the format
-    allows and ``data`` is immutable, of a private copy when it is writable or ``copy=True``."""
-    if fmt not in FORMATS:
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{fmt!r} is not an Arrow format", value=fmt)
+    """A mask from IPC file / stream / Parquet bytes (``format`` None: told by the first bytes):
+    read-only views of ``data`` where the format allows and ``data`` is immutable, of a private
+    copy when it is writable or ``copy=True``."""
+    fmt = own_format(format, "arrow")
+    if fmt is None:
+        fmt = own_format(sniff(data), "arrow")
+    require("pyarrow", what="Arrow decoding")
     return _read_all(_source(data, copy=copy), fmt, limits, validate)
 
 
@@ -897,11 +905,9 @@ def read_table(source: Any, fmt: str | None = None, *, limits: Limits = DEFAULT_
     """
     import pyarrow as pa
 
-    from . import _sniff
-
     stream = _map_file(source) if isinstance(source, (str, os.PathLike)) else _source(source)
     if fmt is None:
-        fmt = _sniff(stream.read_at(32, 0))
+        fmt = sniff(stream.read_at(32, 0))
     if fmt in ("arrow", "arrows"):
         costs = _ipc_bounds.batch_costs(_whole(stream), fmt)
         _ipc_bounds.check(costs.dictionaries + sum(costs.batches), limits, "the table")

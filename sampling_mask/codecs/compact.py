@@ -38,6 +38,7 @@ import functools
 import numpy as np
 
 from ..core import layouts
+from ..core.checks import is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
 
@@ -367,7 +368,7 @@ def decode_ragged(
     except (TypeError, ValueError) as exc:
         raise _error(ErrorCode.E_ENCODING, f"compact data must be bytes ({exc})") from None
     for name, count in (("num_rows", num_rows), ("nnz", nnz)):
-        if isinstance(count, bool) or not isinstance(count, (int, np.integer)):
+        if not is_int(count):
             raise _error(ErrorCode.E_SCHEMA, f"{name} must be an integer", field=name)
     num_rows = check_count(num_rows, limits.max_rows, "row count", field="num_rows")
     nnz = check_count(nnz, limits.max_nnz, "id count", field="nnz")

@@ -21,9 +21,9 @@ is whole-list C-level work (``np.fromiter``, ``map``), never a per-element Pytho
 
 >>> import sampling_mask
 >>> m = sampling_mask.SamplingMask.from_rows([[3, 7], [], [5]])
->>> encode(m, "json-rows")
+>>> encode(m, format="json-rows")
 b'[[3,7],[],[5]]'
->>> decode(b'[[3,7],[],[5]]', "json-rows") == m
+>>> decode(b'[[3,7],[],[5]]', format="json-rows") == m
 True
 """
 
@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.checks import check_structure, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes, remaining
 from ..core.model import SamplingMask, as_sampling_mask
@@ -53,6 +54,7 @@ from ._common import (
     metadata_to_json,
     parse_id_order,
 )
+from ._registry import own_format
 
 __all__ = ["FORMATS", "BASE64_DTYPES", "decode", "detect", "encode", "parse", "parse_cost"]
 
@@ -232,9 +234,7 @@ def _nested_floats(value: Any, offsets: np.ndarray, *, field: str) -> np.ndarray
     if len(value) != offsets.size - 1:
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {offsets.size - 1} rows, got {len(value)}", field=field)
     lengths = np.fromiter(map(len, value), dtype=np.int64, count=len(value))
-    if not np.array_equal(lengths, np.diff(offsets)):
-        row = int(np.flatnonzero(lengths != np.diff(offsets))[0])
-        raise SamplingMaskError(ErrorCode.E_SHAPE, "row length differs from the mask's", field=field, row=row)
+    raise_at_first(lengths != np.diff(offsets), ErrorCode.E_SHAPE, "row length differs from the mask's", field=field)
     return _float_array(list(itertools.chain.from_iterable(value)), field=field)
 
 
@@ -265,11 +265,12 @@ def _check_lossless(mask: SamplingMask, fmt: str) -> None:
         )
 
 
-def encode(mask: SamplingMask, fmt: str = "json", *, allow_loss: bool = False, width: int | None = None) -> bytes:
-    """UTF-8 JSON bytes in form ``fmt``. ``"json-rows"`` and ``"base64"`` keep only the rows (and their
+def encode(mask: SamplingMask, *, format: str = "json", allow_loss: bool = False, width: int | None = None) -> bytes:
+    """UTF-8 JSON bytes in form ``format``. ``"json-rows"`` and ``"base64"`` keep only the rows (and their
     order); they refuse a mask with segments, vocab_size, companions or metadata unless ``allow_loss``.
     ``width``: the dense width of ``"base64"`` (default: the widest row)."""
     mask = as_sampling_mask(mask)
+    fmt = own_format(format, "json")
     if fmt == "json":
         doc: dict[str, Any] = {VERSION_KEY: SPEC_MAJOR, "vocab_size": mask.vocab_size, "id_order": id_order_of(mask)}
         if mask.num_segments != 1:
@@ -301,10 +302,20 @@ def encode(mask: SamplingMask, fmt: str = "json", *, allow_loss: bool = False, w
 
 
 # ---------------------------------------------------------------------------------------------- decode
-def decode(data: Any, fmt: str | None = None, *, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
-    """A mask from JSON text in form ``fmt`` (detected from the parsed value when None)."""
-    if fmt is not None and fmt not in FORMATS:
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown JSON form {fmt!r}; one of {list(FORMATS)}", value=fmt)
+def decode(
+    data: Any,
+    *,
+    format: str | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    validate: bool = True,
+    copy: bool = False,
+) -> SamplingMask:
+    """A mask from JSON text in form ``format`` (detected from the parsed value when None).
+
+    ``validate=False`` skips the content checks (ids in range and unique, ``id_order``, the sampled
+    ids), as for the binary codecs; the structure (row and array lengths, segment ends) is checked
+    regardless. ``copy`` has no effect: a mask parsed from JSON never views ``data``."""
+    fmt = own_format(format, "json")
     obj, cost = _parse(data, limits)
     # The parsed objects stay alive while the mask is built: the rest of the budget is the mask's.
     limits = remaining(limits, cost)
@@ -313,12 +324,21 @@ def decode(data: Any, fmt: str | None = None, *, limits: Limits = DEFAULT_LIMITS
     if found == "json-rows":
         if not isinstance(obj, list):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "json-rows must be a list of lists of ids", field="rows")
-        return SamplingMask.from_rows(_check_rows(obj, has_bools), limits=limits)
+        rows = SamplingMask.from_rows(_check_rows(obj, has_bools), limits=limits, validate=False)
+        return _checked(rows, validate, limits)
     if not isinstance(obj, dict):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{found} must be a JSON object")
     if found == "base64":
-        return _decode_base64(obj, limits)
-    return _decode_document(obj, has_bools, limits)
+        return _decode_base64(obj, limits, validate)
+    return _decode_document(obj, has_bools, limits, validate)
+
+
+def _checked(mask: SamplingMask, validate: bool, limits: Limits) -> SamplingMask:
+    """``mask`` (built unvalidated) validated in full, or with ``validate=False`` its structure only."""
+    if validate:
+        return mask.validate(limits)
+    check_structure(mask.ids, mask.stored_offsets, {"cu_seqlens": mask.cu_seqlens, **mask.companions}, limits)
+    return mask
 
 
 def _mentions_bools(data: Any) -> bool:
@@ -328,7 +348,7 @@ def _mentions_bools(data: Any) -> bool:
     return b"true" in raw or b"false" in raw
 
 
-def _decode_document(doc: dict[str, Any], has_bools: bool, limits: Limits) -> SamplingMask:
+def _decode_document(doc: dict[str, Any], has_bools: bool, limits: Limits, validate: bool) -> SamplingMask:
     if VERSION_KEY not in doc:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing version key", field=VERSION_KEY)
     check_version(doc[VERSION_KEY])
@@ -362,8 +382,11 @@ def _decode_document(doc: dict[str, Any], has_bools: bool, limits: Limits) -> Sa
         kwargs["support_logprobs"] = _nested_floats(doc["support_logprobs"], base.offsets, field="support_logprobs")
     _check_finite_metadata(doc.get("metadata"))
     metadata = metadata_from_json(doc.get("metadata"))
-    mask = SamplingMask(base.ids, base.offsets, vocab_size=vocab_size, metadata=metadata, limits=limits, **kwargs)
-    return check_id_order(mask, id_order)
+    mask = SamplingMask(
+        base.ids, base.offsets, vocab_size=vocab_size, metadata=metadata, limits=limits, validate=False, **kwargs
+    )
+    mask = _checked(mask, validate, limits)
+    return check_id_order(mask, id_order) if validate else mask
 
 
 def _check_finite_metadata(metadata: Any) -> None:
@@ -376,7 +399,7 @@ def _check_finite_metadata(metadata: Any) -> None:
                 )
 
 
-def _decode_base64(env: dict[str, Any], limits: Limits) -> SamplingMask:
+def _decode_base64(env: dict[str, Any], limits: Limits, validate: bool) -> SamplingMask:
     for key in ("data", "shape", "dtype"):
         if key not in env:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing key", field=key)
@@ -391,4 +414,4 @@ def _decode_base64(env: dict[str, Any], limits: Limits) -> SamplingMask:
     nbytes = checked_nbytes(shape, dtype.itemsize, limits, field="data")
     raw = decode_base64(env["data"], nbytes, limits, field="data")
     dense = array_from_buffer(raw, dtype, shape, limits, field="data")
-    return SamplingMask.from_dense(dense, limits=limits)
+    return _checked(SamplingMask.from_dense(dense, limits=limits, validate=False), validate, limits)

@@ -42,12 +42,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..core import layouts
+from ..core.checks import check_structure, is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, remaining
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
+from ..core.optional import require
 from . import _msgpack_reader
 from ._buffers import array_from_buffer, input_view, wire_dtype, wire_shape
 from ._common import SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order
+from ._registry import own_format
 
 __all__ = ["LAYOUTS", "decode", "encode", "encode_frames", "encode_into", "is_envelope"]
 
@@ -120,8 +123,7 @@ def _frames(env: Mapping[str, Any]) -> list[Any]:
     large ARRAYs: the small msgpack parts joined into ``bytes`` and every ARRAY / bin value as its
     own frame (a memoryview of the array, no copy). Their concatenation is the envelope; the work
     is O(1) in rows."""
-    import msgpack
-
+    msgpack = require("msgpack", what="msgpack encoding")
     packer = msgpack.Packer(use_bin_type=True, use_single_float=False)
     frames: list[Any] = []
     head: list[bytes] = [packer.pack_map_header(len(env))]
@@ -162,13 +164,19 @@ def _frames(env: Mapping[str, Any]) -> list[Any]:
 
 
 def encode(
-    mask: SamplingMask, *, layout: str = "ragged", offsets_dtype: str | None = None, width: int | None = None
+    mask: SamplingMask,
+    *,
+    format: str = "msgpack",
+    layout: str = "ragged",
+    offsets_dtype: str | None = None,
+    width: int | None = None,
 ) -> bytes:
     """The envelope bytes (each array copied once, straight into the result). ``layout``:
     ``"ragged"`` (default, ids decode in place), ``"dense"`` (``width`` defaults to the widest row)
     or ``"compact"`` (rows stored ascending). Ragged row index: by default ``counts`` in the
     narrowest dtype that fits (the smallest wire; one O(T) sum on read); ``offsets_dtype="int64"``
-    or ``"int32"`` (offsets decode in place, O(1))."""
+    or ``"int32"`` (offsets decode in place, O(1)). ``format``: ``"msgpack"`` (the codec contract)."""
+    own_format(format, "msgpack")
     return b"".join(encode_frames(mask, layout=layout, offsets_dtype=offsets_dtype, width=width))
 
 
@@ -282,7 +290,7 @@ def _get_count(env: Mapping[str, Any], key: str, limit: int, *, required: bool) 
         if required:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing count", field=key)
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "must be an integer", field=key, value=repr(value)[:80])
     return check_count(value, limit, key, field=key)
 
@@ -311,14 +319,22 @@ def _index_array(arr: np.ndarray) -> np.ndarray:
     return arr if arr.dtype == np.int64 else arr.astype(np.int64)
 
 
-def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True, copy: bool = False) -> SamplingMask:
+def decode(
+    data: Any,
+    *,
+    format: str | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    validate: bool = True,
+    copy: bool = False,
+) -> SamplingMask:
     """A mask from envelope bytes (or the list of frames of :func:`encode_frames`); ids and
     companions are read-only views of ``data`` when it is immutable (``bytes``, read-only views), of
     a private copy when it is writable (``bytearray``...), and always of a copy with ``copy=True``.
 
     ``validate=False`` skips the O(nnz) content checks (trusted producers only); sizes, dtypes and
-    byte counts are always checked.
+    byte counts are always checked. ``format``: None or ``"msgpack"`` (the codec contract).
     """
+    own_format(format, "msgpack")
     if isinstance(data, (list, tuple)):  # frames: each is checked and copied like a whole payload
         source: Any = [input_view(frame, copy=copy) for frame in data]
     else:
@@ -396,26 +412,10 @@ def decode(data: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True,
     if metadata is not None and not isinstance(metadata, dict):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "metadata must be a map", field="metadata")
     if not validate:
-        _check_structure(ids, offsets, kwargs, limits)
+        check_structure(ids, offsets, kwargs, limits)
     # compact.decode_ragged builds rows from non-negative gaps minus one: strictly ascending already.
     rows_ascending = layout == "compact"
     mask = SamplingMask(ids, offsets, vocab_size=vocab_size, metadata=metadata, validate=False, limits=limits, **kwargs)
     if validate:
         mask._validate(limits, rows_ascending=rows_ascending, widest=widest)
     return check_id_order(mask, id_order) if validate else mask
-
-
-def _check_structure(ids: np.ndarray, offsets: np.ndarray, arrays: Mapping[str, np.ndarray], limits: Limits) -> None:
-    """The O(1) checks kept when content validation is skipped: end points and array lengths."""
-    if offsets.size == 0 or int(offsets[0]) != 0 or int(offsets[-1]) != ids.size:
-        raise SamplingMaskError(ErrorCode.E_OFFSETS, "offsets must run from 0 to nnz", field="offsets")
-    num_rows = offsets.size - 1
-    check_count(num_rows, limits.max_rows, "row count", field="offsets")
-    cu = arrays.get("cu_seqlens")
-    if cu is not None and (cu.size == 0 or int(cu[0]) != 0 or int(cu[-1]) != num_rows):
-        raise SamplingMaskError(ErrorCode.E_SEGMENTS, "cu_seqlens must run from 0 to T", field="cu_seqlens")
-    for name in COMPANIONS:
-        arr = arrays.get(name)
-        expected = ids.size if name == "support_logprobs" else num_rows
-        if arr is not None and arr.size != expected:
-            raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {expected} values, got {arr.size}", field=name)

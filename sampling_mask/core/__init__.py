@@ -10,6 +10,7 @@ from __future__ import annotations
 from .errors import ErrorCode, SamplingMaskError
 from .limits import DEFAULT_LIMITS, LOCAL_FILE_LIMITS, Limits
 from .model import COMPANIONS, MASK_PROTOCOL_VERSION, METADATA_KEYS, SamplingMask, as_sampling_mask, concat
+from .optional import UnavailableError
 
 __all__ = [
     "COMPANIONS",
@@ -21,6 +22,7 @@ __all__ = [
     "METADATA_KEYS",
     "SamplingMask",
     "SamplingMaskError",
+    "UnavailableError",
     "as_sampling_mask",
     "concat",
 ]

@@ -11,18 +11,17 @@ Every function here is whole-array numpy: no per-row Python loop. Functions name
 from __future__ import annotations
 
 import importlib
-import itertools
 from typing import Any
 
 import numpy as np
 
+from .checks import as_host_array, asarray_checked, raise_at_first
 from .errors import ErrorCode, SamplingMaskError
 from .limits import Limits, check_count
 
 __all__ = [
     "OFFSETS_DTYPES",
     "PAD",
-    "as_float_array",
     "as_host_array",
     "as_int_array",
     "as_offsets_array",
@@ -53,61 +52,6 @@ _INT32_MAX = np.iinfo(np.int32).max
 OFFSETS_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 #: The largest id count int32 offsets can index; derived offsets past it are int64.
 INT32_OFFSETS_MAX = _INT32_MAX
-
-
-def asarray_checked(value: Any, *, field: str) -> np.ndarray:
-    """``np.asarray(value)``; ragged nesting or unconvertible objects are ``E_SHAPE``, not a bare ValueError;
-    Python lists mixing ``bool`` with ints (which numpy reads as integers) are ``E_DTYPE``."""
-    try:
-        arr = np.asarray(value)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise SamplingMaskError(
-            ErrorCode.E_SHAPE, f"not a rectangular array ({type(exc).__name__})", field=field
-        ) from None
-    if arr.dtype.kind in "iu" and arr.size and isinstance(value, (list, tuple)) and _holds_bools(value, arr.ndim):
-        raise SamplingMaskError(ErrorCode.E_DTYPE, "expected integers, not booleans", field=field)
-    return arr
-
-
-def _holds_bools(value: Any, ndim: int) -> bool:
-    """Whether nested lists ``ndim`` deep hold a ``bool`` (numpy reads ``[1, True]`` as integers)."""
-    items = value
-    for _ in range(ndim - 1):
-        items = itertools.chain.from_iterable(items)
-    kinds = set(map(type, items))
-    return bool in kinds or np.bool_ in kinds
-
-
-def as_host_array(value: Any, *, field: str = "array") -> np.ndarray:
-    """``value`` as a numpy array: numpy arrays as they are, torch tensors moved to CPU, lists converted.
-
-    Ragged nested lists are ``E_SHAPE`` (a bare ``ValueError`` from numpy was found by fuzzing:
-    fuzz/regressions/adapter_prime_rl/df4cf4ad322ed8ab.bin). Torch is never imported here: a tensor
-    is recognized by its ``detach`` and ``cpu`` methods.
-    """
-    if isinstance(value, np.ndarray):
-        return value
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, on any device
-        return np.asarray(value.detach().cpu().numpy())
-    return asarray_checked(value, field=field)
-
-
-def as_float_array(value: Any, *, field: str, size: int | None = None, ndim: int = 1) -> np.ndarray:
-    """``value`` (numpy, torch or lists of numbers, integers included) as a C-contiguous float32 array,
-    NaN / -inf kept; ``E_DTYPE`` for non-numbers, ``E_SHAPE`` for a wrong ``ndim`` or ``size``."""
-    try:
-        arr = as_host_array(value, field=field)
-    except (TypeError, ValueError) as exc:
-        raise SamplingMaskError(ErrorCode.E_DTYPE, f"not a float array: {exc}", field=field) from None
-    if arr.size == 0 and arr.dtype.kind in "iuO":
-        arr = arr.astype(np.float32).reshape((0,) * ndim)
-    if arr.dtype.kind not in "iuf":
-        raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected numbers, got {arr.dtype}", field=field)
-    if arr.ndim != ndim:
-        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {ndim} dimension(s), got {arr.ndim}", field=field)
-    if size is not None and arr.shape[0] != size:
-        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {size} values, got {arr.shape[0]}", field=field)
-    return np.ascontiguousarray(arr, dtype=np.float32)
 
 
 def as_int_array(
@@ -164,10 +108,7 @@ def offsets_dtype_for(nnz: int, *dtypes: np.dtype[Any]) -> np.dtype[Any]:
 def counts_to_offsets(counts: np.ndarray, *, field: str = "counts") -> np.ndarray:
     """int64 offsets [T+1] from per-row lengths; negative lengths are ``E_OFFSETS``."""
     if counts.size and counts.dtype.kind != "u" and int(counts.min()) < 0:
-        row = int(np.flatnonzero(counts < 0)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_OFFSETS, "row length is negative", field=field, row=row, value=int(counts[row])
-        )
+        raise_at_first(counts < 0, ErrorCode.E_OFFSETS, "row length is negative", field=field, values=counts)
     offsets = np.empty(counts.size + 1, dtype=np.int64)
     offsets[0] = 0
     offsets[1:] = counts  # widen first: a cumsum that casts as it goes runs 20-30x slower
@@ -244,10 +185,9 @@ def check_width(offsets: np.ndarray, widest: int, max_width: int) -> None:
     """``E_LIMIT`` naming the first of the widest rows when ``widest`` (the widest row of the checked
     ``offsets``) exceeds ``max_width``."""
     if widest > max_width:
-        row = int(np.flatnonzero(np.diff(offsets) == widest)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_LIMIT, f"row width {widest} exceeds the limit {max_width}", field="ids", row=row, value=widest
-        )
+        lengths = np.diff(offsets)
+        message = f"row width {widest} exceeds the limit {max_width}"
+        raise_at_first(lengths == widest, ErrorCode.E_LIMIT, message, field="ids", values=lengths)
 
 
 def check_segments(cu_seqlens: np.ndarray, num_rows: int, limits: Limits, *, field: str = "cu_seqlens") -> None:
@@ -642,14 +582,7 @@ def bitmask_to_ragged(bits: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np
     num_rows, row_bytes = bits.shape
     if vocab_size % 8 and num_rows:
         tail = bits[:, row_bytes - 1] >> (vocab_size % 8)
-        if tail.any():
-            row = int(np.flatnonzero(tail)[0])
-            raise SamplingMaskError(
-                ErrorCode.E_PADDING,
-                f"bit set at or past vocab_size {vocab_size}",
-                field="bitmask",
-                row=row,
-            )
+        raise_at_first(tail != 0, ErrorCode.E_PADDING, f"bit set at or past vocab_size {vocab_size}", field="bitmask")
     step = max(BITMASK_BLOCK // max(row_bytes, 1), 1)
     if step >= num_rows:
         return _bitmask_rows(bits)

@@ -17,13 +17,12 @@ import math
 import operator
 import pickle
 import types
-import warnings
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, SupportsIndex
 
 import numpy as np
 
-from . import layouts
+from . import checks, layouts
 from .errors import ErrorCode, SamplingMaskError
 from .limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
 
@@ -60,21 +59,6 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
         arr = arr.view()
         arr.flags.writeable = False
     return arr
-
-
-def _as_float_array(value: Any, *, field: str, size: int) -> np.ndarray:
-    arr = layouts.asarray_checked(value, field=field)
-    if arr.ndim != 1:
-        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected 1 dimension, got {arr.ndim}", field=field)
-    if arr.size == 0 and arr.dtype.kind in "iuO":
-        arr = arr.astype(np.float32)
-    if arr.dtype.kind != "f":
-        raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected a float array, got {arr.dtype}", field=field)
-    if arr.dtype != np.float32:
-        arr = arr.astype(np.float32)
-    if arr.size != size:
-        raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {size} values, got {arr.size}", field=field)
-    return np.ascontiguousarray(arr)
 
 
 def _check_metadata(metadata: Mapping[str, Any] | None) -> Mapping[str, _MetadataValue]:
@@ -311,7 +295,7 @@ class SamplingMask:
             ("support_logprobs", support_logprobs, ids_arr.size),
         ):
             if value is not None:
-                companions[name] = _as_float_array(value, field=name, size=size)
+                companions[name] = checks.as_float_array(value, field=name, size=size, integers=name == "temperature")
         self._ids = _readonly(ids_arr)
         self._offsets = _readonly(offsets_arr)
         self._offsets_int64 = None
@@ -806,16 +790,6 @@ class SamplingMask:
         fields.update({name: value for name, value in changes.items() if value is not _KEEP})
         return SamplingMask(self._ids, self._offsets, limits=limits, **fields)
 
-    def with_companions(self, **changes: Any) -> SamplingMask:
-        """Deprecated alias of :meth:`replace` (removed in the next release)."""
-        warnings.warn(
-            "SamplingMask.with_companions() is deprecated; use SamplingMask.replace()", DeprecationWarning, stacklevel=2
-        )
-        unknown = set(changes) - set(COMPANIONS) - {"cu_seqlens", "vocab_size", "metadata"}
-        if unknown:
-            raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown fields {sorted(unknown)}")
-        return self.replace(**changes)
-
     # ------------------------------------------------------------------ segments
     def take(self, segment_indices: Iterable[int] | np.ndarray) -> SamplingMask:
         """A mask of the given segments, in the given order (repeats allowed)."""
@@ -854,10 +828,15 @@ class SamplingMask:
         """Equal segmentation, equal row *sets*, and equal vocab_size, companions and metadata.
 
         Companions are compared in canonical row order (``support_logprobs`` follows its ids);
-        NaN equals NaN.
+        NaN equals NaN. ``other`` may be any object of the mask protocol (a mask of a vendored copy).
         """
         if not isinstance(other, SamplingMask):
-            return NotImplemented
+            if getattr(type(other), "__sampling_mask__", None) is None:
+                return NotImplemented
+            try:
+                other = as_sampling_mask(other)
+            except SamplingMaskError:
+                return NotImplemented
         if (
             self._vocab_size != other._vocab_size
             or not np.array_equal(self._cu_seqlens, other._cu_seqlens)

@@ -55,6 +55,7 @@ whatever device the inputs are on.
 
 from __future__ import annotations
 
+from . import _torch  # noqa: F401 - first: a missing torch is E_UNAVAILABLE with the extra to install
 from .diagnostics import ReplayDiagnostics, replay_diagnostics
 from .distributed import context_parallel_split, gather_rows
 from .inputs import EMPTY_ROW_POLICIES, MISSING_TARGET_POLICIES

@@ -1,0 +1,73 @@
+"""The core's shared input checks (issue 28): strict integers, float arrays with an explicit integer
+policy, and "raise at the first bad row"; one rule per use in the model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
+from sampling_mask.core import checks, layouts
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(3, True), (-1, True), (np.int64(3), True), (np.uint8(0), True), (True, False), (np.bool_(False), False)]
+    + [(3.0, False), ("3", False), (None, False), (np.float32(1), False)],
+)
+def test_is_int_means_an_integer_that_is_not_a_bool(value: object, expected: bool) -> None:
+    assert checks.is_int(value) is expected
+
+
+@pytest.mark.parametrize("integers", [True, False])
+def test_float_arrays_state_their_integer_policy(integers: bool) -> None:
+    got = checks.as_float_array([0.5, -np.inf, np.nan], field="x", integers=integers)
+    assert got.dtype == np.float32 and got.flags.c_contiguous
+    assert got[0] == pytest.approx(0.5) and np.isneginf(got[1]) and np.isnan(got[2])
+    assert checks.as_float_array([], field="x", integers=integers).shape == (0,)  # empty: any kind
+    if integers:
+        assert checks.as_float_array([1, 2], field="x", integers=True).tolist() == [1.0, 2.0]
+    else:
+        with pytest.raises(SamplingMaskError) as info:
+            checks.as_float_array(np.array([1, 2]), field="x", integers=False)
+        assert info.value.code is ErrorCode.E_DTYPE and info.value.field == "x"
+    for bad, code in (([True, False], ErrorCode.E_DTYPE), (["a"], ErrorCode.E_DTYPE), ([[1.0]], ErrorCode.E_SHAPE)):
+        with pytest.raises(SamplingMaskError) as info:
+            checks.as_float_array(bad, field="x", integers=integers)
+        assert info.value.code is code
+    with pytest.raises(SamplingMaskError) as info:
+        checks.as_float_array([1.0, 2.0], field="x", integers=integers, size=3)
+    assert info.value.code is ErrorCode.E_SHAPE and "expected 3 values" in info.value.message
+    with pytest.raises(SamplingMaskError) as info:
+        checks.as_float_array([[1.0], [2.0, 3.0]], field="x", integers=integers)  # ragged
+    assert info.value.code is ErrorCode.E_SHAPE
+
+
+def test_the_model_refuses_integer_logprobs_and_accepts_integer_temperatures() -> None:
+    rows = [[5, 1], [7]]
+    m = SamplingMask.from_rows(rows, temperature=[1, 2])  # a temperature of 1 is an int
+    assert m.temperature is not None and m.temperature.dtype == np.float32
+    assert m.temperature.tolist() == [1.0, 2.0]
+    for name, value in (("sampled_logprobs", [0, 0]), ("support_logprobs", [5, 1, 7])):
+        with pytest.raises(SamplingMaskError) as info:  # token ids passed in the wrong field, most likely
+            SamplingMask.from_rows(rows, **{name: value})
+        assert info.value.code is ErrorCode.E_DTYPE and info.value.field == name
+
+
+def test_raise_at_first_names_the_first_bad_row_and_its_value() -> None:
+    values = np.array([3, -2, 5, -7])
+    checks.raise_at_first(values > 10, ErrorCode.E_RANGE, "too big", field="v", values=values)  # none: no error
+    checks.raise_at_first(np.zeros(0, bool), ErrorCode.E_RANGE, "empty", field="v")
+    with pytest.raises(SamplingMaskError) as info:
+        checks.raise_at_first(values < 0, ErrorCode.E_RANGE, "negative", field="v", values=values)
+    err = info.value
+    assert (err.code, err.row, err.value, err.field) == (ErrorCode.E_RANGE, 1, -2, "v")
+    assert type(err.value) is int  # a Python scalar, JSON-ready
+    with pytest.raises(SamplingMaskError) as info:
+        layouts.counts_to_offsets(np.array([2, 0, -1, -3]))
+    assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_OFFSETS, 2, -1)
+
+
+def test_the_layouts_still_offer_the_host_array_helpers() -> None:
+    assert layouts.as_host_array is checks.as_host_array and layouts.asarray_checked is checks.asarray_checked
+    assert not hasattr(layouts, "as_float_array")  # one spelling, with its integer policy, in checks
