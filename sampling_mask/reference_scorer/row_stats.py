@@ -345,7 +345,7 @@ class HiddenSource:
     def tile_backward(self, rows: torch.Tensor, c0: int, c1: int, gz: torch.Tensor) -> None:
         grad_hidden, grad_weight = self._zero_grads()
         if grad_hidden is not None:
-            grad_hidden.index_add_(0, rows, gz @ self.weight[c0:c1].to(self.dtype))
+            grad_hidden.index_add_(0, rows, _blocked_matmul(gz, self.weight[c0:c1], self.dtype))
         if grad_weight is not None:
             gw = gz.T @ self.hidden_acc.index_select(0, rows)
             if self.direct:
@@ -365,6 +365,20 @@ class HiddenSource:
         grad_hidden = None if self.grad_hidden is None else self.grad_hidden.to(self.hidden.dtype)
         grad_bias = None if self.grad_bias is None or self.bias is None else self.grad_bias.to(self.bias.dtype)
         return (grad_hidden, self.grad_weight, grad_bias)
+
+
+def _blocked_matmul(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``a [R, K] @ b [K, d]`` in ``dtype`` (b widened block by block), K in blocks of ``ROW_BAG``
+    whose products are added in ``SUM_DTYPE``: a BLAS matrix-vector product (one row) sums all K
+    terms sequentially in fp32 (1.3e-5 off at K = 151,936 against 1e-7 in blocks)."""
+    k = a.shape[1]
+    if k <= ROW_BAG:
+        return a @ b.to(dtype)
+    acc = torch.zeros((a.shape[0], b.shape[1]), dtype=SUM_DTYPE, device=a.device)
+    for k0 in range(0, k, ROW_BAG):
+        k1 = min(k0 + ROW_BAG, k)
+        acc += (a[:, k0:k1] @ b[k0:k1].to(dtype)).to(SUM_DTYPE)
+    return acc.to(dtype)
 
 
 _SOURCES: dict[str, Any] = {"logits": LogitsSource, "hidden": HiddenSource}
