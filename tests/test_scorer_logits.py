@@ -246,6 +246,30 @@ def test_row_counters_say_what_happened():
     assert (full.empty_rows, full.empty_rows_full_vocab, full.no_target_rows) == (0, 0, 3)
 
 
+@pytest.mark.parametrize("tau", [0.7, 2, np.float64(0.7), torch.tensor(0.7)])
+def test_scalar_temperature_companion(tau):
+    """Issue 26: the temperature companion takes a scalar wherever the scorer's ``temperature=`` does."""
+    rows = [[1, 2], [3], [0, 4, 5]]
+    logits = torch.from_numpy(np.random.default_rng(5).normal(0, 2, (3, 6)))
+    want = masked_logprobs(
+        logits, (torch.tensor([1, 2, 3, 0, 4, 5]), torch.tensor([0, 2, 3, 6])), [2, 3, 5], temperature=tau
+    )
+    built = [
+        SamplingMask.from_rows(rows, vocab_size=6, sampled_token_ids=[2, 3, 5], temperature=tau),
+        SamplingMask.from_ragged([1, 2, 3, 0, 4, 5], [0, 2, 3, 6], sampled_token_ids=[2, 3, 5], temperature=tau),
+        SamplingMask.from_counts([1, 2, 3, 0, 4, 5], [2, 1, 3], sampled_token_ids=[2, 3, 5], temperature=tau),
+        SamplingMask.from_rows(rows, sampled_token_ids=[2, 3, 5]).replace(temperature=tau),
+    ]
+    for mask in built:
+        assert mask.temperature.shape == (3,) and np.allclose(mask.temperature, float(tau))
+        got = masked_logprobs(logits, mask)  # temperature from the companion
+        torch.testing.assert_close(got.logprobs, want.logprobs, rtol=1e-6, atol=1e-6)
+    for bad, code in ((True, ErrorCode.E_DTYPE), ("0.7", ErrorCode.E_DTYPE), (0.0, ErrorCode.E_RANGE)):
+        with pytest.raises(SamplingMaskError) as err:
+            SamplingMask.from_rows(rows, temperature=bad)
+        assert err.value.code is code and err.value.field == "temperature"
+
+
 def test_bad_policy_and_targets_rejected():
     logits, mask, _, targets = _policy_case()
     z = torch.from_numpy(logits)
