@@ -95,7 +95,7 @@ def reference(z: torch.Tensor, keep: torch.Tensor, targets: torch.Tensor) -> dic
     p = logp.exp()
     entropy = -torch.where(keep, p * logp, torch.zeros_like(p)).sum(dim=1)
     grad = -p
-    grad[torch.arange(z.shape[0]), targets] += 1
+    grad[torch.arange(z.shape[0], device=z.device), targets.to(z.device)] += 1
     return dict(logprobs=logp.gather(1, targets[:, None])[:, 0], entropy=entropy, grad=grad)
 
 
