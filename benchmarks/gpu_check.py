@@ -221,42 +221,23 @@ def check_dtype(
 
         return run
 
-    def judge_logits(name: str, run: Callable[[], Any]) -> None:
+    def judge(name: str, run: Callable[[], Any], path: str) -> None:
+        """Log-probs, entropy and the gradient (logits, or hidden states) of ``path`` against float64."""
         (out, grad), seconds, peak = measure(run, device, repeats)
+        exact, ref = (exact_logits, ref_logits) if path == "logits" else (exact_hidden, ref_hidden)
+        key = "grad" if path == "logits" else "grad_hidden"
+        scaled = grad * tau if path == "logits" else grad  # d / d logits, not d / d (logits / tau)
         errors = {
-            "logp": (
-                error(out.logprobs, exact_logits["logprobs"]),
-                error(ref_logits["logprobs"], exact_logits["logprobs"]),
-            ),
-            "H": (error(out.entropy, exact_logits["entropy"]), error(ref_logits["entropy"], exact_logits["entropy"])),
-            "grad": (error(grad * tau, exact_logits["grad"]), error(ref_logits["grad"], exact_logits["grad"])),
+            "logp": (error(out.logprobs, exact["logprobs"]), error(ref["logprobs"], exact["logprobs"])),
+            "H": (error(out.entropy, exact["entropy"]), error(ref["entropy"], exact["entropy"])),
+            key: (error(scaled, exact[key]), error(ref[key], exact[key])),
         }
         # a bf16 gradient is rounded to bf16 on the way out: judge its values only
-        ok = all(
-            within(e, r, factor) for k, (e, r) in errors.items() if r is not None and (k != "grad" or factor == 2.0)
-        )
-        if dtype == torch.float32:
+        ok = all(within(e, r, factor) for k, (e, r) in errors.items() if k != key or factor == 2.0)
+        if path == "logits" and dtype == torch.float32:
             row_sum = float(grad.double().sum(dim=1).abs().max())
             errors["grad row sum"] = (row_sum, None)
             ok = ok and row_sum <= 1e-5
-        report.row(f"{label} {name}", seconds, peak, errors, ok)
-
-    def judge_hidden(name: str, run: Callable[[], Any]) -> None:
-        (out, grad), seconds, peak = measure(run, device, repeats)
-        errors = {
-            "logp": (
-                error(out.logprobs, exact_hidden["logprobs"]),
-                error(ref_hidden["logprobs"], exact_hidden["logprobs"]),
-            ),
-            "H": (error(out.entropy, exact_hidden["entropy"]), error(ref_hidden["entropy"], exact_hidden["entropy"])),
-            "grad h": (
-                error(grad, exact_hidden["grad_hidden"]),
-                error(ref_hidden["grad_hidden"], exact_hidden["grad_hidden"]),
-            ),
-        }
-        ok = all(
-            within(e, r, factor) for k, (e, r) in errors.items() if r is not None and (k != "grad h" or factor == 2.0)
-        )
         report.row(f"{label} {name}", seconds, peak, errors, ok)
 
     def judge_entropy(name: str, run: Callable[[], Any], exact: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]):
@@ -264,9 +245,9 @@ def check_dtype(
         errors = {"H": (error(out.entropy, exact["entropy"]), error(ref["entropy"], exact["entropy"]))}
         report.row(f"{label} {name}", seconds, peak, errors, all(within(e, r, factor) for e, r in errors.values()))
 
-    judge_logits("masked_logprobs (+ entropy), fwd+bwd", logits_run())
+    judge("masked_logprobs (+ entropy), fwd+bwd", logits_run(), "logits")
     judge_entropy("masked_entropy, fwd", lambda: masked_entropy(logits, mask), exact_logits, ref_logits)
-    judge_hidden("masked_logprobs_from_hidden (+ H, bias), fwd+bwd", hidden_run())
+    judge("masked_logprobs_from_hidden (+ H, bias), fwd+bwd", hidden_run(), "hidden")
     judge_entropy(
         "masked_entropy_from_hidden, fwd",
         lambda: masked_entropy_from_hidden(hidden, weight, mask, bias=bias),
@@ -274,8 +255,8 @@ def check_dtype(
         ref_hidden,
     )
     with one_rank_group(device) as group:
-        judge_logits("masked_logprobs, vocab_group (1 rank)", logits_run(vocab_group=group))
-        judge_hidden("from_hidden, vocab_group (1 rank)", hidden_run(vocab_group=group))
+        judge("masked_logprobs, vocab_group (1 rank)", logits_run(vocab_group=group), "logits")
+        judge("from_hidden, vocab_group (1 rank)", hidden_run(vocab_group=group), "hidden")
     check_audit(report, label, mask, logits, hidden, weight, bias, logits_r, device, repeats)
 
 

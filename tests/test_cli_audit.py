@@ -193,15 +193,15 @@ def test_narrower_logits_name_their_width(rollout, capsys):
 
 def test_plot_panels_match_the_help(rollout, capsys):
     """The third histogram is the logit-drift part when rollout log-probs are known, else titled the support part."""
-    from sampling_mask.cli.audit import _panels
+    from sampling_mask.cli.audit import plot_panels
     from sampling_mask.reference_scorer import audit
 
     path, z = rollout
     mask = sm.load(path / "good.json")
     report = audit(mask, z, temperature=0.7, top_k=5, top_p=0.9)
-    assert "support part" in _panels(report)[2][0] and "drift" not in _panels(report)[2][0].split(";")[0]
+    assert "support part" in plot_panels(report)[2][0] and "drift" not in plot_panels(report)[2][0].split(";")[0]
     with_rollout = audit(mask, z, temperature=0.7, top_k=5, top_p=0.9, rollout_logprobs=np.full(mask.num_rows, -1.0))
-    title, values = _panels(with_rollout)[2]
+    title, values = plot_panels(with_rollout)[2]
     assert "drift" in title and np.allclose(values, with_rollout.drift_part[with_rollout.compared])
     assert main(["audit", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())

@@ -23,7 +23,7 @@ from ._source import check_input, open_input, read_all
 from .stats import _require_matplotlib
 from .validate import _read_sampled
 
-__all__ = ["add_parser", "read_logits", "run"]
+__all__ = ["add_parser", "plot_panels", "read_logits", "run"]
 
 #: safetensors dtype names this reader accepts and their numpy storage (bf16 as raw 16-bit words).
 _SAFETENSORS_DTYPES = {"F64": ("<f8", None), "F32": ("<f4", None), "F16": ("<f2", None), "BF16": ("<i2", "bfloat16")}
@@ -217,7 +217,7 @@ def _report_lines(path: Path, summary: dict[str, Any], params: dict[str, Any], r
     return lines
 
 
-def _panels(report: Any) -> list[tuple[str, Any]]:
+def plot_panels(report: Any) -> list[tuple[str, Any]]:
     """(title, values over the compared rows) of each histogram: Jaccard, recorded mass, then the
     logit-drift part of the log-prob mismatch (replay - rollout) when the rollout's log-probs are
     known; without them, the support part (full - replay), titled so."""
@@ -237,7 +237,7 @@ def _plot(out: Path, report: Any, source: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    panels = _panels(report)
+    panels = plot_panels(report)
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
     for ax, (title, values) in zip(np.atleast_1d(axes), panels, strict=True):
         finite = values[np.isfinite(values)]
