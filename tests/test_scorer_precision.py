@@ -154,3 +154,10 @@ def test_wide_hidden_gradient_chunks_agree():
         grads.append(h.grad)
     for g in grads[1:]:
         assert torch.allclose(g, grads[0], rtol=0, atol=2e-6)
+
+
+def test_sums_in_float64_except_where_there_is_none():
+    from sampling_mask.reference_scorer.row_stats import SUM_DTYPE, sum_dtype
+
+    assert SUM_DTYPE == torch.float64 and sum_dtype(torch.device("cpu")) == torch.float64
+    assert sum_dtype(torch.device("mps")) == torch.float32  # Apple MPS has no float64

@@ -27,8 +27,9 @@ values and gradients.
 Precision at any row width: the terms are formed in the accumulation dtype (fp32 for fp32 / bf16 /
 fp16 inputs), but per-row sums never run sequentially in fp32 over a row: S and A over the pairs
 are summed in ``SUM_DTYPE`` (float64), tiles are summed blocked (``Tensor.sum``) and merged in
-float64, and the hidden gradient of a row with more than ``ROW_BAG`` pairs is summed in bags of
-``ROW_BAG`` pairs whose partial sums are added in float64. The error against a float64 computation
+float64, the hidden gradient of a row with more than ``ROW_BAG`` pairs is summed in bags of
+``ROW_BAG`` pairs whose partial sums are added in float64, and that of a one-row tile (a
+matrix-vector product, which BLAS sums sequentially) in blocks of ``ROW_BAG``. The error against a float64 computation
 is then that of ``masked_fill`` + ``torch.logsumexp`` in fp32 at every width (a sequential fp32
 ``index_add_`` lost 2.2e-4 at 151,936 ids), and softmax-gradient rows sum to 0 within about 1e-7.
 ``HiddenSource`` (the lm-head logits) also serves the mask audit, which forms logits tile by tile.
@@ -55,6 +56,7 @@ __all__ = [
     "merge",
     "rescale",
     "safe_shift",
+    "sum_dtype",
     "tile_shape",
 ]
 
@@ -67,6 +69,7 @@ TILE_TEMPORARIES = 6
 PAIR_TEMPORARIES = 3
 #: The dtype per-row sums (S, A) accumulate in, whatever the accumulation dtype: float64, so that
 #: their error does not grow with the row's width (fp32 / bf16 / fp16 terms are exact in float64).
+#: Devices without float64 (Apple MPS) sum in fp32 (:func:`sum_dtype`).
 SUM_DTYPE = torch.float64
 #: Pairs per partial sum of a row's hidden gradient (pair path): rows with more pairs are summed in
 #: bags of this many, then the bags in ``SUM_DTYPE``; rows with at most this many take one bag each.
@@ -90,6 +93,11 @@ class LocalPlan:
     chunk_size: int | None  # cap on every chunk (None: the byte budget alone)
     max_chunk_bytes: int
     dtype: torch.dtype  # accumulation dtype
+
+
+def sum_dtype(device: torch.device) -> torch.dtype:
+    """``SUM_DTYPE``, or float32 on a device without float64 (``mps``)."""
+    return torch.float32 if device.type == "mps" else SUM_DTYPE
 
 
 def chunk_length(unit_bytes: int, max_chunk_bytes: int, cap: int | None = None) -> int:
@@ -326,16 +334,16 @@ class HiddenSource:
         ordinal = torch.arange(num_bags, device=device) - first[bag_row]
         bag_start = torch.minimum(offsets[:-1][bag_row] + ordinal * ROW_BAG, offsets[1:][bag_row])
         bounds = [*bag_start.tolist(), cols.numel()]
-        acc = torch.zeros((plan.num_rows, self.dim), dtype=SUM_DTYPE, device=device)
+        acc = torch.zeros((plan.num_rows, self.dim), dtype=sum_dtype(device), device=device)
         elem = self.hidden_acc.element_size()
-        unit = self.dim * (2 * elem + torch.finfo(SUM_DTYPE).bits // 8) * (1 if self.direct else ROW_BAG)
+        unit = self.dim * (2 * elem + acc.element_size()) * (1 if self.direct else ROW_BAG)
         for b0, b1 in _chunks(num_bags, chunk_length(unit, plan.max_chunk_bytes, plan.chunk_size)):
             p0, p1 = bounds[b0], bounds[b1]
             sel = cols[p0:p1]
             table = self.weight if self.direct else self.weight.index_select(0, sel).to(self.dtype)
             index = sel if self.direct else torch.arange(p1 - p0, device=device)
             part = bag(index, table, bag_start[b0:b1] - p0, mode="sum", per_sample_weights=gz[p0:p1])
-            acc.index_add_(0, bag_row[b0:b1], part.to(SUM_DTYPE))
+            acc.index_add_(0, bag_row[b0:b1], part.to(acc.dtype))
         return acc.to(self.dtype)
 
     def _bias_backward(self, cols: torch.Tensor, gz: torch.Tensor) -> None:
@@ -378,9 +386,9 @@ def _blocked_matmul(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> tor
     blocks = k // ROW_BAG
     main = blocks * ROW_BAG
     parts = torch.bmm(a[:, :main].reshape(blocks, 1, ROW_BAG), b[:main].to(dtype).reshape(blocks, ROW_BAG, -1))
-    out = parts[:, 0].to(SUM_DTYPE).sum(dim=0, keepdim=True)
+    out = parts[:, 0].to(sum_dtype(a.device)).sum(dim=0, keepdim=True)
     if main < k:
-        out += (a[:, main:] @ b[main:].to(dtype)).to(SUM_DTYPE)
+        out += (a[:, main:] @ b[main:].to(dtype)).to(out.dtype)
     return out.to(dtype)
 
 
@@ -425,15 +433,15 @@ def _forward(src: Any, plan: LocalPlan) -> tuple[torch.Tensor, torch.Tensor, tor
     for r0, r1 in row_chunks:
         fr, ft = plan.full_rows[r0:r1], plan.full_target_cols[r0:r1]
         tau = plan.tau[fr][:, None]
-        fm = torch.full((fr.numel(),), float("-inf"), dtype=SUM_DTYPE, device=device)
+        fm = torch.full((fr.numel(),), float("-inf"), dtype=sum_dtype(device), device=device)
         fs, fa = torch.zeros_like(fm), torch.zeros_like(fm)
         fz = torch.zeros(fr.numel(), dtype=dtype, device=device)
         for c0, c1 in col_chunks:
             ut = src.tile_logits(fr, c0, c1) / tau
             tm = ut.amax(dim=1)
             e, d, _ = _local_terms(ut, safe_shift(tm)[:, None])
-            tile_s, tile_a = e.sum(dim=1).to(SUM_DTYPE), (e * d).sum(dim=1).to(SUM_DTYPE)  # blocked sums
-            fm, fs, fa = merge(fm, fs, fa, tm.to(SUM_DTYPE), tile_s, tile_a)  # tiles merged in float64
+            tile_s, tile_a = e.sum(dim=1).to(fm.dtype), (e * d).sum(dim=1).to(fm.dtype)  # blocked sums
+            fm, fs, fa = merge(fm, fs, fa, tm.to(fm.dtype), tile_s, tile_a)  # tiles merged in float64
             hit_rows, hit_cols = _tile_target_hits(ft, c0, c1)
             fz[hit_rows] = ut[hit_rows, hit_cols]
         m[fr], s[fr], a[fr], zy[fr] = fm.to(dtype), fs.to(dtype), fa.to(dtype), fz
@@ -446,13 +454,13 @@ def _pair_sums(plan: LocalPlan, u: torch.Tensor, shift: torch.Tensor) -> tuple[t
     far below one fp32 rounding at any width (a sequential fp32 ``index_add_`` lost about n * 1e-9,
     2e-4 at 151,936 ids)."""
     rows = plan.pair_rows
-    s = torch.zeros(plan.num_rows, dtype=SUM_DTYPE, device=u.device)
+    s = torch.zeros(plan.num_rows, dtype=sum_dtype(u.device), device=u.device)
     a = torch.zeros_like(s)
     unit = 48  # bytes per pair of the chunk's temporaries: e, d, e * d, flags, two float64 copies
     for i, j in _chunks(u.numel(), chunk_length(unit, plan.max_chunk_bytes, plan.chunk_size)):
         e, d, _ = _local_terms(u[i:j], shift[rows[i:j]])
-        s.index_add_(0, rows[i:j], e.to(SUM_DTYPE))
-        a.index_add_(0, rows[i:j], (e * d).to(SUM_DTYPE))
+        s.index_add_(0, rows[i:j], e.to(s.dtype))
+        a.index_add_(0, rows[i:j], (e * d).to(s.dtype))
     return s.to(plan.dtype), a.to(plan.dtype)
 
 
