@@ -18,6 +18,10 @@ Default (what ``sampling-mask bench`` prints in its section 6, about 70 s on two
 ``--full-vocab`` runs the issue-7 comparisons at T = 2048 (``--small``: V = 32768, d = 256, T = 512)
 with measured peak memory, as before (several minutes; the baselines take 20-50 s a run here).
 ``--quick`` runs the default on tiny sizes (V = 2048, d = 32, T = 64 / 256) without memory figures.
+``--against REV`` times today's scorer against its ``row_stats.py`` at git revision REV (loaded
+beside it, ``RowStats`` swapped round-robin in one process) at section 6's sizes plus rows as wide
+as the vocabulary and empty rows, with the peak RSS growth of each (issue 26: ``--against 1798eb0``;
+run with ``MALLOC_MMAP_THRESHOLD_=65536``).
 
 Supports are drawn like real runs by ``sampling_mask.synthetic.rollout`` (top_k 512, top_p 0.95: about
 46% singletons, median 2, mean about 8); the printed line shows the drawn statistics.
