@@ -18,6 +18,10 @@ Default (what ``sampling-mask bench`` prints in its section 6, about 70 s on two
 ``--full-vocab`` runs the issue-7 comparisons at T = 2048 (``--small``: V = 32768, d = 256, T = 512)
 with measured peak memory, as before (several minutes; the baselines take 20-50 s a run here).
 ``--quick`` runs the default on tiny sizes (V = 2048, d = 32, T = 64 / 256) without memory figures.
+``--against REV`` times today's scorer against its ``row_stats.py`` at git revision REV (loaded
+beside it, ``RowStats`` swapped round-robin in one process) at section 6's sizes plus rows as wide
+as the vocabulary and empty rows, with the peak RSS growth of each (issue 26: ``--against 1798eb0``;
+run with ``MALLOC_MMAP_THRESHOLD_=65536``).
 
 Supports are drawn like real runs by ``sampling_mask.synthetic.rollout`` (top_k 512, top_p 0.95: about
 46% singletons, median 2, mean about 8); the printed line shows the drawn statistics.
@@ -305,6 +309,131 @@ def report(quick: bool, repeats: int) -> dict[str, Any]:
     return figures
 
 
+# --------------------------------------------------------------------------- against an older scorer
+def _old_row_stats(rev: str) -> Any:
+    """``reference_scorer/row_stats.py`` as of git revision ``rev``, loaded as a module beside today's."""
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    src = subprocess.run(
+        ["git", "show", f"{rev}:sampling_mask/reference_scorer/row_stats.py"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    spec = importlib.util.spec_from_loader(f"row_stats_{rev}", loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    exec(compile(src, f"row_stats@{rev}", "exec"), module.__dict__)  # noqa: S102 - this repository's own history
+    return module
+
+
+def _rss_growth(fn: Callable[[dict[str, Any]], None], c: dict[str, Any]) -> int:
+    """Peak resident set growth of one run (``VmHWM`` after resetting it; see the module docstring)."""
+    reset_grads(c)
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = _status_kib("VmRSS") * 1024
+    fn(c)
+    return _status_kib("VmHWM") * 1024 - before
+
+
+def _wide_case(path: str, rows: int, vocab: int, dim: int, empty: bool = False) -> dict[str, Any]:
+    """``rows`` rows of width ``vocab`` (or empty rows, scored over the vocabulary through tiles)."""
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(rows, dim, generator=gen).requires_grad_()
+    weight = (torch.randn(vocab, dim, generator=gen) * (3.0 / dim**0.5)).requires_grad_()
+    width = 0 if empty else vocab
+    ids = torch.arange(width).repeat(rows)
+    c = dict(hidden=hidden, weight=weight, mask=(ids, torch.arange(rows + 1) * width), targets=torch.arange(rows) * 7)
+    if path == "logits":
+        with torch.no_grad():
+            c["logits"] = (hidden @ weight.T).requires_grad_()
+    return c
+
+
+def against(rev: str, quick: bool, repeats: int) -> None:
+    """Today's scorer against its ``row_stats`` at ``rev``, side by side in this process: time (round-robin
+    medians of ``RowStats`` swapped in and out) and peak RSS growth of one run each (the smaller of two;
+    run with ``MALLOC_MMAP_THRESHOLD_=65536`` so that freed memory leaves, as ``measure_peak`` does)."""
+    from sampling_mask.reference_scorer import row_stats, scoring
+
+    variants = {"old": _old_row_stats(rev).RowStats, "new": row_stats.RowStats}
+
+    def use(name: str) -> None:
+        scoring.RowStats = variants[name]  # type: ignore[misc]
+
+    def wide(path: str) -> Callable[[dict[str, Any]], None]:
+        def run(c: dict[str, Any]) -> None:
+            if path == "logits":
+                out = masked_logprobs(c["logits"], c["mask"], c["targets"], temperature=1.0)
+            else:
+                out = masked_logprobs_from_hidden(c["hidden"], c["weight"], c["mask"], c["targets"], temperature=1.0)
+            out.logprobs.sum().backward()
+
+        return run
+
+    cfg = SIZES["tiny4x" if quick else "issue7"]
+    cases: list[tuple[str, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], None]]] = [
+        (f"hidden, T={SIZES[size]['tokens']} (section 6)", lambda size=size: build(size), hidden_ours)
+        for size in (("warmup", "tiny4x") if quick else ("full", "full8k"))
+    ]
+    cases += [
+        (f"hidden, T={cfg['tokens']} (issue 7)", lambda: build("tiny4x" if quick else "issue7"), hidden_ours),
+        (
+            f"logits, T={cfg['tokens']} (issue 7)",
+            lambda: with_logits(build("tiny4x" if quick else "issue7")),
+            logits_ours,
+        ),
+    ]
+    for path in ("logits", "hidden"):
+        cases.append(
+            (
+                f"{path}, 4 rows of width {cfg['vocab']}",
+                lambda p=path: _wide_case(p, 4, cfg["vocab"], cfg["dim"]),
+                wide(path),
+            )
+        )
+    cases.append(
+        (
+            "hidden, 4 empty rows (tiles)",
+            lambda: _wide_case("hidden", 4, cfg["vocab"], cfg["dim"], True),
+            wide("hidden"),
+        )
+    )
+    print(
+        f"scorer now vs row_stats at {rev}, fwd+bwd fp32, V={cfg['vocab']} d={cfg['dim']}, "
+        f"{torch.get_num_threads()} threads, medians of {repeats} round-robin; peak RSS growth of one run"
+    )
+    mib = 1 << 20
+    for label, make, fn in cases:
+        c = make()
+
+        def timed(name: str, c: dict[str, Any] = c, fn: Callable[[dict[str, Any]], None] = fn) -> Callable[[], None]:
+            def once() -> None:
+                use(name)
+                reset_grads(c)
+                fn(c)
+
+            return once
+
+        t = race({"old": timed("old"), "new": timed("new")}, repeats)
+        peak: dict[str, int] = {}
+        for name in ("old", "new", "old", "new"):
+            use(name)
+            grown = _rss_growth(fn, c)
+            peak[name] = min(peak.get(name, grown), grown)
+        use("new")
+        print(
+            f"  {label}: time {t['old']:.4f} s -> {t['new']:.4f} s (ratio {t['new'] / t['old']:.3f}); "
+            f"peak {peak['old'] / mib:.1f} -> {peak['new'] / mib:.1f} MiB (ratio {peak['new'] / max(peak['old'], 1):.3f})"
+        )
+        del c
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, no memory figures")
@@ -315,6 +444,11 @@ def main(argv: list[str] | None = None) -> int:
         "--baseline-repeats", type=int, default=None, help="runs of the (20-40x slower) baselines (default: --repeats)"
     )
     parser.add_argument("--logits", action="store_true", help="with --full-vocab: also the logits path")
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="compare with the scorer's row_stats.py at git revision REV, side by side (e.g. 1798eb0, issue 26)",
+    )
     parser.add_argument("--child", choices=sorted(METHODS), help=argparse.SUPPRESS)
     parser.add_argument("--size", choices=sorted(SIZES), default="full", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
@@ -324,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     if args.child:
         child_peak(args.child, size)
+        return 0
+    if args.against:
+        against(args.against, args.quick, args.repeats)
         return 0
     if not args.full_vocab:
         report(args.quick, args.repeats)

@@ -143,3 +143,66 @@ def test_usage_errors(rollout, capsys):
     np.save(path / "short.npy", np.zeros((3, 48), dtype=np.float32))
     assert main(["audit", str(path / "good.json"), "--logits", str(path / "short.npy")]) == 2
     assert "E_SHAPE" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- issue 28: what the audit prints
+def test_prints_the_temperature_it_used(rollout, capsys):
+    """The companion's temperature is named, not "temperature off" / null."""
+    path, z = rollout
+    mask = sm.load(path / "good.json")
+    sm.save(mask.replace(temperature=0.7), path / "tau.json")
+    assert main(["audit", str(path / "tau.json"), "--logits", str(path / "logits.npy")]) == 0
+    text = capsys.readouterr().out
+    assert "temperature 0.7" in text and "temperature companion" in text and "temperature off" not in text
+    main(["audit", str(path / "tau.json"), "--logits", str(path / "logits.npy"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert (
+        doc["parameters"]["temperature"] == pytest.approx(0.7)
+        and "companion" in doc["parameters"]["temperature_source"]
+    )
+    per_row = np.linspace(0.5, 1.0, mask.num_rows)
+    sm.save(mask.replace(temperature=per_row), path / "rows.json")
+    main(["audit", str(path / "rows.json"), "--logits", str(path / "logits.npy"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["parameters"]["temperature"] == pytest.approx({"min": 0.5, "max": 1.0})
+    main(["audit", str(path / "good.json"), "--logits", str(path / "logits.npy"), "--json"])  # nothing given: 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["parameters"]["temperature"] == 1.0 and doc["parameters"]["temperature_source"] == "the default"
+
+
+def test_says_when_it_compares_against_no_truncation(rollout, capsys):
+    path, z = rollout
+    bare = sm.load(path / "good.json").replace(metadata=None)
+    sm.save(bare, path / "bare.json")
+    assert main(["audit", str(path / "bare.json"), "--logits", str(path / "logits.npy")]) == 1
+    text = capsys.readouterr().out
+    assert "note: no top_k, top_p or min_p" in text and "no truncation" in text
+    main(["audit", str(path / "bare.json"), "--logits", str(path / "logits.npy"), "--json"])
+    assert any("no truncation" in note for note in json.loads(capsys.readouterr().out)["notes"])
+    main(["audit", str(path / "good.json"), "--logits", str(path / "logits.npy"), "--temperature", "0.7"])
+    assert "no truncation" not in capsys.readouterr().out  # top_k / top_p in the metadata
+
+
+def test_narrower_logits_name_their_width(rollout, capsys):
+    path, z = rollout
+    np.save(path / "narrow.npy", z[:, :40].numpy())
+    assert main(["audit", str(path / "good.json"), "--logits", str(path / "narrow.npy")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "40 columns" in err and "vocab_size is 48" in err and "E_RANGE" in err and "V = 40" not in err
+
+
+def test_plot_panels_match_the_help(rollout, capsys):
+    """The third histogram is the logit-drift part when rollout log-probs are known, else titled the support part."""
+    from sampling_mask.cli.audit import plot_panels
+    from sampling_mask.reference_scorer import audit
+
+    path, z = rollout
+    mask = sm.load(path / "good.json")
+    report = audit(mask, z, temperature=0.7, top_k=5, top_p=0.9)
+    assert "support part" in plot_panels(report)[2][0] and "drift" not in plot_panels(report)[2][0].split(";")[0]
+    with_rollout = audit(mask, z, temperature=0.7, top_k=5, top_p=0.9, rollout_logprobs=np.full(mask.num_rows, -1.0))
+    title, values = plot_panels(with_rollout)[2]
+    assert "drift" in title and np.allclose(values, with_rollout.drift_part[with_rollout.compared])
+    assert main(["audit", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "logit-drift part of the log-prob mismatch" in help_text and "the support part" in help_text

@@ -217,7 +217,8 @@ def test_policies(empty_rows, missing_target):
         assert bool(got.valid[1]) and not bool(got.replayed[1])
     else:
         assert np.isnan(lp[1]) and np.isnan(ent[1]) and not bool(got.valid[1])
-    assert got.empty_rows == 1
+    assert got.empty_rows == 2 and got.no_target_rows == 1  # rows 1 and 4 are empty; row 4 has no target
+    assert got.empty_rows_full_vocab == (1 if empty_rows == "full" else 0)
     if missing_target == "full":
         np.testing.assert_allclose(lp[[3, 5]], full_logp[[3, 5]], rtol=1e-12)
         np.testing.assert_allclose(ent[[3, 5]], full_ent[[3, 5]], rtol=1e-12)
@@ -226,6 +227,47 @@ def test_policies(empty_rows, missing_target):
         assert np.all(np.isneginf(lp[[3, 5]])) and bool(got.valid[3]) and bool(got.replayed[3])
         np.testing.assert_allclose(ent[[3, 5]], support_ent[[3, 5]], rtol=1e-12)
     assert got.missing_target_rows == 2
+
+
+def test_row_counters_say_what_happened():
+    """Issue 26: empty rows without a target are counted as empty (``empty_rows`` once read 0 for them)."""
+    logits = torch.from_numpy(np.random.default_rng(4).normal(0, 1, (7, 12)))
+    mask = SamplingMask.from_rows([[1, 2], [], [], [3], [], [4, 5], [6]], vocab_size=12)
+    targets = np.array([2, -1, -1, 9, 11, -100, 6])  # rows 1, 2 empty without a target; row 5 ignore_index
+    got = masked_logprobs(logits, mask, targets, missing_target="full")
+    assert (got.empty_rows, got.empty_rows_full_vocab, got.no_target_rows, got.missing_target_rows) == (3, 1, 3, 1)
+    assert got.valid.tolist() == [True, False, False, True, True, False, True]
+    assert got.replayed.tolist() == [True, False, False, False, False, False, True]
+    excluded = masked_logprobs(logits, mask, targets, missing_target="neg_inf", empty_rows="exclude")
+    assert (excluded.empty_rows, excluded.empty_rows_full_vocab, excluded.no_target_rows) == (3, 0, 3)
+    entropy = masked_entropy(logits, mask)  # no targets: every empty row scored over the vocabulary
+    assert (entropy.empty_rows, entropy.empty_rows_full_vocab, entropy.no_target_rows) == (3, 3, 0)
+    full = full_logprobs(logits, targets)  # no mask: no row is "empty"
+    assert (full.empty_rows, full.empty_rows_full_vocab, full.no_target_rows) == (0, 0, 3)
+
+
+@pytest.mark.parametrize("tau", [0.7, 2, np.float64(0.7), torch.tensor(0.7)])
+def test_scalar_temperature_companion(tau):
+    """Issue 26: the temperature companion takes a scalar wherever the scorer's ``temperature=`` does."""
+    rows = [[1, 2], [3], [0, 4, 5]]
+    logits = torch.from_numpy(np.random.default_rng(5).normal(0, 2, (3, 6)))
+    want = masked_logprobs(
+        logits, (torch.tensor([1, 2, 3, 0, 4, 5]), torch.tensor([0, 2, 3, 6])), [2, 3, 5], temperature=tau
+    )
+    built = [
+        SamplingMask.from_rows(rows, vocab_size=6, sampled_token_ids=[2, 3, 5], temperature=tau),
+        SamplingMask.from_ragged([1, 2, 3, 0, 4, 5], [0, 2, 3, 6], sampled_token_ids=[2, 3, 5], temperature=tau),
+        SamplingMask.from_counts([1, 2, 3, 0, 4, 5], [2, 1, 3], sampled_token_ids=[2, 3, 5], temperature=tau),
+        SamplingMask.from_rows(rows, sampled_token_ids=[2, 3, 5]).replace(temperature=tau),
+    ]
+    for mask in built:
+        assert mask.temperature.shape == (3,) and np.allclose(mask.temperature, float(tau))
+        got = masked_logprobs(logits, mask)  # temperature from the companion
+        torch.testing.assert_close(got.logprobs, want.logprobs, rtol=1e-6, atol=1e-6)
+    for bad, code in ((True, ErrorCode.E_DTYPE), ("0.7", ErrorCode.E_DTYPE), (0.0, ErrorCode.E_RANGE)):
+        with pytest.raises(SamplingMaskError) as err:
+            SamplingMask.from_rows(rows, temperature=bad)
+        assert err.value.code is code and err.value.field == "temperature"
 
 
 def test_bad_policy_and_targets_rejected():

@@ -23,7 +23,7 @@ from ._source import check_input, open_input, read_all
 from .stats import _require_matplotlib
 from .validate import _read_sampled
 
-__all__ = ["add_parser", "read_logits", "run"]
+__all__ = ["add_parser", "plot_panels", "read_logits", "run"]
 
 #: safetensors dtype names this reader accepts and their numpy storage (bf16 as raw 16-bit words).
 _SAFETENSORS_DTYPES = {"F64": ("<f8", None), "F32": ("<f4", None), "F16": ("<f2", None), "BF16": ("<i2", "bfloat16")}
@@ -121,20 +121,72 @@ def read_logits(path: Path, key: str | None = None) -> Any:
 
 def _param(args: argparse.Namespace, mask: Any, name: str) -> Any:
     value = getattr(args, name)
+    if value is None and name == "temperature" and mask.temperature is not None:
+        return None  # the audit takes the per-row companion, before the metadata (as --help says)
     if value is None:
         value = mask.metadata.get(name)
     return None if value == "unknown" else value
+
+
+def _temperature_used(args: argparse.Namespace, mask: Any, params: dict[str, Any]) -> tuple[Any, str]:
+    """(the temperature the audit used: a number, or {"min", "max"} of a varying companion; its source)."""
+    if args.temperature is not None:
+        return params["temperature"], "--temperature"
+    if mask.temperature is not None:
+        import numpy as np
+
+        tau = mask.temperature
+        if tau.size == 0 or float(np.min(tau)) == float(np.max(tau)):
+            return (float(tau[0]) if tau.size else None), "the mask's temperature companion"
+        return {"min": float(np.min(tau)), "max": float(np.max(tau))}, "the mask's temperature companion, per row"
+    if params["temperature"] is not None:
+        return params["temperature"], "the file's metadata"
+    return 1.0, "the default"
+
+
+def _notes(mask: Any, params: dict[str, Any], vocab: int) -> list[str]:
+    """What the audit assumed without being told: no truncation, a vocabulary wider than the logits."""
+    notes = []
+    if all(params[name] is None for name in ("top_k", "top_p", "min_p")):
+        notes.append(
+            "no top_k, top_p or min_p given (--top-k / --top-p / --min-p) or in the file's metadata: "
+            "compared against no truncation (the recomputed support is every id with a finite logit)"
+        )
+    if mask.vocab_size is not None and mask.vocab_size != vocab:
+        notes.append(f"the mask's vocab_size is {mask.vocab_size:,}, the logits have {vocab:,} columns")
+    return notes
+
+
+def _check_width(mask: Any, vocab: int, logits_path: str) -> None:
+    """Mask ids that reach beyond the logits' columns: a one-line error naming both widths."""
+    if mask.nnz and int(mask.ids.max()) >= vocab:
+        import numpy as np
+
+        k = int(np.argmax(mask.ids >= vocab))
+        row = int(np.searchsorted(mask.offsets, k, side="right") - 1)
+        declared = "" if mask.vocab_size is None else f" (the mask's vocab_size is {mask.vocab_size:,})"
+        raise CliError(
+            "E_RANGE",
+            f"row {row} holds id {int(mask.ids[k]):,}, but the logits in {logits_path!r} have {vocab:,} columns "
+            f"(ids 0 .. {vocab - 1:,}){declared}",
+        )
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def _fmt_param(name: str, value: Any) -> str:
+    if name == "temperature" and isinstance(value, dict):
+        return f"temperature {value['min']:g} .. {value['max']:g} per row"
+    return f"{name} {'off' if value is None else (f'{value:g}' if isinstance(value, float) else value)}"
+
+
 def _report_lines(path: Path, summary: dict[str, Any], params: dict[str, Any], report: Any) -> list[str]:
-    shown = ", ".join(f"{k} {'off' if v is None else v}" for k, v in params.items())
+    shown = ", ".join(_fmt_param(k, v) for k, v in params.items() if k != "temperature_source")
     n = summary["rows_compared"]
     lines = [
-        f"audit of {path.name} against rule {summary['rule']} ({shown})",
+        f"audit of {path.name} against rule {summary['rule']} ({shown}; temperature from {params['temperature_source']})",
         f"rows: {summary['rows']:,}, compared {n:,} (rows with an empty recorded support are skipped)",
         f"equal supports: {summary['rows_equal']:,} of {n:,}; mean Jaccard {_fmt(summary['mean_jaccard'])}",
         f"rows missing ids: {summary['rows_missing_ids']:,} ({summary['missing_ids']:,} ids); "
@@ -165,6 +217,19 @@ def _report_lines(path: Path, summary: dict[str, Any], params: dict[str, Any], r
     return lines
 
 
+def plot_panels(report: Any) -> list[tuple[str, Any]]:
+    """(title, values over the compared rows) of each histogram: Jaccard, recorded mass, then the
+    logit-drift part of the log-prob mismatch (replay - rollout) when the rollout's log-probs are
+    known; without them, the support part (full - replay), titled so."""
+    c = report.compared
+    panels = [("Jaccard(recorded, recomputed)", report.jaccard[c]), ("recorded mass", report.recorded_mass[c])]
+    if report.drift_part is not None:
+        panels.append(("logit drift part (replay - rollout log-prob)", report.drift_part[c]))
+    elif report.support_part is not None:
+        panels.append(("support part (full - replay log-prob; no rollout log-probs: no drift)", report.support_part[c]))
+    return panels
+
+
 def _plot(out: Path, report: Any, source: Path) -> None:
     import matplotlib
 
@@ -172,12 +237,7 @@ def _plot(out: Path, report: Any, source: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    c = report.compared
-    panels = [("Jaccard(recorded, recomputed)", report.jaccard[c]), ("recorded mass", report.recorded_mass[c])]
-    if report.drift_part is not None:
-        panels.append(("logit drift part (replay - rollout)", report.drift_part[c]))
-    elif report.support_part is not None:
-        panels.append(("support part (full - replay)", report.support_part[c]))
+    panels = plot_panels(report)
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
     for ax, (title, values) in zip(np.atleast_1d(axes), panels, strict=True):
         finite = values[np.isfinite(values)]
@@ -203,15 +263,22 @@ def run(args: argparse.Namespace) -> int:
     logits = read_logits(Path(args.logits), args.logits_key)
     params = {name: _param(args, mask, name) for name in ("temperature", "top_k", "top_p", "min_p")}
     sampled = None if args.sampled is None else _read_sampled(Path(args.sampled))
+    vocab = int(logits.shape[1])  # read_logits gives [T, V]
+    _check_width(mask, vocab, args.logits)
     report = audit(mask, logits, rule=args.rule, sampled=sampled, chunk_rows=args.chunk_rows, **params)
     summary = report.summary()
+    used, source = _temperature_used(args, mask, params)
+    shown = {**params, "temperature": used, "temperature_source": source}
+    notes = _notes(mask, params, vocab)
     if args.plot is not None:
         _plot(Path(args.plot), report, Path(args.file))
     if args.json:
-        print_json({"file": args.file, "logits": args.logits, "parameters": params, **summary})
+        print_json({"file": args.file, "logits": args.logits, "parameters": shown, "notes": notes, **summary})
     else:
-        for line in _report_lines(Path(args.file), summary, params, report):
+        for line in _report_lines(Path(args.file), summary, shown, report):
             out(line)
+        for note in notes:
+            out(f"note: {note}")
         if args.plot is not None:
             out(f"wrote {args.plot}")
     sampled_ok = report.sampled_in_recorded is None or bool(np.all(report.sampled_in_recorded | ~report.compared))
@@ -237,5 +304,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", dest="min_p", type=float, help="default: the mask's metadata (off: 0)")
     p.add_argument("--sampled", metavar="FILE", help="sampled ids (.npy / .json; default: the mask's companion)")
     p.add_argument("--chunk-rows", type=int, metavar="N", help="rows of logits processed at a time")
-    p.add_argument("--plot", metavar="PNG", help="write histograms of Jaccard, mass and drift (needs matplotlib)")
+    p.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="write histograms (needs matplotlib): Jaccard, recorded mass, and the logit-drift part of the "
+        "log-prob mismatch (replay - rollout; without rollout log-probs in the file: the support part)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")

@@ -134,7 +134,7 @@ def _demo_score(mask: SamplingMask, compare_rows: int, seed: int) -> tuple[str, 
     text = (
         f"scored {int(scores.valid.sum()):,} rows with a random model (d = {dim}, V = {mask.vocab_size:,}) from "
         f"hidden states in {elapsed:.2f} s, never forming [T, V] logits; {int(scores.replayed.sum()):,} rows "
-        f"renormalized over their mask, {scores.empty_rows:,} empty rows over the full vocabulary\n"
+        f"renormalized over their mask, {scores.empty_rows_full_vocab:,} empty rows over the full vocabulary\n"
         f"first {int(scored.sum()):,} rows: mean log-prob of the sampled id {float(ours[scored].mean()):.3f} "
         f"over the mask vs {float(full[scored].mean()):.3f} over the full vocabulary; "
         f"equal to a float64 recomputation: {'OK' if exact else 'NO'}; masked >= full: {'OK' if above else 'NO'}"

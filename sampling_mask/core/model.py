@@ -61,6 +61,19 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
+def _temperature_per_row(value: Any, num_rows: int) -> Any:
+    """A scalar ``temperature`` (a number, or a 0-d array / tensor of one) as one value per row, as the
+    scorer's ``temperature=`` takes it; anything else is returned as given (checked as an array)."""
+    if not np.isscalar(value) and getattr(value, "ndim", None) != 0:
+        return value
+    arr = checks.asarray_checked(value, field="temperature")
+    if arr.dtype.kind not in "iuf":  # bool, text
+        raise SamplingMaskError(
+            ErrorCode.E_DTYPE, f"temperature must be a number, got {arr.dtype}", field="temperature"
+        )
+    return np.full(num_rows, arr, dtype=np.float32)
+
+
 def _check_metadata(metadata: Mapping[str, Any] | None) -> Mapping[str, _MetadataValue]:
     if metadata is None:
         return types.MappingProxyType({})
@@ -295,6 +308,8 @@ class SamplingMask:
             ("support_logprobs", support_logprobs, ids_arr.size),
         ):
             if value is not None:
+                if name == "temperature":
+                    value = _temperature_per_row(value, num_rows)
                 companions[name] = checks.as_float_array(value, field=name, size=size, integers=name == "temperature")
         self._ids = _readonly(ids_arr)
         self._offsets = _readonly(offsets_arr)
@@ -328,7 +343,8 @@ class SamplingMask:
 
         Every ``from_*`` takes the same keywords: ``cu_seqlens`` int64 [B+1] (default one segment),
         ``vocab_size``, the companions (:data:`COMPANIONS`), ``metadata``, ``limits`` and
-        ``validate=False`` for arrays already known to be valid.
+        ``validate=False`` for arrays already known to be valid. ``temperature`` is [T] or a scalar,
+        which gives every row that value (as the scorer's ``temperature=``).
         """
         return cls(ids, offsets, **_forwarded(locals()))
 

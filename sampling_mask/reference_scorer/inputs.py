@@ -73,8 +73,10 @@ class RowPlan:
     valid: torch.Tensor  # bool [T]
     replayed: torch.Tensor  # bool [T]
     neg_inf: torch.Tensor  # bool [T]: log-prob is -inf by the missing-target policy
-    empty_rows: int  # rows the empty-row policy applied to
-    missing_target_rows: int  # rows the missing-target policy applied to
+    empty_rows: int  # rows with an empty recorded support (with or without a target)
+    empty_rows_full_vocab: int  # of those, rows scored over the full vocabulary (empty_rows="full")
+    no_target_rows: int  # rows without a target (-1 or ignore_index): not scored
+    missing_target_rows: int  # rows whose target is outside their non-empty support (the policy applied)
 
 
 def accumulation_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
@@ -353,6 +355,8 @@ def plan_rows(
         valid=valid,
         replayed=replayed,
         neg_inf=missing & (missing_target == "neg_inf"),
-        empty_rows=int(empty_scored.sum()),
+        empty_rows=int(empty.sum()),
+        empty_rows_full_vocab=int((empty_scored & (empty_rows == "full")).sum()),
+        no_target_rows=int((~has_target).sum()),
         missing_target_rows=num_missing,
     )

@@ -42,9 +42,14 @@ class MaskedScores:
     ``logprobs`` is ``-inf`` on rows under ``missing_target="neg_inf"``.
     ``valid``: bool [T], the row has a value. ``replayed``: bool [T], the row was scored over its
     recorded support (False: full vocabulary, or not scored).
-    ``empty_rows``: how many rows the empty-row policy applied to (scored over the full vocabulary
-    under ``"full"``, NaN under ``"exclude"``). ``missing_target_rows``: how many rows the
-    missing-target policy applied to.
+    Row counts (a row may count in several; all 0 where they cannot apply):
+    ``empty_rows``: rows whose recorded support is empty, with or without a target (0 without a
+    mask: :func:`full_logprobs`); ``empty_rows_full_vocab``: of those, the rows scored over the full
+    vocabulary because their row was empty (``empty_rows="full"`` and a target, or entropy alone);
+    ``no_target_rows``: rows without a target (``-1``, or ``ignore_index``), not scored, whatever
+    their support; ``missing_target_rows``: rows whose target is outside their non-empty support,
+    the rows the ``missing_target`` policy applied to. Until issue 26 ``empty_rows`` counted only
+    empty rows that had a target.
     """
 
     logprobs: torch.Tensor | None
@@ -53,6 +58,8 @@ class MaskedScores:
     replayed: torch.Tensor
     empty_rows: int
     missing_target_rows: int
+    empty_rows_full_vocab: int = 0
+    no_target_rows: int = 0
 
 
 def _check_fill(fill_value: Any) -> float:
@@ -213,6 +220,8 @@ def _score(
         replayed=plan.replayed & valid,
         empty_rows=plan.empty_rows if mask is not None else 0,
         missing_target_rows=plan.missing_target_rows,
+        empty_rows_full_vocab=plan.empty_rows_full_vocab if mask is not None else 0,
+        no_target_rows=plan.no_target_rows,
     )
 
 

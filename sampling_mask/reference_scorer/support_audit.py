@@ -33,7 +33,7 @@ import torch
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask
 from .inputs import accumulation_dtype
-from .row_stats import _HiddenSource
+from .row_stats import HiddenSource
 from .support import as_logits, default_chunk_rows, kept_block, support_params
 
 __all__ = ["SupportAudit", "audit", "audit_from_hidden"]
@@ -346,7 +346,7 @@ def audit_from_hidden(
     if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (weight.shape[0],)):
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"bias must be [{weight.shape[0]}]", field="bias")
     dtype = accumulation_dtype(hidden, weight, bias)
-    source = _HiddenSource((hidden, weight) if bias is None else (hidden, weight, bias), dtype)
+    source = HiddenSource((hidden, weight) if bias is None else (hidden, weight, bias), dtype)
     vocab = weight.shape[0]
     device = hidden.device
 
