@@ -314,9 +314,7 @@ class TraceBuilder:
             vocab_size=self._vocab_size,
             limits=self._limits,
         )
-        return Trace(
-            token_ids=ids, logprobs=lp, generated=gen, mask=mask, step_bounds=bounds, generation_starts=starts
-        )
+        return Trace(token_ids=ids, logprobs=lp, generated=gen, mask=mask, step_bounds=bounds, generation_starts=starts)
 
 
 def _shift(restored: list[_Removed], points: np.ndarray, *, ends: bool) -> np.ndarray:

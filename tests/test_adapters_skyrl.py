@@ -140,19 +140,23 @@ def test_stepwise_steps_equal_skyrl_samples(name):
     assert trace.generation_starts.tolist() == prompt_lengths
     # cumulative segments are whole samples: prompt (empty rows) + response (SkyRL's rows)
     cumulative = trace.step_mask(cumulative=True, step_ends="observation")
-    assert np.diff(cumulative.cu_seqlens).tolist() == [p + u.shape[0] for p, u in zip(prompt_lengths, upstream)]
-    for k, (start, rows) in enumerate(zip(prompt_lengths, upstream)):
+    assert np.diff(cumulative.cu_seqlens).tolist() == [
+        p + u.shape[0] for p, u in zip(prompt_lengths, upstream, strict=True)
+    ]
+    for k, (start, rows) in enumerate(zip(prompt_lengths, upstream, strict=True)):
         segment = cumulative.segment(k)
         assert segment.row_lengths[:start].sum() == 0
         assert np.array_equal(segment[start:].to_dense(top_k), rows)
     # the generation-ended steps differ exactly by the observations
-    assert trace.step_bounds[1:-1].tolist() == [p - len(t["obs_ids"]) - t["added_eos"] for p, t in zip(prompt_lengths[1:], case["turns"])]
+    assert trace.step_bounds[1:-1].tolist() == [
+        p - len(t["obs_ids"]) - t["added_eos"] for p, t in zip(prompt_lengths[1:], case["turns"], strict=True)
+    ]
     samples = skyrl.step_samples(trace, top_k)
-    assert len(samples) == len(upstream) and all(np.array_equal(a, b) for a, b in zip(samples, upstream))
+    assert len(samples) == len(upstream) and all(np.array_equal(a, b) for a, b in zip(samples, upstream, strict=True))
     # upstream -> ours -> upstream
     mask = skyrl.from_step_samples(upstream, vocab_size=STEPWISE["vocab_size"])
     assert mask.num_segments == len(upstream)
-    assert all(np.array_equal(a, b) for a, b in zip(skyrl.to_step_samples(mask, top_k), upstream))
+    assert all(np.array_equal(a, b) for a, b in zip(skyrl.to_step_samples(mask, top_k), upstream, strict=True))
     # SkyRL's prefix-aware merge of the samples is the non-step-wise response of the same trace
     merged = np.asarray(case["merged"]["rollout_sample_support"], dtype=np.int32)
     assert np.array_equal(trace.mask[prompt_lengths[0] :].to_dense(top_k), merged)

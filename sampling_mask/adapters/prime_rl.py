@@ -6,6 +6,7 @@
 | version | prime-rl ``src/prime_rl/transport/types.py``: ``SamplingMask(msgspec.Struct, array_like=True, gc=False, omit_defaults=True)`` with ``ids: bytes``, ``counts: bytes``, ``logprobs: bytes | None = None``, the field ``TrainingSample.sampling_mask`` / ``MicroBatch.sampling_mask`` (main after PR #3235; the code-index copy, commit not resolvable here; PR #3235 @ d09488d57ae4 named the same struct ``KeptTokens(ids, counts)``). Trainer: PR #3235 @ d09488d57ae4 ``src/prime_rl/trainer/rl/data.py`` (packing), ``trainer/rl/train.py`` (shift), ``utils/cp.py`` ``shard_for_cp`` (split); capture: ``inference/vllm/kept_tokens.py`` (cap 512, ``{"ids", "counts"}`` base64 on ``/inference/v1/generate``). verifiers 0.4.0 ``verifiers/v1/types.py`` ``SamplingMask`` (dataclass ``ids``, ``counts``), ``verifiers/v1/graph.py`` (``MessageNode.sampling_mask`` serialized as ``{"ids": nd, "counts": nd}``, ``nd = {"__nd__": True, "dtype", "shape", "data": bytes}``); renderers 0.1.12 ``renderers/client.py`` passes vLLM's ``choices[i].sampling_mask`` (``list[list[int]]``) through. |
 | fields | ``ids`` int32 little-endian bytes [nnz]; ``counts`` int32 bytes [num_tokens] (one per token of the sample, prompt and observation tokens included); ``logprobs`` float32 bytes [nnz] parallel to ``ids`` (the sampler's renormalized log-prob of each kept id), optional |
 | wire | msgpack **array** (``array_like``), never a map: ``[ids, counts, logprobs]`` with ``nil`` for absent logprobs (msgspec 0.23 keeps the trailing default); PR #3235's ``KeptTokens`` is ``[ids, counts]``. The HTTP form is a map of base64 text. |
+| verifiers writer | :func:`to_verifiers` / :func:`to_verifiers_msgpack`: a ``MessageNode.sampling_mask`` as verifiers 0.4.0 dumps it (``{"ids": nd, "counts": nd}``, int32 ``__nd__`` dicts, one row per sampled token of the node) and as ``serve/delta.py`` ``pack`` puts it on the env-server wire (byte for byte); verifiers' ``deserialize_sampling_mask`` and ``Branch.sampling_mask`` read it back (``tests/fixtures/upstream/verifiers/make_verifiers_nd.py``) |
 | ordering | rows in token order; ids in each row in capture order (kept as stored) |
 | count 0 | no mask: a prompt / observation / tool / padding token, a position that was not truncated, **or** a kept set wider than the 512 capture cap (``kept_tokens.py``). The payload cannot tell these apart; with the sample's trainable-token mask, :func:`sampled_without_support` lists the sampled positions that have none (over cap or untruncated). prime-rl's trainer scores those rows over the full vocabulary. |
 | over cap | rows wider than 512 are never produced by prime-rl's capture; :func:`to_payload` writes any width, :func:`empty_rows_over_cap` is the opt-in, counted way to reproduce the cap |
@@ -23,8 +24,7 @@ from typing import Any
 import numpy as np
 
 from .. import alignment
-from ..codecs import _msgpack_reader
-from ..codecs.msgpack import _bin_header
+from ..codecs import _buffers
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.layouts import as_float_array
@@ -44,14 +44,14 @@ __all__ = [
     "to_msgpack",
     "to_payload",
     "to_trainer_tensor",
+    "to_verifiers",
+    "to_verifiers_msgpack",
     "to_wire",
     "unshift",
 ]
 
 #: prime-rl's capture width (``kept_tokens.py`` ``SAMPLING_MASK_MAX``): wider kept sets ship count 0.
 CAPTURE_CAP = 512
-
-_FIELDS = ("ids", "counts", "logprobs")
 
 
 def _buffer(value: Any, name: str, dtype: str, limits: Limits) -> np.ndarray:
@@ -89,7 +89,7 @@ def _fields(payload: Any, limits: Limits) -> tuple[Any, Any, Any]:
     if isinstance(payload, (bytes, bytearray, memoryview)):
         if len(payload) > limits.max_bytes:
             raise SamplingMaskError(ErrorCode.E_LIMIT, f"{len(payload)} bytes exceed the limit", field="sampling_mask")
-        payload = _msgpack_reader.read(payload, max_depth=limits.max_json_depth)
+        payload = _buffers.read_msgpack(payload, max_depth=limits.max_json_depth)
     if isinstance(payload, (list, tuple)):
         if len(payload) not in (2, 3):
             raise SamplingMaskError(
@@ -161,11 +161,35 @@ def to_msgpack(mask: SamplingMask, *, logprobs: bool = True) -> bytes:
     """The bytes ``msgspec.msgpack.encode`` (msgspec 0.23) gives for the struct of :func:`to_payload`:
     a 3-element array of ``bin`` values, ``nil`` for absent logprobs (``omit_defaults`` does not drop
     a trailing default of an ``array_like`` struct)."""
+    import msgpack
+
+    return msgpack.packb(to_payload(mask, logprobs=logprobs), use_bin_type=True)
+
+
+def _nd(array: np.ndarray) -> dict[str, Any]:
+    """verifiers 0.4.0 ``graph._encode_ndarray``: ``{"__nd__": True, "dtype", "shape", "data"}``."""
+    return {"__nd__": True, "dtype": "int32", "shape": [int(array.size)], "data": array.tobytes()}
+
+
+def to_verifiers(mask: SamplingMask) -> dict[str, dict[str, Any]]:
+    """A verifiers ``MessageNode.sampling_mask`` as verifiers 0.4.0 serializes it
+    (``MessageNode.serialize_sampling_mask``, ``model_dump(mode="python")``): ``{"ids": nd,
+    "counts": nd}``, each ``nd`` an int32 ``__nd__`` dict with raw little-endian bytes. A node's mask
+    has one row per *sampled* token of the node (``sum(node.mask)``; ``_attribute_sampling_mask``
+    drops a mask of any other length), so write the node's rows, not a branch's: ``Branch.sampling_mask``
+    rebuilds the branch from its nodes. Logprobs have no place in verifiers' struct and are not written."""
     mask = as_sampling_mask(mask)
-    parts = [b"\x93"]
-    for name, value in zip(_FIELDS, to_payload(mask, logprobs=logprobs), strict=True):
-        parts += [b"\xc0"] if value is None else [_bin_header(len(value), name), value]
-    return b"".join(parts)
+    ids, counts = _counts(mask)
+    return {"ids": _nd(ids), "counts": _nd(counts)}
+
+
+def to_verifiers_msgpack(mask: SamplingMask) -> bytes:
+    """:func:`to_verifiers` packed as verifiers' env-server wire packs it (``serve/delta.py`` ``pack``:
+    ``msgpack.packb(..., use_bin_type=True)``): a map, ``bin`` data. Needs the ``msgpack`` package.
+    :func:`from_wire` reads it back."""
+    import msgpack
+
+    return msgpack.packb(to_verifiers(mask), use_bin_type=True)
 
 
 def to_wire(mask: SamplingMask) -> dict[str, str]:
