@@ -149,7 +149,7 @@ def test_stepwise_steps_equal_skyrl_samples(name):
         assert np.array_equal(segment[start:].to_dense(top_k), rows)
     # the generation-ended steps differ exactly by the observations
     assert trace.step_bounds[1:-1].tolist() == [
-        p - len(t["obs_ids"]) - t["added_eos"] for p, t in zip(prompt_lengths[1:], case["turns"], strict=True)
+        p - len(t["obs_ids"]) - t["added_eos"] for p, t in zip(prompt_lengths[1:], case["turns"][:-1], strict=True)
     ]
     samples = skyrl.step_samples(trace, top_k)
     assert len(samples) == len(upstream) and all(np.array_equal(a, b) for a, b in zip(samples, upstream, strict=True))
