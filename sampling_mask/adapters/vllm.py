@@ -8,10 +8,15 @@ those files. Rows are sets; vLLM writes every support ascending (it scans the vo
 +-----------------------------+------------------------------------------+-----------------------------------------+-------------------------------+
 | upstream object (file)      | fields, dtypes                           | empty / no mask / over the cap          | here                          |
 +=============================+==========================================+=========================================+===============================+
-| ``CompletionOutput``        | ``sampling_mask: SamplingMask | None``,  | ``None``: feature off, request aborted, | ``from_completion_output``,   |
-| (``vllm/outputs.py``)       | ``SamplingMask.token_ids:                | or a delta with no new token. A row is  | ``to_token_ids``              |
-|                             | list[list[int]]`` ascending, one row per | never empty (temperature > 0 and        |                               |
-|                             | ``token_ids`` entry (the sampled ids)    | top_k > 0 are required); no cap         |                               |
+| ``CompletionOutput``        | ``sampling_mask: SamplingMask | None``,  | ``None``: feature off; an unfinished    | ``from_completion_output``,   |
+| (``vllm/outputs.py``)       | ``SamplingMask.token_ids:                | CUMULATIVE output (the mask comes with  | ``to_token_ids``              |
+|                             | list[list[int]]`` ascending, one row per | the finished output only;               |                               |
+|                             | ``token_ids`` entry (the sampled ids)    | ``output_kind="cumulative"``: no rows   |                               |
+|                             |                                          | yet); a DELTA step with no new token    |                               |
+|                             |                                          | (zero rows); a DELTA abort with no new  |                               |
+|                             |                                          | token. A row is never empty             |                               |
+|                             |                                          | (temperature > 0 and top_k > 0 are      |                               |
+|                             |                                          | required); no cap                       |                               |
 +-----------------------------+------------------------------------------+-----------------------------------------+-------------------------------+
 | ``SamplingMaskLists``       | NamedTuple: ``token_ids`` int32 [nnz],   | ``offsets is None``: one position       | ``from_engine_csr``,          |
 | (``vllm/v1/outputs.py``)    | ``offsets`` int64 [rows + 1] or ``None``,| (``slice_request(i, 1)``, the normal    | ``to_engine_csr``             |
@@ -86,6 +91,7 @@ __all__ = [
 ]
 
 OnMissing = Literal["raise", "none"]
+OutputKind = Literal["delta", "cumulative", "final_only"]
 
 #: What ``/inference/v1/generate`` writes for a filtered (``-inf``) or NaN logprob (``_clamp_logprob``).
 FILTERED_LOGPROB = -9999.0
@@ -105,7 +111,8 @@ def _missing(on_missing: OnMissing, where: str, finish_reason: Any = None) -> Sa
     why = f" (finish_reason {finish_reason!r})" if finish_reason is not None else ""
     raise SamplingMaskError(
         ErrorCode.E_SCHEMA,
-        "sampling_mask is null: vLLM ran without --return-sampling-mask or the request was aborted" + why,
+        "sampling_mask is null: vLLM ran without --return-sampling-mask, or the request ended with no"
+        " new token in DELTA mode (an abort)" + why,
         field=where,
     )
 
@@ -145,6 +152,7 @@ def from_completion_output(
     output: Any,
     *,
     on_missing: OnMissing = "raise",
+    output_kind: OutputKind | None = None,
     vocab_size: int | None = None,
     metadata: Mapping[str, Any] | None = None,
     limits: Limits = DEFAULT_LIMITS,
@@ -152,10 +160,45 @@ def from_completion_output(
     """From a ``CompletionOutput`` (or a mapping with its fields): rows from ``sampling_mask``, sampled
     ids from ``token_ids``. ``sampling_mask`` may be vLLM's ``SamplingMask`` (``token_ids`` nested
     lists), a ``SamplingMaskLists`` (CSR, ``offsets`` possibly ``None``) or the nested lists
-    themselves. A null mask raises ``E_SCHEMA`` or returns ``None`` per ``on_missing``."""
+    themselves.
+
+    A null ``sampling_mask`` is read as vLLM 0.32's ``OutputProcessor`` produces it
+    (``RequestState._new_completion_output`` attaches the mask only to DELTA outputs and to the
+    finished output; ``tests/fixtures/upstream/vllm-0.32-output-kinds/``):
+
+    * unfinished (``finish_reason`` null) with no token: a step with no new token, zero rows;
+    * unfinished with tokens: an intermediate ``RequestOutputKind.CUMULATIVE`` output (its mask
+      comes with the finished output, whole), or a DELTA output of a server without
+      ``--return-sampling-mask``. With ``output_kind="cumulative"`` it is ``None`` (no rows yet);
+      otherwise it is missing (below), and the message says which of the two it can be;
+    * finished: the feature is off, or a DELTA request ended with no new token (an abort).
+
+    Missing raises ``E_SCHEMA`` or returns ``None`` per ``on_missing``."""
+    if output_kind not in (None, "delta", "cumulative", "final_only"):
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "output_kind must be delta, cumulative or final_only", field="output_kind"
+        )
     mask = get_field(output, "sampling_mask", None)
     if mask is None:
-        return _missing(on_missing, "sampling_mask", get_field(output, "finish_reason", None))
+        finish_reason = get_field(output, "finish_reason", None)
+        tokens = get_field(output, "token_ids", None)
+        if finish_reason is None and tokens is not None and len(tokens) == 0:
+            return from_token_ids([], sampled_token_ids=[], vocab_size=vocab_size, metadata=metadata, limits=limits)
+        if finish_reason is None and output_kind == "cumulative":
+            return None
+        if finish_reason is None and output_kind is None:
+            if on_missing == "none":
+                return None
+            n = "its" if tokens is None else f"its {len(tokens)}"
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"sampling_mask is null on an unfinished output with {n} tokens: an intermediate"
+                " RequestOutputKind.CUMULATIVE output (vLLM attaches the mask to the finished output only;"
+                " pass output_kind='cumulative' to read it as no rows yet) or vLLM ran without"
+                " --return-sampling-mask",
+                field="sampling_mask",
+            )
+        return _missing(on_missing, "sampling_mask", finish_reason)
     sampled = get_field(output, "token_ids", None)
     if _has_field(mask, "offsets"):  # SamplingMaskLists: a NamedTuple, so test it before plain tuples
         return from_engine_csr(
