@@ -36,6 +36,16 @@ the rows in ``meta_info``; ``tests/fixtures/upstream/sglang-0.5.23/VERSIONS.json
 |                                     | (support) or [rows] (selected)              |                                          |                        |
 +-------------------------------------+---------------------------------------------+------------------------------------------+------------------------+
 
+**Rows of one id (greedy).** SGLang writes one value for such a row in both modes: the log-prob
+of the sampled token over its row, which is its only id (``Sampler._build_greedy_sampling_mask_output``:
+``0.0`` for every greedy row, ``selected_logprobs`` and ``support_logprobs`` alike). In the spec's
+terms (section 5) that one value is both the row's ``sampled_logprobs`` (the sampled token's
+log-prob renormalized over the row) and its id's ``support_logprobs``. The rule here, for every
+reader (``from_meta_info``, ``from_stream``, ``from_chat_choice``, ``from_chunked``) in every mode:
+when every row holds one id, the values are stored as **both** companions; otherwise as the one the
+mode names. The same response then gives the same mask through ``meta_info`` and through a
+``SamplingMaskChunk``, and either writer mode writes it back.
+
 Not in 0.5.23 (kept out of the defaults): the bounded mode of the unmerged, closed PR #34037 would
 add ``output_token_sampling_mask_truncated``, one bool per row, ``True`` where the row was cut to
 the cap. If the key is present it is read per row: ``False`` rows are ordinary, a ``True`` row is
@@ -121,6 +131,15 @@ def _logprob_companions(values: Any, offsets: np.ndarray, mode: LogprobsMode) ->
     return {"support_logprobs": flat_values}
 
 
+def _singleton_rows(companions: dict[str, np.ndarray], offsets: np.ndarray) -> dict[str, np.ndarray]:
+    """The module docstring's rule: when every row holds one id, per-row and per-id values are the
+    same numbers, stored as both ``sampled_logprobs`` and ``support_logprobs``."""
+    if len(companions) != 1 or offsets.size < 2 or not bool(np.all(np.diff(offsets) == 1)):
+        return companions
+    values = next(iter(companions.values()))
+    return {"sampled_logprobs": values, "support_logprobs": values}
+
+
 def _float_rows(rows: list[list[Any]]) -> tuple[np.ndarray, np.ndarray]:
     """(float32 values, int64 offsets) from nested lists of numbers."""
     lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
@@ -184,7 +203,9 @@ def from_meta_info(
     _check_length(get_field(meta_info, LENGTH, None), num_rows)
     meta = dict(metadata or {})
     _truncated_flags(get_field(meta_info, TRUNCATED, None), num_rows, allow_truncated, meta)
-    companions = _logprob_companions(get_field(meta_info, LOGPROBS, None), offsets, sampling_logprobs_mode)
+    companions = _singleton_rows(
+        _logprob_companions(get_field(meta_info, LOGPROBS, None), offsets, sampling_logprobs_mode), offsets
+    )
     return SamplingMask(
         ids,
         offsets,
@@ -296,8 +317,9 @@ def from_chunked(
 ) -> SamplingMask:
     """From a ``SamplingMaskChunk`` (or a mapping): ``lengths``, ``token_ids``, ``logprobs``. With
     ``"auto"``, ``logprobs`` is per id when it has nnz values and per row when it has one per row;
-    when nnz equals the row count the two readings coincide only if every row holds one id (read per
-    row), otherwise pass ``sampling_logprobs_mode`` (``E_SCHEMA``)."""
+    when nnz equals the row count the two readings coincide only if every row holds one id (then
+    both companions, the module docstring's rule), otherwise pass ``sampling_logprobs_mode``
+    (``E_SCHEMA``)."""
     lengths = int_array(get_field(chunked, "lengths"), np.int64, field="lengths")
     token_ids = int_array(get_field(chunked, "token_ids"), np.int32, field="token_ids")
     logprobs_value = get_field(chunked, "logprobs", None)
@@ -326,6 +348,7 @@ def from_chunked(
                 "sampling_logprobs_mode must be auto, selected or support",
                 field="sampling_logprobs_mode",
             )
+        kwargs = _singleton_rows(kwargs, layouts.counts_to_offsets(lengths))
     return SamplingMask.from_counts(
         token_ids, lengths, vocab_size=vocab_size, metadata=metadata, limits=limits, **kwargs
     )
