@@ -232,3 +232,13 @@ def test_verifiers_branch_of_nodes_written_by_us():
     assert mask.num_rows == len(trainable)
     rows = [row for case in VERIFIERS_ND["cases"] for row in case["rows"]]
     assert [mask.row(t).tolist() for t in np.flatnonzero(trainable)] == rows
+
+
+@pytest.mark.parametrize("args", [(4.9, 2, 1), (12, 2.0, 0), (12, 2, True), (12, "2", 0)])
+def test_packed_context_parallel_rows_refuse_non_integers(args):
+    with pytest.raises(SamplingMaskError) as err:
+        prime_rl.context_parallel_packed_rows(*args)
+    assert err.value.code is ErrorCode.E_DTYPE
+    assert prime_rl.context_parallel_rows is prime_rl.context_parallel_packed_rows  # the old name
+    assert prime_rl.shift_left is prime_rl.shift_packed_left and prime_rl.unshift is prime_rl.unshift_packed
+    assert prime_rl.context_parallel_packed_rows(np.int64(12), 2, 1).tolist() == list(range(6, 12))

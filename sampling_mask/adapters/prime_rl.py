@@ -34,6 +34,7 @@ from ._common import array_from_base64, array_from_bytes, array_to_base64, get_f
 
 __all__ = [
     "CAPTURE_CAP",
+    "context_parallel_packed_rows",
     "context_parallel_rows",
     "empty_rows_over_cap",
     "from_trainer_tensor",
@@ -41,6 +42,7 @@ __all__ = [
     "sampled_without_support",
     "shard",
     "shift_left",
+    "shift_packed_left",
     "to_msgpack",
     "to_payload",
     "to_trainer_tensor",
@@ -48,6 +50,7 @@ __all__ = [
     "to_verifiers_msgpack",
     "to_wire",
     "unshift",
+    "unshift_packed",
 ]
 
 #: prime-rl's capture width (``kept_tokens.py`` ``SAMPLING_MASK_MAX``): wider kept sets ship count 0.
@@ -239,8 +242,10 @@ def sampled_without_support(mask: SamplingMask, trainable: Any) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- trainer (packed micro batch)
-def shift_left(mask: SamplingMask) -> SamplingMask:
+def shift_packed_left(mask: SamplingMask) -> SamplingMask:
     """prime-rl's ``shift_tensor_left(kept, pad_value=-1)``: one shift over the whole packed sequence
+    (not :func:`sampling_mask.alignment.shift_left`, which shifts inside each segment; ``shift_left``
+    here is the old name of this function)
     (segments are the packed samples, kept as ``cu_seqlens``). Position t gets row t+1, across
     sample boundaries; the last position is empty. Row 0 must be empty (``E_SCHEMA``): no logits
     score it, and prime-rl drops it."""
@@ -256,8 +261,10 @@ def shift_left(mask: SamplingMask) -> SamplingMask:
     return alignment.take_rows(mask, rows, mask.cu_seqlens)
 
 
-def unshift(mask: SamplingMask) -> SamplingMask:
-    """Inverse of :func:`shift_left`; the last packed row must be empty (``E_SCHEMA``)."""
+def unshift_packed(mask: SamplingMask) -> SamplingMask:
+    """Inverse of :func:`shift_packed_left` (old name ``unshift``; not
+    :func:`sampling_mask.alignment.unshift`, which works per segment); the last packed row must be
+    empty (``E_SCHEMA``)."""
     mask = as_sampling_mask(mask)
     n = mask.num_rows
     if n and mask.row_lengths[-1] > 0:
@@ -272,7 +279,7 @@ def to_trainer_tensor(mask: SamplingMask, *, width: int | None = None) -> np.nda
     from the token-aligned rows of one packed micro batch (all samples concatenated). K defaults to
     ``max(max count, 1)`` as in prime-rl's ``DataLoader``."""
     mask = as_sampling_mask(mask)
-    shifted = shift_left(mask)
+    shifted = shift_packed_left(mask)
     if width is None:
         width = max(int(shifted.row_lengths.max(initial=0)), 1)
     return shifted.to_dense(width)[None]
@@ -289,13 +296,18 @@ def from_trainer_tensor(tensor: Any, cu_seqlens: Any = None, **kwargs: Any) -> S
     shifted = SamplingMask.from_dense(dense, **kwargs)
     if cu_seqlens is not None:
         shifted = shifted.replace(cu_seqlens=cu_seqlens)
-    return unshift(shifted)
+    return unshift_packed(shifted)
 
 
-def context_parallel_rows(num_rows: int, world_size: int, rank: int) -> np.ndarray:
+def context_parallel_packed_rows(num_rows: int, world_size: int, rank: int) -> np.ndarray:
     """The packed positions context-parallel ``rank`` holds in prime-rl: ``shard_for_cp`` is
     ``torch.chunk(t, world_size, dim=1)[rank]`` over the whole packed sequence, which must divide
-    evenly (``E_SHAPE``, as prime-rl refuses it). cu=[0, 5, 12], P=2: ``[0..5]`` and ``[6..11]``."""
+    evenly (``E_SHAPE``, as prime-rl refuses it). cu=[0, 5, 12], P=2: ``[0..5]`` and ``[6..11]``.
+    Old name ``context_parallel_rows``; not :func:`sampling_mask.alignment.context_parallel_rows`,
+    which splits each sequence of ``cu_seqlens``. A non-integer argument is ``E_DTYPE``."""
+    for name, value in (("num_rows", num_rows), ("world_size", world_size), ("rank", rank)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise SamplingMaskError(ErrorCode.E_DTYPE, f"{name} must be an integer", field=name, value=repr(value)[:80])
     n = check_count(num_rows, 2**62, "num_rows", field="num_rows")
     p = int(world_size)
     if p < 1 or not 0 <= int(rank) < p:
@@ -313,9 +325,15 @@ def shard(value: Any, world_size: int, rank: int) -> Any:
     array, exactly as prime-rl's ``shard_for_cp`` splits the labels."""
     if hasattr(value, "__sampling_mask__"):  # a SamplingMask, or one of another copy (the mask protocol)
         value = as_sampling_mask(value)
-        rows = context_parallel_rows(value.num_rows, world_size, rank)
+        rows = context_parallel_packed_rows(value.num_rows, world_size, rank)
         return alignment.take_rows(value, rows, [0, rows.size])
     arr = alignment.as_host_array(value, field="array")
     if arr.ndim >= 2 and arr.shape[0] == 1:
-        return arr[:, context_parallel_rows(arr.shape[1], world_size, rank)]
-    return arr[context_parallel_rows(arr.shape[0] if arr.ndim else 0, world_size, rank)]
+        return arr[:, context_parallel_packed_rows(arr.shape[1], world_size, rank)]
+    return arr[context_parallel_packed_rows(arr.shape[0] if arr.ndim else 0, world_size, rank)]
+
+
+#: Old names, kept: they mean the packed-sequence operations above, not ``alignment``'s functions.
+shift_left = shift_packed_left
+unshift = unshift_packed
+context_parallel_rows = context_parallel_packed_rows
