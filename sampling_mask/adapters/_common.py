@@ -5,6 +5,7 @@ Array coercion that trainer-side code needs too lives in :mod:`sampling_mask.cor
 from __future__ import annotations
 
 import base64
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from ..core.model import SamplingMask, concat
 
 __all__ = [
     "MISSING",
+    "MaskOptions",
     "array_from_base64",
     "array_from_bytes",
     "array_to_base64",
@@ -31,6 +33,22 @@ __all__ = [
 ]
 
 MISSING: Any = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskOptions:
+    """The :class:`SamplingMask` keyword arguments a reader passes through unchanged (its public
+    signature spells each one out; this only carries them to the constructor)."""
+
+    sampled_token_ids: Any = None
+    sampled_logprobs: Any = None
+    temperature: Any = None
+    support_logprobs: Any = None
+    metadata: Mapping[str, Any] | None = None
+    validate: bool = True
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 def get_field(obj: Any, name: str, default: Any = MISSING, *, where: str | None = None) -> Any:

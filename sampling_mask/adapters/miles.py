@@ -22,7 +22,7 @@ A ``(ids, offsets)`` tuple works wherever a sample does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -32,6 +32,7 @@ from ..core.layouts import as_float_array
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
 from ._common import (
+    MaskOptions,
     check_response_length,
     check_rows_nonempty,
     get_field,
@@ -83,22 +84,36 @@ def from_sample(
     *,
     allow_empty_rows: bool | None = None,
     vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
     limits: Limits = DEFAULT_LIMITS,
-    **kwargs: Any,
 ) -> SamplingMask:
     """One sample's rows from ``rollout_sampling_mask`` (``_ids``, ``_offsets``, ``_logprobs`` or
     ``_support_logprobs``) when set, else ``rollout_sampling_mask_ids`` / ``_offsets``. Its
     ``response_length``, when present, must equal the row count (``E_SHAPE``). An empty row is
     ``E_OFFSETS`` unless ``allow_empty_rows`` (default: the object's ``allows_empty_rows`` class
-    flag, ``True`` for version B's ``PartialSamplingMask`` only)."""
+    flag, ``True`` for version B's ``PartialSamplingMask`` only). The other keyword arguments go to
+    :class:`~sampling_mask.SamplingMask`; the object's logprobs replace ``support_logprobs``."""
     ids_value, offsets_value, logprobs_value, response_length, partial = _parts(sample)
     if allow_empty_rows is None:
         allow_empty_rows = partial
     ids = int_array(ids_value, np.int32, field="ids")
     offsets = int_array(offsets_value, np.int64, field="offsets")
     if logprobs_value is not None:
-        kwargs["support_logprobs"] = as_float_array(logprobs_value, field="logprobs", size=ids.size)
-    mask = SamplingMask(ids, offsets, vocab_size=vocab_size, limits=limits, **kwargs)
+        support_logprobs = as_float_array(logprobs_value, field="logprobs", size=ids.size)
+    options = MaskOptions(
+        sampled_token_ids=sampled_token_ids,
+        sampled_logprobs=sampled_logprobs,
+        temperature=temperature,
+        support_logprobs=support_logprobs,
+        metadata=metadata,
+        validate=validate,
+    )
+    mask = SamplingMask(ids, offsets, vocab_size=vocab_size, limits=limits, **options.as_kwargs())
     if not allow_empty_rows:
         check_rows_nonempty(mask, "offsets")
     return check_response_length(mask, response_length, "offsets")
@@ -109,15 +124,31 @@ def from_samples(
     *,
     allow_empty_rows: bool | None = None,
     vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
     limits: Limits = DEFAULT_LIMITS,
-    **kwargs: Any,
 ) -> SamplingMask:
-    """One segment per sample, in order (errors name the sample as the segment)."""
-    return masks_from_samples(
-        samples,
-        lambda s: from_sample(s, allow_empty_rows=allow_empty_rows, vocab_size=vocab_size, limits=limits, **kwargs),
-        vocab_size,
+    """One segment per sample, in order (errors name the sample as the segment); keyword arguments
+    as :func:`from_sample`, applied to every sample."""
+    options = MaskOptions(
+        sampled_token_ids=sampled_token_ids,
+        sampled_logprobs=sampled_logprobs,
+        temperature=temperature,
+        support_logprobs=support_logprobs,
+        metadata=metadata,
+        validate=validate,
     )
+
+    def read(sample: Any) -> SamplingMask:
+        return from_sample(
+            sample, allow_empty_rows=allow_empty_rows, vocab_size=vocab_size, limits=limits, **options.as_kwargs()
+        )
+
+    return masks_from_samples(samples, read, vocab_size)
 
 
 def to_sample_fields(mask: SamplingMask) -> list[dict[str, list[int]]]:

@@ -30,7 +30,7 @@ from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.layouts import as_float_array
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
-from ._common import array_from_base64, array_from_bytes, array_to_base64, get_field, int_array
+from ._common import MaskOptions, array_from_base64, array_from_bytes, array_to_base64, get_field, int_array
 
 __all__ = [
     "CAPTURE_CAP",
@@ -111,8 +111,13 @@ def from_wire(
     *,
     num_tokens: int | None = None,
     vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
     limits: Limits = DEFAULT_LIMITS,
-    **kwargs: Any,
 ) -> SamplingMask:
     """One sample's mask from any upstream form of the payload:
 
@@ -123,12 +128,24 @@ def from_wire(
     * ``None``: ``num_tokens`` empty rows.
 
     ``logprobs`` become ``support_logprobs``. ``num_tokens``, when given, must equal the number of
-    counts (``E_SHAPE``); prime-rl pads or cuts counts to the sample length, this never does."""
+    counts (``E_SHAPE``); prime-rl pads or cuts counts to the sample length, this never does. The other
+    keyword arguments go to :class:`~sampling_mask.SamplingMask` (payload logprobs replace
+    ``support_logprobs``)."""
     if sampling_mask is None:
         if num_tokens is None:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "no mask and no num_tokens", field="sampling_mask")
         rows = check_count(num_tokens, limits.max_rows, "num_tokens", field="num_tokens")
-        return SamplingMask(np.zeros(0, np.int32), np.zeros(rows + 1, np.int64), vocab_size=vocab_size, **kwargs)
+        options = MaskOptions(
+            sampled_token_ids=sampled_token_ids,
+            sampled_logprobs=sampled_logprobs,
+            temperature=temperature,
+            support_logprobs=support_logprobs,
+            metadata=metadata,
+            validate=validate,
+        )
+        return SamplingMask(
+            np.zeros(0, np.int32), np.zeros(rows + 1, np.int64), vocab_size=vocab_size, **options.as_kwargs()
+        )
     ids_value, counts_value, logprobs_value = _fields(sampling_mask, limits)
     ids = _buffer(ids_value, "ids", "int32", limits)
     counts = _buffer(counts_value, "counts", "int32", limits)
@@ -140,8 +157,16 @@ def from_wire(
         logprobs = _buffer(logprobs_value, "logprobs", "float32", limits)
         if logprobs.size != ids.size:
             raise SamplingMaskError(ErrorCode.E_SHAPE, f"{logprobs.size} logprobs for {ids.size} ids", field="logprobs")
-        kwargs["support_logprobs"] = logprobs
-    return SamplingMask.from_counts(ids, counts, vocab_size=vocab_size, limits=limits, **kwargs)
+        support_logprobs = logprobs
+    options = MaskOptions(
+        sampled_token_ids=sampled_token_ids,
+        sampled_logprobs=sampled_logprobs,
+        temperature=temperature,
+        support_logprobs=support_logprobs,
+        metadata=metadata,
+        validate=validate,
+    )
+    return SamplingMask.from_counts(ids, counts, vocab_size=vocab_size, limits=limits, **options.as_kwargs())
 
 
 def _counts(mask: SamplingMask) -> tuple[np.ndarray, np.ndarray]:
@@ -285,15 +310,36 @@ def to_trainer_tensor(mask: SamplingMask, *, width: int | None = None) -> np.nda
     return shifted.to_dense(width)[None]
 
 
-def from_trainer_tensor(tensor: Any, cu_seqlens: Any = None, **kwargs: Any) -> SamplingMask:
+def from_trainer_tensor(
+    tensor: Any,
+    cu_seqlens: Any = None,
+    *,
+    vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
+) -> SamplingMask:
     """Token-aligned rows from a shifted ``[1, N, K]`` (or ``[N, K]``) tensor; inverse of
-    :func:`to_trainer_tensor`. ``cu_seqlens`` (the packed samples) segments the result."""
+    :func:`to_trainer_tensor`. ``cu_seqlens`` (the packed samples) segments the result. Keyword
+    arguments as :class:`~sampling_mask.SamplingMask`, applied to the shifted rows."""
     dense = alignment.as_host_array(tensor, field="tensor")
     if dense.ndim == 3:
         if dense.shape[0] != 1:
             raise SamplingMaskError(ErrorCode.E_SHAPE, "a packed micro batch has batch size 1", field="tensor")
         dense = dense[0]
-    shifted = SamplingMask.from_dense(dense, **kwargs)
+    options = MaskOptions(
+        sampled_token_ids=sampled_token_ids,
+        sampled_logprobs=sampled_logprobs,
+        temperature=temperature,
+        support_logprobs=support_logprobs,
+        metadata=metadata,
+        validate=validate,
+    )
+    shifted = SamplingMask.from_dense(dense, vocab_size=vocab_size, limits=limits, **options.as_kwargs())
     if cu_seqlens is not None:
         shifted = shifted.replace(cu_seqlens=cu_seqlens)
     return unshift_packed(shifted)

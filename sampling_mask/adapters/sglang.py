@@ -219,18 +219,39 @@ def from_meta_info(
 
 
 def from_response(
-    response: Mapping[str, Any], *, on_missing: OnMissing = "raise", **kwargs: Any
+    response: Mapping[str, Any],
+    *,
+    on_missing: OnMissing = "raise",
+    sampling_logprobs_mode: LogprobsMode = "auto",
+    allow_truncated: bool = False,
+    vocab_size: int | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask | None:
-    """From a ``/generate`` response: ``meta_info`` plus ``output_ids`` when present."""
+    """From a ``/generate`` response: ``meta_info`` plus ``output_ids`` when present. Keyword
+    arguments as :func:`from_meta_info`."""
     return from_meta_info(
         get_field(response, "meta_info"),
         output_ids=get_field(response, "output_ids", None),
         on_missing=on_missing,
-        **kwargs,
+        sampling_logprobs_mode=sampling_logprobs_mode,
+        allow_truncated=allow_truncated,
+        vocab_size=vocab_size,
+        metadata=metadata,
+        limits=limits,
     )
 
 
-def from_stream(chunks: Iterable[Mapping[str, Any]], **kwargs: Any) -> SamplingMask | None:
+def from_stream(
+    chunks: Iterable[Mapping[str, Any]],
+    *,
+    on_missing: OnMissing = "raise",
+    sampling_logprobs_mode: LogprobsMode = "auto",
+    allow_truncated: bool = False,
+    vocab_size: int | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> SamplingMask | None:
     """From the chunks of an incremental ``/generate`` stream (``--incremental-streaming-output``):
     ``output_ids`` and the two row lists are concatenated; each chunk's
     ``output_token_sampling_mask_length`` must equal the rows received so far. Keyword arguments as
@@ -266,28 +287,76 @@ def from_stream(chunks: Iterable[Mapping[str, Any]], **kwargs: Any) -> SamplingM
         merged.update({MASK: rows, LOGPROBS: logprobs or None})
         if truncated is not None:
             merged[TRUNCATED] = truncated
-    return from_meta_info(merged, output_ids=output_ids or None, **kwargs)
+    return from_meta_info(
+        merged,
+        output_ids=output_ids or None,
+        on_missing=on_missing,
+        sampling_logprobs_mode=sampling_logprobs_mode,
+        allow_truncated=allow_truncated,
+        vocab_size=vocab_size,
+        metadata=metadata,
+        limits=limits,
+    )
 
 
-def from_chat_choice(choice: Mapping[str, Any] | Any, **kwargs: Any) -> SamplingMask | None:
+def from_chat_choice(
+    choice: Mapping[str, Any] | Any,
+    *,
+    on_missing: OnMissing = "raise",
+    sampling_logprobs_mode: LogprobsMode = "auto",
+    allow_truncated: bool = False,
+    vocab_size: int | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> SamplingMask | None:
     """From one ``/v1/chat/completions`` choice: ``meta_info`` (``return_meta_info=true``) and, when
     present, ``response_token_ids`` as the sampled ids. Keyword arguments as :func:`from_meta_info`."""
     meta = get_field(choice, "meta_info", None)
     if meta is None:
-        if kwargs.get("on_missing") == "none":
+        if on_missing == "none":
             return None
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, "no meta_info: request return_meta_info=true", field="choices[].meta_info"
         )
-    return from_meta_info(meta, output_ids=get_field(choice, "response_token_ids", None), **kwargs)
+    return from_meta_info(
+        meta,
+        output_ids=get_field(choice, "response_token_ids", None),
+        on_missing=on_missing,
+        sampling_logprobs_mode=sampling_logprobs_mode,
+        allow_truncated=allow_truncated,
+        vocab_size=vocab_size,
+        metadata=metadata,
+        limits=limits,
+    )
 
 
-def from_chat_response(response: Mapping[str, Any] | Any, **kwargs: Any) -> list[SamplingMask | None]:
-    """One mask (or ``None``) per ``choices[i]`` of a chat completion, in list order."""
+def from_chat_response(
+    response: Mapping[str, Any] | Any,
+    *,
+    on_missing: OnMissing = "raise",
+    sampling_logprobs_mode: LogprobsMode = "auto",
+    allow_truncated: bool = False,
+    vocab_size: int | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> list[SamplingMask | None]:
+    """One mask (or ``None``) per ``choices[i]`` of a chat completion, in list order; keyword
+    arguments as :func:`from_meta_info`."""
     choices = get_field(response, "choices")
     if not isinstance(choices, list):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "choices must be a list", field="choices")
-    return [from_chat_choice(c, **kwargs) for c in choices]
+    return [
+        from_chat_choice(
+            c,
+            on_missing=on_missing,
+            sampling_logprobs_mode=sampling_logprobs_mode,
+            allow_truncated=allow_truncated,
+            vocab_size=vocab_size,
+            metadata=metadata,
+            limits=limits,
+        )
+        for c in choices
+    ]
 
 
 def to_meta_info(

@@ -63,11 +63,35 @@ _ENVELOPE_DTYPES = {
 }
 
 
-def from_dense(values: Any, *, cu_seqlens: Any = None, limits: Limits = DEFAULT_LIMITS, **kwargs: Any) -> SamplingMask:
-    """From ``[T, top_k]`` rank-ordered rows with ``-1`` trailing padding (numpy or torch)."""
+def from_dense(
+    values: Any,
+    *,
+    cu_seqlens: Any = None,
+    vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
+) -> SamplingMask:
+    """From ``[T, top_k]`` rank-ordered rows with ``-1`` trailing padding (numpy or torch).
+    Keyword arguments as :class:`~sampling_mask.SamplingMask` (companions, ``metadata``, ``validate``, ``limits``)."""
     dense = int_array(values, np.int32, field="values", ndim=2)
     cu = None if cu_seqlens is None else int_array(cu_seqlens, np.int64, field="cu_seqlens")
-    return SamplingMask.from_dense(dense, cu_seqlens=cu, limits=limits, **kwargs)
+    return SamplingMask.from_dense(
+        dense,
+        cu_seqlens=cu,
+        vocab_size=vocab_size,
+        sampled_token_ids=sampled_token_ids,
+        sampled_logprobs=sampled_logprobs,
+        temperature=temperature,
+        support_logprobs=support_logprobs,
+        metadata=metadata,
+        validate=validate,
+        limits=limits,
+    )
 
 
 def to_dense(mask: SamplingMask, top_k: int) -> np.ndarray:
@@ -76,9 +100,33 @@ def to_dense(mask: SamplingMask, top_k: int) -> np.ndarray:
     return mask.to_dense(top_k)
 
 
-def from_packed(values: Any, cu_seqlens: Any, **kwargs: Any) -> SamplingMask:
-    """From packed ``values`` ``[sum(seqlen), top_k]`` and ``cu_seqlens`` ``[B+1]``."""
-    return from_dense(values, cu_seqlens=cu_seqlens, **kwargs)
+def from_packed(
+    values: Any,
+    cu_seqlens: Any,
+    *,
+    vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
+) -> SamplingMask:
+    """From packed ``values`` ``[sum(seqlen), top_k]`` and ``cu_seqlens`` ``[B+1]``; keyword
+    arguments as :func:`from_dense`."""
+    return from_dense(
+        values,
+        cu_seqlens=cu_seqlens,
+        vocab_size=vocab_size,
+        sampled_token_ids=sampled_token_ids,
+        sampled_logprobs=sampled_logprobs,
+        temperature=temperature,
+        support_logprobs=support_logprobs,
+        metadata=metadata,
+        validate=validate,
+        limits=limits,
+    )
 
 
 def to_packed(mask: SamplingMask, top_k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -88,10 +136,21 @@ def to_packed(mask: SamplingMask, top_k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def from_envelope(
-    envelope: Mapping[str, Any], *, cu_seqlens: Any = None, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
+    envelope: Mapping[str, Any],
+    *,
+    cu_seqlens: Any = None,
+    vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask:
     """From ``{data, shape, dtype}``. Sizes are checked against ``limits`` and the base64 length before
-    decoding; bad base64 is ``E_ENCODING``, bytes that do not tile ``shape`` are ``E_BYTES``."""
+    decoding; bad base64 is ``E_ENCODING``, bytes that do not tile ``shape`` are ``E_BYTES``. Keyword
+    arguments as :func:`from_dense`."""
     if not isinstance(envelope, Mapping):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "envelope must be a mapping", field="envelope")
     shape_value = get_field(envelope, "shape", where="envelope")
@@ -120,7 +179,18 @@ def from_envelope(
     values = array_from_base64(
         get_field(envelope, "data", where="envelope"), dtype, field="data", limits=limits, shape=(rows, width)
     )
-    return from_dense(values, cu_seqlens=cu_seqlens, limits=limits, **kwargs)
+    return from_dense(
+        values,
+        cu_seqlens=cu_seqlens,
+        vocab_size=vocab_size,
+        sampled_token_ids=sampled_token_ids,
+        sampled_logprobs=sampled_logprobs,
+        temperature=temperature,
+        support_logprobs=support_logprobs,
+        metadata=metadata,
+        validate=validate,
+        limits=limits,
+    )
 
 
 def to_envelope(mask: SamplingMask, top_k: int) -> dict[str, Any]:
@@ -134,11 +204,12 @@ def from_step_samples(
     samples: Sequence[Any], *, vocab_size: int | None = None, limits: Limits = DEFAULT_LIMITS
 ) -> SamplingMask:
     """One segment per step-wise sample from each sample's ``rollout_sample_support``
-    ``[len(response_ids), top_k]`` (an array, or a ``TrajectoryOutput`` / mapping holding it);
+    ``[len(response_ids), top_k]`` (an array or nested lists, or a ``TrajectoryOutput`` / mapping
+    holding it);
     an error names the sample as the segment."""
 
     def read(sample: Any) -> SamplingMask:
-        if not isinstance(sample, np.ndarray) and not hasattr(sample, "detach"):
+        if isinstance(sample, Mapping) or hasattr(sample, "rollout_sample_support"):
             sample = get_field(sample, "rollout_sample_support", where="sample")
         return from_dense(sample, vocab_size=vocab_size, limits=limits)
 

@@ -67,7 +67,7 @@ from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
-from ._common import get_field, int_array, ragged_from_lists
+from ._common import MaskOptions, get_field, int_array, ragged_from_lists
 
 __all__ = [
     "FILTERED_LOGPROB",
@@ -182,14 +182,15 @@ def from_completion_output(
     if mask is None:
         finish_reason = get_field(output, "finish_reason", None)
         tokens = get_field(output, "token_ids", None)
-        if finish_reason is None and tokens is not None and len(tokens) == 0:
+        num_tokens = len(tokens) if isinstance(tokens, (list, tuple, np.ndarray)) else None
+        if finish_reason is None and num_tokens == 0:
             return from_token_ids([], sampled_token_ids=[], vocab_size=vocab_size, metadata=metadata, limits=limits)
         if finish_reason is None and output_kind == "cumulative":
             return None
         if finish_reason is None and output_kind is None:
             if on_missing == "none":
                 return None
-            n = "its" if tokens is None else f"its {len(tokens)}"
+            n = "its" if num_tokens is None else f"its {num_tokens}"
             raise SamplingMaskError(
                 ErrorCode.E_SCHEMA,
                 f"sampling_mask is null on an unfinished output with {n} tokens: an intermediate"
@@ -367,11 +368,20 @@ def _logprobs_content(logprobs: Any, where: str) -> list[Any] | None:
 
 # ---------------------------------------------------------------------------- engine layouts
 def from_engine_csr(
-    lists: Any, *, vocab_size: int | None = None, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
+    lists: Any,
+    *,
+    vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask:
     """From ``SamplingMaskLists`` (or a mapping): ``token_ids``, ``offsets`` (``None``: one position,
     as ``slice_request(i, 1)`` returns it), optional ``cu_num_generated_tokens`` (becomes
-    ``cu_seqlens``: one segment per request)."""
+    ``cu_seqlens``: one segment per request). Keyword arguments as :class:`~sampling_mask.SamplingMask` (companions, ``metadata``, ``validate``, ``limits``)."""
     ids = int_array(get_field(lists, "token_ids"), np.int32, field="token_ids")
     offsets_value = get_field(lists, "offsets", None)
     if offsets_value is None:
@@ -380,7 +390,15 @@ def from_engine_csr(
         offsets = int_array(offsets_value, np.int64, field="offsets")
     cu = get_field(lists, "cu_num_generated_tokens", None)
     cu_arr = None if cu is None else int_array(cu, np.int64, field="cu_num_generated_tokens")
-    return SamplingMask(ids, offsets, cu_seqlens=cu_arr, vocab_size=vocab_size, limits=limits, **kwargs)
+    options = MaskOptions(
+        sampled_token_ids=sampled_token_ids,
+        sampled_logprobs=sampled_logprobs,
+        temperature=temperature,
+        support_logprobs=support_logprobs,
+        metadata=metadata,
+        validate=validate,
+    )
+    return SamplingMask(ids, offsets, cu_seqlens=cu_arr, vocab_size=vocab_size, limits=limits, **options.as_kwargs())
 
 
 def to_engine_csr(mask: SamplingMask) -> dict[str, Any]:
@@ -448,14 +466,20 @@ def from_engine_tensors(
     tensors: Any,
     num_sampled_tokens: Any = None,
     *,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
     limits: Limits = DEFAULT_LIMITS,
-    **kwargs: Any,
 ) -> SamplingMask:
     """From ``SamplingMaskTensors`` (or a mapping with its fields) as the kernel leaves them, reading
     what ``tolists(num_sampled_tokens)`` reads: the first ``count`` ids of a row when ``count <=
     max_num_kept`` (the slots after are undefined and ignored), else the row's ``packed_mask`` bits
     (their popcount must equal ``count``: ``E_OFFSETS``). With ``rows_per_request > 1`` only the first
-    ``num_sampled_tokens[r]`` slots of request ``r`` are read and each request is one segment."""
+    ``num_sampled_tokens[r]`` slots of request ``r`` are read and each request is one segment.
+    ``vocab_size`` comes from the tensors; keyword arguments as :class:`~sampling_mask.SamplingMask` (companions, ``metadata``, ``validate``, ``limits``)."""
     compact = _tensor_field(tensors, "token_ids", np.int32, 2)
     counts = _tensor_field(tensors, "counts", np.int64, 1)
     vocab_size = _scalar_int(get_field(tensors, "vocab_size", where="SamplingMaskTensors"), "vocab_size")
@@ -521,7 +545,14 @@ def from_engine_tensors(
         cu_seqlens=cu_seqlens,
         vocab_size=vocab_size,
         limits=limits,
-        **kwargs,
+        **MaskOptions(
+            sampled_token_ids=sampled_token_ids,
+            sampled_logprobs=sampled_logprobs,
+            temperature=temperature,
+            support_logprobs=support_logprobs,
+            metadata=metadata,
+            validate=validate,
+        ).as_kwargs(),
     )
 
 
