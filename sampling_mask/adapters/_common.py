@@ -5,7 +5,6 @@ Array coercion that trainer-side code needs too lives in :mod:`sampling_mask.cor
 from __future__ import annotations
 
 import base64
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,7 +19,7 @@ from ..core.model import SamplingMask, concat
 
 __all__ = [
     "MISSING",
-    "MaskOptions",
+    "PASSTHROUGH",
     "array_from_base64",
     "array_from_bytes",
     "array_to_base64",
@@ -29,26 +28,21 @@ __all__ = [
     "get_field",
     "int_array",
     "masks_from_samples",
+    "passthrough",
     "ragged_from_lists",
 ]
 
 MISSING: Any = object()
 
 
-@dataclasses.dataclass(frozen=True)
-class MaskOptions:
-    """The :class:`SamplingMask` keyword arguments a reader passes through unchanged (its public
-    signature spells each one out; this only carries them to the constructor)."""
+#: The :class:`SamplingMask` keyword arguments a reader passes through unchanged.
+PASSTHROUGH = ("sampled_token_ids", "sampled_logprobs", "temperature", "support_logprobs", "metadata", "validate")
 
-    sampled_token_ids: Any = None
-    sampled_logprobs: Any = None
-    temperature: Any = None
-    support_logprobs: Any = None
-    metadata: Mapping[str, Any] | None = None
-    validate: bool = True
 
-    def as_kwargs(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+def passthrough(scope: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`PASSTHROUGH` keywords of a reader, taken from its ``locals()``: its signature spells
+    each one out (keyword-only), this carries them to the constructor."""
+    return {name: scope[name] for name in PASSTHROUGH}
 
 
 def get_field(obj: Any, name: str, default: Any = MISSING, *, where: str | None = None) -> Any:

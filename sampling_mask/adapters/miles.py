@@ -32,12 +32,12 @@ from ..core.layouts import as_float_array
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
 from ._common import (
-    MaskOptions,
     check_response_length,
     check_rows_nonempty,
     get_field,
     int_array,
     masks_from_samples,
+    passthrough,
 )
 
 __all__ = ["from_sample", "from_samples", "to_rollout_sampling_masks", "to_sample_fields"]
@@ -105,15 +105,8 @@ def from_sample(
     offsets = int_array(offsets_value, np.int64, field="offsets")
     if logprobs_value is not None:
         support_logprobs = as_float_array(logprobs_value, field="logprobs", size=ids.size)
-    options = MaskOptions(
-        sampled_token_ids=sampled_token_ids,
-        sampled_logprobs=sampled_logprobs,
-        temperature=temperature,
-        support_logprobs=support_logprobs,
-        metadata=metadata,
-        validate=validate,
-    )
-    mask = SamplingMask(ids, offsets, vocab_size=vocab_size, limits=limits, **options.as_kwargs())
+    options = passthrough(locals())
+    mask = SamplingMask(ids, offsets, vocab_size=vocab_size, limits=limits, **options)
     if not allow_empty_rows:
         check_rows_nonempty(mask, "offsets")
     return check_response_length(mask, response_length, "offsets")
@@ -134,19 +127,10 @@ def from_samples(
 ) -> SamplingMask:
     """One segment per sample, in order (errors name the sample as the segment); keyword arguments
     as :func:`from_sample`, applied to every sample."""
-    options = MaskOptions(
-        sampled_token_ids=sampled_token_ids,
-        sampled_logprobs=sampled_logprobs,
-        temperature=temperature,
-        support_logprobs=support_logprobs,
-        metadata=metadata,
-        validate=validate,
-    )
+    options = passthrough(locals())
 
     def read(sample: Any) -> SamplingMask:
-        return from_sample(
-            sample, allow_empty_rows=allow_empty_rows, vocab_size=vocab_size, limits=limits, **options.as_kwargs()
-        )
+        return from_sample(sample, allow_empty_rows=allow_empty_rows, vocab_size=vocab_size, limits=limits, **options)
 
     return masks_from_samples(samples, read, vocab_size)
 

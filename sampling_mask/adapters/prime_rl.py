@@ -30,7 +30,7 @@ from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.layouts import as_float_array
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
-from ._common import MaskOptions, array_from_base64, array_from_bytes, array_to_base64, get_field, int_array
+from ._common import array_from_base64, array_from_bytes, array_to_base64, get_field, int_array, passthrough
 
 __all__ = [
     "CAPTURE_CAP",
@@ -135,17 +135,8 @@ def from_wire(
         if num_tokens is None:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "no mask and no num_tokens", field="sampling_mask")
         rows = check_count(num_tokens, limits.max_rows, "num_tokens", field="num_tokens")
-        options = MaskOptions(
-            sampled_token_ids=sampled_token_ids,
-            sampled_logprobs=sampled_logprobs,
-            temperature=temperature,
-            support_logprobs=support_logprobs,
-            metadata=metadata,
-            validate=validate,
-        )
-        return SamplingMask(
-            np.zeros(0, np.int32), np.zeros(rows + 1, np.int64), vocab_size=vocab_size, **options.as_kwargs()
-        )
+        options = passthrough(locals())
+        return SamplingMask(np.zeros(0, np.int32), np.zeros(rows + 1, np.int64), vocab_size=vocab_size, **options)
     ids_value, counts_value, logprobs_value = _fields(sampling_mask, limits)
     ids = _buffer(ids_value, "ids", "int32", limits)
     counts = _buffer(counts_value, "counts", "int32", limits)
@@ -158,15 +149,8 @@ def from_wire(
         if logprobs.size != ids.size:
             raise SamplingMaskError(ErrorCode.E_SHAPE, f"{logprobs.size} logprobs for {ids.size} ids", field="logprobs")
         support_logprobs = logprobs
-    options = MaskOptions(
-        sampled_token_ids=sampled_token_ids,
-        sampled_logprobs=sampled_logprobs,
-        temperature=temperature,
-        support_logprobs=support_logprobs,
-        metadata=metadata,
-        validate=validate,
-    )
-    return SamplingMask.from_counts(ids, counts, vocab_size=vocab_size, limits=limits, **options.as_kwargs())
+    options = passthrough(locals())
+    return SamplingMask.from_counts(ids, counts, vocab_size=vocab_size, limits=limits, **options)
 
 
 def _counts(mask: SamplingMask) -> tuple[np.ndarray, np.ndarray]:
@@ -331,15 +315,8 @@ def from_trainer_tensor(
         if dense.shape[0] != 1:
             raise SamplingMaskError(ErrorCode.E_SHAPE, "a packed micro batch has batch size 1", field="tensor")
         dense = dense[0]
-    options = MaskOptions(
-        sampled_token_ids=sampled_token_ids,
-        sampled_logprobs=sampled_logprobs,
-        temperature=temperature,
-        support_logprobs=support_logprobs,
-        metadata=metadata,
-        validate=validate,
-    )
-    shifted = SamplingMask.from_dense(dense, vocab_size=vocab_size, limits=limits, **options.as_kwargs())
+    options = passthrough(locals())
+    shifted = SamplingMask.from_dense(dense, vocab_size=vocab_size, limits=limits, **options)
     if cu_seqlens is not None:
         shifted = shifted.replace(cu_seqlens=cu_seqlens)
     return unshift_packed(shifted)

@@ -88,6 +88,15 @@ LENGTH = "output_token_sampling_mask_length"
 TRUNCATED = "output_token_sampling_mask_truncated"  # unmerged PR #34037 only
 
 
+#: The keyword arguments of :func:`from_meta_info` that the other readers pass on unchanged.
+_META_OPTIONS = ("on_missing", "sampling_logprobs_mode", "allow_truncated", "vocab_size", "metadata", "limits")
+
+
+def _meta_options(scope: Mapping[str, Any]) -> dict[str, Any]:
+    """:data:`_META_OPTIONS` from a reader's ``locals()`` (its signature spells each one out)."""
+    return {name: scope[name] for name in _META_OPTIONS}
+
+
 def _check_length(declared: Any, expected: int) -> None:
     if declared is None:
         return
@@ -233,12 +242,7 @@ def from_response(
     return from_meta_info(
         get_field(response, "meta_info"),
         output_ids=get_field(response, "output_ids", None),
-        on_missing=on_missing,
-        sampling_logprobs_mode=sampling_logprobs_mode,
-        allow_truncated=allow_truncated,
-        vocab_size=vocab_size,
-        metadata=metadata,
-        limits=limits,
+        **_meta_options(locals()),
     )
 
 
@@ -290,12 +294,7 @@ def from_stream(
     return from_meta_info(
         merged,
         output_ids=output_ids or None,
-        on_missing=on_missing,
-        sampling_logprobs_mode=sampling_logprobs_mode,
-        allow_truncated=allow_truncated,
-        vocab_size=vocab_size,
-        metadata=metadata,
-        limits=limits,
+        **_meta_options(locals()),
     )
 
 
@@ -321,12 +320,7 @@ def from_chat_choice(
     return from_meta_info(
         meta,
         output_ids=get_field(choice, "response_token_ids", None),
-        on_missing=on_missing,
-        sampling_logprobs_mode=sampling_logprobs_mode,
-        allow_truncated=allow_truncated,
-        vocab_size=vocab_size,
-        metadata=metadata,
-        limits=limits,
+        **_meta_options(locals()),
     )
 
 
@@ -345,18 +339,8 @@ def from_chat_response(
     choices = get_field(response, "choices")
     if not isinstance(choices, list):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "choices must be a list", field="choices")
-    return [
-        from_chat_choice(
-            c,
-            on_missing=on_missing,
-            sampling_logprobs_mode=sampling_logprobs_mode,
-            allow_truncated=allow_truncated,
-            vocab_size=vocab_size,
-            metadata=metadata,
-            limits=limits,
-        )
-        for c in choices
-    ]
+    options = _meta_options(locals())  # not inside the comprehension: its own scope before 3.12
+    return [from_chat_choice(c, **options) for c in choices]
 
 
 def to_meta_info(

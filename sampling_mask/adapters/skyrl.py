@@ -36,7 +36,7 @@ import numpy as np
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
-from ._common import array_from_base64, array_to_base64, get_field, int_array, masks_from_samples
+from ._common import array_from_base64, array_to_base64, get_field, int_array, masks_from_samples, passthrough
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -84,13 +84,8 @@ def from_dense(
         dense,
         cu_seqlens=cu,
         vocab_size=vocab_size,
-        sampled_token_ids=sampled_token_ids,
-        sampled_logprobs=sampled_logprobs,
-        temperature=temperature,
-        support_logprobs=support_logprobs,
-        metadata=metadata,
-        validate=validate,
         limits=limits,
+        **passthrough(locals()),
     )
 
 
@@ -119,13 +114,8 @@ def from_packed(
         values,
         cu_seqlens=cu_seqlens,
         vocab_size=vocab_size,
-        sampled_token_ids=sampled_token_ids,
-        sampled_logprobs=sampled_logprobs,
-        temperature=temperature,
-        support_logprobs=support_logprobs,
-        metadata=metadata,
-        validate=validate,
         limits=limits,
+        **passthrough(locals()),
     )
 
 
@@ -183,13 +173,8 @@ def from_envelope(
         values,
         cu_seqlens=cu_seqlens,
         vocab_size=vocab_size,
-        sampled_token_ids=sampled_token_ids,
-        sampled_logprobs=sampled_logprobs,
-        temperature=temperature,
-        support_logprobs=support_logprobs,
-        metadata=metadata,
-        validate=validate,
         limits=limits,
+        **passthrough(locals()),
     )
 
 

@@ -23,7 +23,6 @@ from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
 from ._common import (
-    MaskOptions,
     array_from_base64,
     array_from_bytes,
     array_to_base64,
@@ -31,6 +30,7 @@ from ._common import (
     get_field,
     int_array,
     masks_from_samples,
+    passthrough,
 )
 
 __all__ = ["from_meta_info", "from_sample", "from_samples", "to_meta_info", "to_sample_fields"]
@@ -51,11 +51,11 @@ def _int32(value: Any, field: str, limits: Limits) -> np.ndarray:
 
 
 def _mask(
-    ids: np.ndarray, offsets: np.ndarray, vocab_size: int | None, limits: Limits, options: MaskOptions
+    ids: np.ndarray, offsets: np.ndarray, vocab_size: int | None, limits: Limits, options: dict[str, Any]
 ) -> SamplingMask:
     if offsets.size == 0:
         raise SamplingMaskError(ErrorCode.E_OFFSETS, "offsets must hold at least [0]", field="offsets")
-    return SamplingMask(ids, offsets.astype(np.int64), vocab_size=vocab_size, limits=limits, **options.as_kwargs())
+    return SamplingMask(ids, offsets.astype(np.int64), vocab_size=vocab_size, limits=limits, **options)
 
 
 def from_meta_info(
@@ -88,14 +88,7 @@ def from_meta_info(
         offsets,
         vocab_size,
         limits,
-        MaskOptions(
-            sampled_token_ids=sampled_token_ids,
-            sampled_logprobs=sampled_logprobs,
-            temperature=temperature,
-            support_logprobs=support_logprobs,
-            metadata=metadata,
-            validate=validate,
-        ),
+        passthrough(locals()),
     )
 
 
@@ -122,14 +115,7 @@ def from_sample(
         ids_value = get_field(sample, IDS_FIELD, where="sample")
         offsets_value = get_field(sample, OFFSETS_FIELD, where="sample")
         response_length = get_field(sample, "response_length", None)
-    options = MaskOptions(
-        sampled_token_ids=sampled_token_ids,
-        sampled_logprobs=sampled_logprobs,
-        temperature=temperature,
-        support_logprobs=support_logprobs,
-        metadata=metadata,
-        validate=validate,
-    )
+    options = passthrough(locals())
     mask = _mask(
         _int32(ids_value, IDS_FIELD, limits), _int32(offsets_value, OFFSETS_FIELD, limits), vocab_size, limits, options
     )
@@ -150,17 +136,10 @@ def from_samples(
 ) -> SamplingMask:
     """One segment per sample, in order (errors name the sample as the segment); keyword arguments
     as :func:`from_meta_info`, applied to every sample."""
-    options = MaskOptions(
-        sampled_token_ids=sampled_token_ids,
-        sampled_logprobs=sampled_logprobs,
-        temperature=temperature,
-        support_logprobs=support_logprobs,
-        metadata=metadata,
-        validate=validate,
-    )
+    options = passthrough(locals())
     return masks_from_samples(
         samples,
-        lambda s: from_sample(s, vocab_size=vocab_size, limits=limits, **options.as_kwargs()),
+        lambda s: from_sample(s, vocab_size=vocab_size, limits=limits, **options),
         vocab_size,
     )
 

@@ -67,7 +67,7 @@ from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
-from ._common import MaskOptions, get_field, int_array, ragged_from_lists
+from ._common import get_field, int_array, passthrough, ragged_from_lists
 
 __all__ = [
     "FILTERED_LOGPROB",
@@ -390,15 +390,8 @@ def from_engine_csr(
         offsets = int_array(offsets_value, np.int64, field="offsets")
     cu = get_field(lists, "cu_num_generated_tokens", None)
     cu_arr = None if cu is None else int_array(cu, np.int64, field="cu_num_generated_tokens")
-    options = MaskOptions(
-        sampled_token_ids=sampled_token_ids,
-        sampled_logprobs=sampled_logprobs,
-        temperature=temperature,
-        support_logprobs=support_logprobs,
-        metadata=metadata,
-        validate=validate,
-    )
-    return SamplingMask(ids, offsets, cu_seqlens=cu_arr, vocab_size=vocab_size, limits=limits, **options.as_kwargs())
+    options = passthrough(locals())
+    return SamplingMask(ids, offsets, cu_seqlens=cu_arr, vocab_size=vocab_size, limits=limits, **options)
 
 
 def to_engine_csr(mask: SamplingMask) -> dict[str, Any]:
@@ -545,14 +538,7 @@ def from_engine_tensors(
         cu_seqlens=cu_seqlens,
         vocab_size=vocab_size,
         limits=limits,
-        **MaskOptions(
-            sampled_token_ids=sampled_token_ids,
-            sampled_logprobs=sampled_logprobs,
-            temperature=temperature,
-            support_logprobs=support_logprobs,
-            metadata=metadata,
-            validate=validate,
-        ).as_kwargs(),
+        **passthrough(locals()),
     )
 
 
