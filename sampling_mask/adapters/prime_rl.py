@@ -253,11 +253,10 @@ def sampled_without_support(mask: SamplingMask, trainable: Any) -> np.ndarray:
 # ---------------------------------------------------------------------- trainer (packed micro batch)
 def shift_packed_left(mask: SamplingMask) -> SamplingMask:
     """prime-rl's ``shift_tensor_left(kept, pad_value=-1)``: one shift over the whole packed sequence
-    (not :func:`sampling_mask.alignment.shift_left`, which shifts inside each segment; ``shift_left``
-    here is the old name of this function)
     (segments are the packed samples, kept as ``cu_seqlens``). Position t gets row t+1, across
     sample boundaries; the last position is empty. Row 0 must be empty (``E_SCHEMA``): no logits
-    score it, and prime-rl drops it."""
+    score it, and prime-rl drops it. Old name ``shift_left``; not
+    :func:`sampling_mask.alignment.shift_left`, which shifts inside each segment."""
     mask = as_sampling_mask(mask)
     n = mask.num_rows
     if n and mask.row_lengths[0] > 0:

@@ -10,7 +10,7 @@ Matches:
   "dtype": "int32"}`` (``"int64"`` and ``"torch.int32"`` / ``"torch.int64"`` are read too).
 
 * Step-wise samples (``generator.step_wise_trajectories``; PR #2082 @ 9a8327d7806e, reopened
-  unchanged as #2237, and the stack up to #2086 @ 3308bd18d82c: ``skyrl_gym_generator.py``
+  unchanged as #2237, and the stack up to #2086 @ 3308bd18d852: ``skyrl_gym_generator.py``
   ``TurnOutput.get_turn_rollout_sample_support`` and the ``is_step_wise`` branch of
   ``agent_loop``): step k is one training sample whose ``prompt_ids`` are every token before
   generation k and whose ``response_ids`` are generation k **plus the observation that follows
@@ -76,8 +76,8 @@ def from_dense(
     validate: bool = True,
     limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask:
-    """From ``[T, top_k]`` rank-ordered rows with ``-1`` trailing padding (numpy or torch).
-    Keyword arguments as :class:`~sampling_mask.SamplingMask` (companions, ``metadata``, ``validate``, ``limits``)."""
+    """From ``[T, top_k]`` rank-ordered rows with ``-1`` trailing padding (numpy or torch). Keyword
+    arguments as :class:`~sampling_mask.SamplingMask` (companions, ``metadata``, ``validate``, ``limits``)."""
     dense = int_array(values, np.int32, field="values", ndim=2)
     cu = None if cu_seqlens is None else int_array(cu_seqlens, np.int64, field="cu_seqlens")
     return SamplingMask.from_dense(
@@ -190,8 +190,7 @@ def from_step_samples(
 ) -> SamplingMask:
     """One segment per step-wise sample from each sample's ``rollout_sample_support``
     ``[len(response_ids), top_k]`` (an array or nested lists, or a ``TrajectoryOutput`` / mapping
-    holding it);
-    an error names the sample as the segment."""
+    holding it); an error names the sample as the segment."""
 
     def read(sample: Any) -> SamplingMask:
         if isinstance(sample, Mapping) or hasattr(sample, "rollout_sample_support"):

@@ -381,7 +381,8 @@ def from_engine_csr(
 ) -> SamplingMask:
     """From ``SamplingMaskLists`` (or a mapping): ``token_ids``, ``offsets`` (``None``: one position,
     as ``slice_request(i, 1)`` returns it), optional ``cu_num_generated_tokens`` (becomes
-    ``cu_seqlens``: one segment per request). Keyword arguments as :class:`~sampling_mask.SamplingMask` (companions, ``metadata``, ``validate``, ``limits``)."""
+    ``cu_seqlens``: one segment per request). Keyword arguments as :class:`~sampling_mask.SamplingMask`
+    (companions, ``metadata``, ``validate``, ``limits``)."""
     ids = int_array(get_field(lists, "token_ids"), np.int32, field="token_ids")
     offsets_value = get_field(lists, "offsets", None)
     if offsets_value is None:
@@ -472,7 +473,8 @@ def from_engine_tensors(
     max_num_kept`` (the slots after are undefined and ignored), else the row's ``packed_mask`` bits
     (their popcount must equal ``count``: ``E_OFFSETS``). With ``rows_per_request > 1`` only the first
     ``num_sampled_tokens[r]`` slots of request ``r`` are read and each request is one segment.
-    ``vocab_size`` comes from the tensors; keyword arguments as :class:`~sampling_mask.SamplingMask` (companions, ``metadata``, ``validate``, ``limits``)."""
+    ``vocab_size`` comes from the tensors; keyword arguments as :class:`~sampling_mask.SamplingMask`
+    (companions, ``metadata``, ``validate``, ``limits``)."""
     compact = _tensor_field(tensors, "token_ids", np.int32, 2)
     counts = _tensor_field(tensors, "counts", np.int64, 1)
     vocab_size = _scalar_int(get_field(tensors, "vocab_size", where="SamplingMaskTensors"), "vocab_size")
