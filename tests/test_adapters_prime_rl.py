@@ -13,7 +13,7 @@ import pytest
 
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError, concat
 from sampling_mask.adapters import prime_rl
-from sampling_mask.codecs._buffers import read_msgpack
+from sampling_mask.codecs.msgpack import read_value
 
 FIXTURES = json.loads((Path(__file__).parent / "fixtures/upstream/trainers/trainers.json").read_text())
 CASES = FIXTURES["prime_rl"]
@@ -39,7 +39,7 @@ def test_defect_7_array_like_msgpack_round_trips_byte_for_byte(name):
     kept = _raw(case["kept_tokens_msgpack"])  # PR #3235's KeptTokens: [ids, counts], same positions
     assert kept == b"\x92" + upstream[1:-1] and prime_rl.from_wire(kept) == mask
     # the decoded array_like value (a list of bytes) reads the same
-    decoded = read_msgpack(upstream, max_depth=8)
+    decoded = read_value(upstream, max_depth=8)
     assert isinstance(decoded, list) and prime_rl.from_wire(decoded) == mask
     assert prime_rl.to_payload(mask) == [bytes(v) for v in decoded[:2]] + [None] == decoded[:2] + [None]
 
@@ -68,7 +68,7 @@ def test_verifiers_objects_read(name):
     mask = prime_rl.from_wire(vf_mask)
     assert mask.to_rows() == case["rows"]
     if "message_node_msgpack" in case:  # MessageNode.sampling_mask on the env-server wire (__nd__ dicts)
-        node = read_msgpack(_raw(case["message_node_msgpack"]), max_depth=8)
+        node = read_value(_raw(case["message_node_msgpack"]), max_depth=8)
         assert set(node) == {"ids", "counts"} and node["ids"]["__nd__"] is True
         assert prime_rl.from_wire(node) == mask
 
@@ -220,7 +220,7 @@ def test_verifiers_nd_writer_round_trips_through_verifiers(index):
     assert SamplingMask.from_counts(decoded["ids"], decoded["counts"]) == mask
     nd = prime_rl.to_verifiers(mask)
     assert set(nd) == {"ids", "counts"} and nd["counts"]["shape"] == [mask.num_rows] and nd["ids"]["__nd__"] is True
-    node = read_msgpack(_raw(case["verifiers_node_msgpack"]), max_depth=16)  # the whole node on the wire
+    node = read_value(_raw(case["verifiers_node_msgpack"]), max_depth=16)  # the whole node on the wire
     assert prime_rl.from_wire(node["sampling_mask"]) == mask
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .. import alignment
-from ..codecs import _buffers
+from ..codecs import msgpack as msgpack_codec
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.layouts import as_float_array
@@ -92,7 +92,7 @@ def _fields(payload: Any, limits: Limits) -> tuple[Any, Any, Any]:
     if isinstance(payload, (bytes, bytearray, memoryview)):
         if len(payload) > limits.max_bytes:
             raise SamplingMaskError(ErrorCode.E_LIMIT, f"{len(payload)} bytes exceed the limit", field="sampling_mask")
-        payload = _buffers.read_msgpack(payload, max_depth=limits.max_json_depth)
+        payload = msgpack_codec.read_value(payload, max_depth=limits.max_json_depth)
     if isinstance(payload, (list, tuple)):
         if len(payload) not in (2, 3):
             raise SamplingMaskError(

@@ -26,7 +26,6 @@ __all__ = [
     "base64_decoded_length",
     "decode_base64",
     "input_view",
-    "read_msgpack",
     "wire_dtype",
     "wire_dtype_name",
     "wire_shape",
@@ -179,12 +178,3 @@ def decode_base64(text: Any, expected_nbytes: int, limits: Limits, *, field: str
     if tail and binascii.b2a_base64(out[len(out) - tail :], newline=False) != raw[-4:]:
         raise SamplingMaskError(ErrorCode.E_ENCODING, "base64 padding bits must be zero (non-canonical)", field=field)
     return out
-
-
-def read_msgpack(data: Any, *, max_depth: int) -> Any:
-    """One msgpack object of any shape (an upstream payload that is not an envelope), read by the
-    envelope's strict, bounded reader: ``bin`` values are memoryviews of ``data``; bad bytes are
-    ``E_ENCODING``, too deep or too many objects ``E_LIMIT``."""
-    from ._msgpack_reader import read
-
-    return read(data, max_depth=max_depth)

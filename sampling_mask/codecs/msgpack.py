@@ -106,6 +106,14 @@ def _bin_header(nbytes: int, key: str) -> bytes:
     )
 
 
+def read_value(data: Any, *, max_depth: int) -> Any:
+    """One msgpack object of any shape (an upstream payload that is not an envelope: prime-rl's
+    ``array_like`` struct, verifiers' ``__nd__`` maps), read by the envelope's strict, bounded reader:
+    ``bin`` values are memoryviews of ``data``; bad bytes are ``E_ENCODING``, too deep or too many
+    objects ``E_LIMIT``. Public for the adapters; the envelope itself is :func:`decode`'s."""
+    return _msgpack_reader.read(data, max_depth=max_depth)
+
+
 #: The writer places each ARRAY's ``data`` of :data:`PAD_FROM` bytes or more at a multiple of
 #: :data:`ALIGN` bytes from the envelope's start, with a ``pad`` entry (spec 10.1): read in place
 #: from an aligned buffer, the array is then aligned (numpy checks unaligned arrays several times slower).
