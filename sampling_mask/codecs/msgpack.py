@@ -49,7 +49,7 @@ from . import _msgpack_reader
 from ._buffers import array_from_buffer, input_view, wire_dtype, wire_shape
 from ._common import SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order
 
-__all__ = ["LAYOUTS", "decode", "encode", "encode_frames", "encode_into", "is_envelope"]
+__all__ = ["LAYOUTS", "decode", "encode", "encode_frames", "encode_into", "is_envelope", "read_value"]
 
 LAYOUTS = ("ragged", "dense", "compact")
 _INDEX_DTYPES = ("int32", "int64")
