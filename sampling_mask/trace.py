@@ -6,7 +6,10 @@ Invariants of :class:`TraceBuilder` (checked on every call, so a trajectory can 
 * generated tokens carry their captured rows (a non-empty row must contain its token) and logprobs;
   prompt / observation / tool tokens carry empty rows and NaN logprobs;
 * step k ends where generation k ends; tokens after the last generation join the last step (with
-  no generation at all, the whole trace is one step);
+  no generation at all, the whole trace is one step). :attr:`Trace.turn_bounds` splits the same
+  tokens the other way, SkyRL's step-wise way: step k runs from generation k's first token to
+  generation k+1's first token, so it holds generation k *and the observation that follows it*
+  (tokens before the first generation join step 0);
 * :meth:`TraceBuilder.remove_eos` takes the last generated token off the stream and remembers its
   position: at :meth:`~TraceBuilder.finalize` it can be restored *at that position*, with its own row,
   ahead of any observation tokens appended after it (restoring it at the end of the stream, after
@@ -34,25 +37,51 @@ from .core.model import SamplingMask, as_sampling_mask
 __all__ = ["Trace", "TraceBuilder"]
 
 RestoreEos = Literal["none", "last", "all"]
+StepEnds = Literal["generation", "observation"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Trace:
     """A finalized trajectory. ``mask`` has one segment and carries ``sampled_token_ids`` (= the
     token ids) and ``sampled_logprobs`` (= ``logprobs``); ``generated[t]`` tells generated tokens;
-    ``step_bounds`` (int64 [S+1]) splits the tokens into steps."""
+    ``step_bounds`` (int64 [S+1]) splits the tokens into steps that end with their generation;
+    ``turn_bounds`` (int64 [S+1]) into steps that end with the observation after it (SkyRL's
+    step-wise samples); ``generation_starts`` (int64 [S]) is where each generation begins."""
 
     token_ids: np.ndarray
     logprobs: np.ndarray
     generated: np.ndarray
     mask: SamplingMask
     step_bounds: np.ndarray
+    generation_starts: np.ndarray | None = None
 
-    def step_mask(self, *, cumulative: bool = False) -> SamplingMask:
+    @property
+    def turn_bounds(self) -> np.ndarray:
+        """int64 [S+1]: ``[0, start of generation 1, ..., start of generation S-1, T]``."""
+        starts = self.generation_starts
+        if starts is None or starts.size == 0:
+            return self.step_bounds
+        return np.concatenate([[0], starts[1:], [self.token_ids.size]]).astype(np.int64)
+
+    def step_mask(self, *, cumulative: bool = False, step_ends: StepEnds = "generation") -> SamplingMask:
         """One segment per step. ``cumulative=False``: segment k holds step k's rows (the segments
         tile the trace). ``cumulative=True``: segment k holds every token up to the end of step k,
-        with the rows of earlier steps emptied (step-wise training: earlier turns are context)."""
-        bounds = self.step_bounds
+        with the rows of earlier steps emptied (step-wise training: earlier turns are context).
+
+        ``step_ends="generation"``: step k ends with generation k (:attr:`step_bounds`).
+        ``"observation"``: step k also holds the observation after generation k (:attr:`turn_bounds`),
+        as SkyRL's step-wise trajectories do: there sample k is the prompt (every token before
+        generation k) plus the response (generation k, then its observation, rows ``-1``), so with
+        ``cumulative=True`` segment k is sample k, its first ``generation_starts[k]`` rows empty and
+        the rest its ``rollout_sample_support`` (:func:`sampling_mask.adapters.skyrl.step_samples`)."""
+        if step_ends == "generation":
+            bounds = self.step_bounds
+        elif step_ends == "observation":
+            bounds = self.turn_bounds
+        else:
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA, "step_ends must be 'generation' or 'observation'", field="step_ends"
+            )
         if not cumulative:
             return self.mask.replace(cu_seqlens=bounds)
         ends = bounds[1:]
@@ -86,6 +115,7 @@ class TraceBuilder:
         self._row_lengths: list[np.ndarray] = []
         self._length = 0
         self._generation_ends: list[int] = []  # where each generation ended (steps end there)
+        self._generation_starts: list[int] = []  # where each generation began (SkyRL's steps begin there)
         self._removed: list[_Removed] = []
         self._last_generated_end: int | None = None  # stream length right after the last generation
 
@@ -153,6 +183,7 @@ class TraceBuilder:
         except SamplingMaskError as exc:  # name the row in trace coordinates
             row = None if exc.row is None else exc.row + self._length
             raise SamplingMaskError(exc.code, exc.message, row=row, field=exc.field, value=exc.value) from None
+        self._generation_starts.append(self._length)
         self._append(ids, lp, True, np.asarray(row_ids, np.int32), np.diff(row_offsets))
         self._generation_ends.append(self._length)
         self._last_generated_end = self._length
@@ -229,6 +260,8 @@ class TraceBuilder:
         self._length = n
         cut = [e for e in self._generation_ends if e >= n]
         self._generation_ends = [e for e in self._generation_ends if e < n] + ([n] if cut else [])
+        # The first generation the cut reaches ends (and, if it began past the cut, begins) at the cut.
+        self._generation_starts = [min(s, n) for s in self._generation_starts[: len(self._generation_ends)]]
         self._removed = [r for r in self._removed if r.position <= n]
 
     def finalize(
@@ -247,8 +280,10 @@ class TraceBuilder:
             final = []  # the final generation kept its last token: no EOS of an earlier turn comes back
         restored = {"none": [], "last": final, "all": self._removed}[restore_eos]
         bounds = np.array([0, *self._generation_ends[:-1], self._length], dtype=np.int64)
+        starts = np.array(self._generation_starts, dtype=np.int64)
         if restored:
             ids, lp, gen, row_ids, lengths, bounds = _insert(restored, ids, lp, gen, row_ids, lengths, bounds)
+            starts = _shift(restored, starts, ends=False)
         count = _count(token_count, field="token_count")
         if ids.size != count:
             raise SamplingMaskError(
@@ -279,7 +314,19 @@ class TraceBuilder:
             vocab_size=self._vocab_size,
             limits=self._limits,
         )
-        return Trace(token_ids=ids, logprobs=lp, generated=gen, mask=mask, step_bounds=bounds)
+        return Trace(token_ids=ids, logprobs=lp, generated=gen, mask=mask, step_bounds=bounds, generation_starts=starts)
+
+
+def _shift(restored: list[_Removed], points: np.ndarray, *, ends: bool) -> np.ndarray:
+    """Generation g's start (``ends=False``) or end (``ends=True``), ``points[g]``, in final
+    coordinates: it moves by the restored tokens that land before it. Those removed before the point
+    always do; one removed *at* the point does when it belongs to an earlier generation (a start) or
+    to generation g or earlier (an end: the EOS is generation g's own last token). Keys (position,
+    generation) ordered lexicographically, compared at once."""
+    scale = max(len(points), max(r.generation for r in restored)) + 1
+    keys = np.sort(np.array([r.position * scale + r.generation for r in restored], dtype=np.int64))
+    point_keys = points * scale + np.arange(points.size, dtype=np.int64)
+    return points + np.searchsorted(keys, point_keys, side="right" if ends else "left")
 
 
 def _insert(
@@ -294,7 +341,7 @@ def _insert(
     """Put each restored token back where it was removed. Record j was removed when records < j were
     already out of the stream, so its position counts only the tokens present then: in final
     coordinates it lands at ``position_j + j`` (j among the restored), before every token that sat
-    at or after ``position_j``; a step that ended at ``position_j`` ends one later (the EOS is its own)."""
+    at or after ``position_j``; the step whose EOS it is ends one later (see :func:`_shift`)."""
     positions = np.array([r.position for r in restored], dtype=np.int64)
     n = ids.size
     final_index = np.arange(n, dtype=np.int64) + np.searchsorted(positions, np.arange(n), side="right")
@@ -314,6 +361,7 @@ def _insert(
     out_rows[layouts.range_indices(out_offsets[:-1][final_index], lengths)] = row_ids
     for slot, record in zip(slots.tolist(), restored, strict=True):  # one per restored EOS, not per token
         out_rows[int(out_offsets[slot]) : int(out_offsets[slot + 1])] = record.row
-    new_bounds = bounds + np.searchsorted(positions, bounds, side="right")
-    new_bounds[0] = 0
+    new_bounds = bounds.copy()
+    new_bounds[1:-1] = _shift(restored, bounds[1:-1], ends=True)
+    new_bounds[-1] = total
     return out_ids, out_lp, out_gen, out_rows, out_len, new_bounds

@@ -64,3 +64,20 @@ def test_only_sampling_mask_errors_escape(reader, strategy):
         assert result is None or isinstance(result, SamplingMask)
 
     check()
+
+
+def test_public_readers_spell_out_their_options():
+    """Issue 28: no public ``from_*`` reader takes ``**kwargs``; pass-through options still arrive."""
+    import inspect
+
+    for module in (miles, prime_rl, sglang, skyrl, slime, vllm):
+        for name in module.__all__:
+            if name.startswith("from_"):
+                kinds = {p.kind for p in inspect.signature(getattr(module, name)).parameters.values()}
+                assert inspect.Parameter.VAR_KEYWORD not in kinds, f"{module.__name__}.{name}"
+    dense = [[3, -1], [-1, -1]]
+    assert skyrl.from_packed(dense, [0, 2], metadata={"run": "a"}).metadata == {"run": "a"}
+    sample = {"rollout_top_p_token_ids": [3], "rollout_top_p_token_offsets": [0, 1]}
+    assert slime.from_samples([sample], sampled_token_ids=[3]).sampled_token_ids.tolist() == [3]
+    assert sglang.from_chat_response({"choices": [{}]}, on_missing="none") == [None]
+    assert miles.from_samples([([4], [0, 1])], temperature=[0.5]).temperature.tolist() == [0.5]

@@ -107,3 +107,62 @@ def test_defect_8_rollout_sampling_mask_refuses_unnormalized_logprobs():
     with pytest.raises(SamplingMaskError) as err:
         miles.to_rollout_sampling_masks(nan)
     assert err.value.row == 0
+
+
+VERSIONS = json.loads((Path(__file__).parent / "fixtures/upstream/miles/miles_versions.json").read_text())
+
+
+class _Stored(SimpleNamespace):
+    """An upstream object as the adapter sees it: its stored private tensors (and class flag)."""
+
+
+def _upstream(stored: dict) -> _Stored:
+    fields = {k: torch.tensor(v) for k, v in stored.items() if k.startswith("_")}
+    fields["_ids"] = fields["_ids"].to(torch.int32)
+    if "allows_empty_rows" in stored:
+        fields["allows_empty_rows"] = stored["allows_empty_rows"]
+    return _Stored(**fields)
+
+
+def test_partial_sampling_mask_empty_rows_round_trip():
+    """Version B's PartialSamplingMask (cited copy run by fixtures/upstream/miles/make_miles_versions.py)."""
+    case = VERSIONS["partial"]
+    assert VERSIONS["rollout_refuses_empty"].startswith("sampling-mask offsets must be strictly increasing")
+    obj = _upstream(case["stored"])
+    mask = miles.from_sample(obj)  # upstream -> ours: the class flag allows the empty rows
+    assert mask.to_rows() == case["rows"]
+    assert miles.from_sample(SimpleNamespace(rollout_sampling_mask=obj, response_length=7)) == mask
+    (kwargs,) = miles.to_rollout_sampling_masks(mask, form="partial")  # ours -> upstream
+    assert set(kwargs) == {"ids", "offsets"} and kwargs["ids"].dtype == np.int32 and kwargs["offsets"].dtype == np.int64
+    assert kwargs["ids"].tolist() == case["stored"]["_ids"] and kwargs["offsets"].tolist() == case["stored"]["_offsets"]
+    assert VERSIONS["ours_into_upstream"]["partial_B"] == case["stored"]  # B's constructor took our kwargs
+    assert miles.from_sample(_upstream(case["prefix_4"])).to_rows() == case["rows"][:4]
+    # the same rows without the flag are refused, as version A / C / D and PR #2595 refuse them
+    strict = _upstream({k: v for k, v in case["stored"].items() if k != "allows_empty_rows"})
+    with pytest.raises(SamplingMaskError) as err:
+        miles.from_sample(strict)
+    assert err.value.code is ErrorCode.E_OFFSETS and err.value.row == 0
+    assert miles.from_sample(strict, allow_empty_rows=True) == mask
+    with pytest.raises(SamplingMaskError) as err:
+        miles.to_rollout_sampling_masks(mask)
+    assert err.value.code is ErrorCode.E_OFFSETS
+    with pytest.raises(SamplingMaskError) as err:
+        miles.to_rollout_sampling_masks(mask, form="tinker")
+    assert err.value.field == "form"
+
+
+@pytest.mark.parametrize(
+    ("key", "form", "name"),
+    [("logprobs_D", "logprobs", "_logprobs"), ("support_logprobs_C", "support_logprobs", "_support_logprobs")],
+)
+def test_logprob_versions_round_trip(key, form, name):
+    case = VERSIONS[key]
+    mask = miles.from_sample(_upstream(case["stored"]))
+    assert mask.to_rows() == case["rows"]
+    np.testing.assert_allclose(mask.support_logprobs, case["logprobs"], rtol=1e-6)
+    (kwargs,) = miles.to_rollout_sampling_masks(mask, form=form)
+    assert set(kwargs) == {"ids", "offsets", form}
+    np.testing.assert_allclose(kwargs[form], case["stored"][name], rtol=1e-6)
+    written = VERSIONS["ours_into_upstream"]["D" if form == "logprobs" else "C"]  # upstream accepted ours
+    assert written["_ids"] == case["stored"]["_ids"] and written["_offsets"] == case["stored"]["_offsets"]
+    np.testing.assert_allclose(written[name], case["stored"][name], rtol=1e-6)

@@ -13,7 +13,7 @@ import pytest
 
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError, concat
 from sampling_mask.adapters import prime_rl
-from sampling_mask.codecs import _msgpack_reader
+from sampling_mask.codecs.msgpack import read_value
 
 FIXTURES = json.loads((Path(__file__).parent / "fixtures/upstream/trainers/trainers.json").read_text())
 CASES = FIXTURES["prime_rl"]
@@ -39,7 +39,7 @@ def test_defect_7_array_like_msgpack_round_trips_byte_for_byte(name):
     kept = _raw(case["kept_tokens_msgpack"])  # PR #3235's KeptTokens: [ids, counts], same positions
     assert kept == b"\x92" + upstream[1:-1] and prime_rl.from_wire(kept) == mask
     # the decoded array_like value (a list of bytes) reads the same
-    decoded = _msgpack_reader.read(upstream, max_depth=8)
+    decoded = read_value(upstream, max_depth=8)
     assert isinstance(decoded, list) and prime_rl.from_wire(decoded) == mask
     assert prime_rl.to_payload(mask) == [bytes(v) for v in decoded[:2]] + [None] == decoded[:2] + [None]
 
@@ -68,7 +68,7 @@ def test_verifiers_objects_read(name):
     mask = prime_rl.from_wire(vf_mask)
     assert mask.to_rows() == case["rows"]
     if "message_node_msgpack" in case:  # MessageNode.sampling_mask on the env-server wire (__nd__ dicts)
-        node = _msgpack_reader.read(_raw(case["message_node_msgpack"]), max_depth=8)
+        node = read_value(_raw(case["message_node_msgpack"]), max_depth=8)
         assert set(node) == {"ids", "counts"} and node["ids"]["__nd__"] is True
         assert prime_rl.from_wire(node) == mask
 
@@ -199,3 +199,59 @@ def test_defect_7_context_parallel_split_is_torch_chunk_over_the_packed_sequence
     with pytest.raises(SamplingMaskError) as err:
         prime_rl.context_parallel_rows(12, 2, 2)
     assert err.value.code is ErrorCode.E_RANGE
+
+
+VERIFIERS_ND = json.loads((Path(__file__).parent / "fixtures/upstream/verifiers/verifiers_nd.json").read_text())
+
+
+@pytest.mark.parametrize("index", range(len(VERIFIERS_ND["cases"])))
+def test_verifiers_nd_writer_round_trips_through_verifiers(index):
+    """verifiers 0.4.0's own MessageNode / delta.pack made the upstream bytes and decoded ours
+    (tests/fixtures/upstream/verifiers/make_verifiers_nd.py)."""
+    case = VERIFIERS_ND["cases"][index]
+    upstream = _raw(case["verifiers_sampling_mask_msgpack"])
+    mask = prime_rl.from_wire(upstream)  # upstream -> ours
+    assert mask.to_rows() == case["rows"]
+    assert prime_rl.to_verifiers_msgpack(mask) == upstream  # ours -> upstream, byte for byte
+    ours = prime_rl.to_verifiers_msgpack(SamplingMask.from_rows(case["rows"]))
+    assert ours == _raw(case["ours_msgpack"])  # what the script handed verifiers is what we write today
+    decoded = case["verifiers_decoded_ours"]  # verifiers' deserialize_sampling_mask of our bytes
+    assert decoded["dtypes"] == ["int32", "int32"]
+    assert SamplingMask.from_counts(decoded["ids"], decoded["counts"]) == mask
+    nd = prime_rl.to_verifiers(mask)
+    assert set(nd) == {"ids", "counts"} and nd["counts"]["shape"] == [mask.num_rows] and nd["ids"]["__nd__"] is True
+    node = read_value(_raw(case["verifiers_node_msgpack"]), max_depth=16)  # the whole node on the wire
+    assert prime_rl.from_wire(node["sampling_mask"]) == mask
+
+
+def test_verifiers_branch_of_nodes_written_by_us():
+    branch = VERIFIERS_ND["branch_from_ours"]
+    assert branch == VERIFIERS_ND["branch_upstream"]
+    trainable = [flag for node in VERIFIERS_ND["nodes"] for flag in node["mask"]]
+    mask = prime_rl.from_wire({"ids": _b64(branch["ids"]), "counts": _b64(branch["counts"])})
+    assert mask.num_rows == len(trainable)
+    rows = [row for case in VERIFIERS_ND["cases"] for row in case["rows"]]
+    assert [mask.row(t).tolist() for t in np.flatnonzero(trainable)] == rows
+
+
+@pytest.mark.parametrize("args", [(4.9, 2, 1), (12, 2.0, 0), (12, 2, True), (12, "2", 0)])
+def test_packed_context_parallel_rows_refuse_non_integers(args):
+    with pytest.raises(SamplingMaskError) as err:
+        prime_rl.context_parallel_packed_rows(*args)
+    assert err.value.code is ErrorCode.E_DTYPE
+    assert prime_rl.context_parallel_rows is prime_rl.context_parallel_packed_rows  # the old name
+    assert prime_rl.shift_left is prime_rl.shift_packed_left and prime_rl.unshift is prime_rl.unshift_packed
+    assert prime_rl.context_parallel_packed_rows(np.int64(12), 2, 1).tolist() == list(range(6, 12))
+
+
+def test_msgpack_payload_objects_count_against_max_bytes() -> None:
+    """An array_like payload of many tiny objects is refused by the object budget, not built (issue 24)."""
+    import msgpack
+
+    from sampling_mask import Limits
+
+    payload = msgpack.packb([[0] * 50_000, [1] * 50_000, None])
+    small = Limits(max_bytes=200_000)
+    with pytest.raises(SamplingMaskError) as err:
+        prime_rl.from_wire(payload, limits=small)
+    assert err.value.code is ErrorCode.E_LIMIT

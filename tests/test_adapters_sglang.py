@@ -221,3 +221,41 @@ def test_with_upstream_sglang_chunk():
         usage=protocol.UsageInfo(prompt_tokens=1, completion_tokens=mask.num_rows, total_tokens=mask.num_rows + 1),
     )
     assert sglang.from_chat_response(json.loads(chat.model_dump_json()), vocab_size=96) == [mask]
+
+
+GREEDY = json.loads((Path(__file__).parent / "fixtures/upstream/sglang-0.5.23-greedy/greedy.json").read_text())
+
+
+@pytest.mark.parametrize("mode", ["selected", "support"])
+def test_greedy_singleton_rows_one_rule(mode):
+    """SGLang 0.5.23's own greedy sampler output, per mode (fixtures/upstream/sglang-0.5.23-greedy/):
+    meta_info and SamplingMaskChunk give the same mask, with both companions."""
+    body, chunk = GREEDY[mode]["response"], GREEDY[mode]["chunk"]
+    from_meta = sglang.from_response(body)
+    rows = len(chunk["lengths"])
+    from_chunk = sglang.from_chunked(chunk)
+    assert from_meta.to_rows() == [[t] for t in body["output_ids"]]
+    for mask in (from_meta, from_chunk):
+        np.testing.assert_allclose(mask.sampled_logprobs, mask.support_logprobs)
+    np.testing.assert_allclose(from_chunk.sampled_logprobs, from_meta.sampled_logprobs[:rows])
+    assert from_chunk.to_rows() == from_meta[:rows].to_rows()
+    for explicit in ("selected", "support"):  # the rule holds whatever mode the caller names
+        again = sglang.from_chunked(chunk, sampling_logprobs_mode=explicit)
+        assert again.sampled_logprobs is not None and again.support_logprobs is not None
+    # upstream -> ours -> upstream, in this mode and in the other
+    written = sglang.to_meta_info(from_meta, sampling_logprobs_mode=mode)
+    for key in ("output_token_sampling_mask", "output_token_sampling_logprobs", "output_token_sampling_mask_length"):
+        assert written[key] == body["meta_info"][key]
+    other = "support" if mode == "selected" else "selected"
+    assert (
+        sglang.to_meta_info(from_meta, sampling_logprobs_mode=other)["output_token_sampling_logprobs"]
+        == (GREEDY[other]["response"]["meta_info"]["output_token_sampling_logprobs"])
+    )
+    back = sglang.to_chunked(from_chunk, sampling_logprobs_mode=mode)
+    assert back["lengths"].tolist() == chunk["lengths"] and back["logprobs"].tolist() == chunk["logprobs"]
+
+
+def test_mixed_rows_keep_the_mode_they_name():
+    meta = {"output_token_sampling_mask": [[3], [4, 5]], "output_token_sampling_logprobs": [-0.1, -0.7]}
+    mask = sglang.from_meta_info(meta)
+    assert mask.sampled_logprobs is not None and mask.support_logprobs is None

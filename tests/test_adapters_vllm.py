@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mask_examples import VLLM_FIXTURES
 
-from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
+from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError, concat
 from sampling_mask.adapters import vllm
 from sampling_mask.adapters._common import ragged_from_lists
 from sampling_mask.conformance.strategies import rows_lists
@@ -475,3 +476,46 @@ def test_with_upstream_vllm_classes(tensors, outputs):
         sampling_mask=outputs_module.SamplingMask(token_ids=vllm.to_token_ids(exact)),
     )
     assert vllm.from_completion_output(completion, vocab_size=96) == exact
+
+
+OUTPUT_KINDS = json.loads(
+    (Path(__file__).parent / "fixtures/upstream/vllm-0.32-output-kinds/output_kinds.json").read_text()
+)["kinds"]
+
+
+def test_cumulative_intermediate_outputs_are_no_rows_yet():
+    """vLLM 0.32's own OutputProcessor (tests/fixtures/upstream/vllm-0.32-output-kinds/make_output_kinds.py):
+    CUMULATIVE outputs carry every token so far but a mask only once finished."""
+    steps = OUTPUT_KINDS["CUMULATIVE"]["steps"]
+    final = steps[-1]
+    for step in steps[:-1]:
+        assert step["sampling_mask"] is None and step["token_ids"] and step["finish_reason"] is None
+        assert vllm.from_completion_output(step, output_kind="cumulative") is None
+        with pytest.raises(SamplingMaskError) as err:
+            vllm.from_completion_output(step)
+        assert err.value.code is ErrorCode.E_SCHEMA and "CUMULATIVE" in err.value.message
+        assert "aborted" not in err.value.message
+        assert vllm.from_completion_output(step, on_missing="none") is None
+    mask = vllm.from_completion_output(final, output_kind="cumulative")
+    assert vllm.to_token_ids(mask) == final["sampling_mask"]  # upstream -> ours -> upstream
+    assert mask.sampled_token_ids.tolist() == final["token_ids"]
+    # the finished CUMULATIVE output, the FINAL_ONLY output and the merged DELTA outputs agree
+    assert OUTPUT_KINDS["FINAL_ONLY"]["steps"] == [final]
+    deltas = [vllm.from_completion_output(s, output_kind="delta") for s in OUTPUT_KINDS["DELTA"]["steps"]]
+    assert deltas[2].num_rows == 0  # a DELTA step with no new token: zero rows, not "missing"
+    assert concat(deltas).to_rows() == mask.to_rows()
+    assert sum((vllm.to_token_ids(d) for d in deltas), []) == final["sampling_mask"]
+
+
+def test_aborted_outputs_per_kind():
+    cumulative = OUTPUT_KINDS["CUMULATIVE"]["aborted"][-1]  # an abort keeps the rows so far
+    assert cumulative["finish_reason"] == "abort"
+    assert vllm.to_token_ids(vllm.from_completion_output(cumulative)) == cumulative["sampling_mask"]
+    delta = OUTPUT_KINDS["DELTA"]["aborted"][-1]  # DELTA: the abort itself brings no token and no mask
+    assert delta["token_ids"] == [] and delta["sampling_mask"] is None
+    with pytest.raises(SamplingMaskError) as err:
+        vllm.from_completion_output(delta, output_kind="delta")
+    assert err.value.code is ErrorCode.E_SCHEMA and "abort" in err.value.message
+    with pytest.raises(SamplingMaskError) as err:
+        vllm.from_completion_output(delta, output_kind="streaming")
+    assert err.value.field == "output_kind"

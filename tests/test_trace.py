@@ -192,3 +192,39 @@ def test_defect_10_skyrl_added_eos_after_a_stop_string_is_padding():
     trace = builder.finalize(5, restore_eos="last", token_ids=[50, 10, 11, EOS, 60])
     assert trace.mask.to_rows() == [[], [10, 30], [11], [], []]
     assert trace.step_mask().to_rows() == trace.mask.to_rows()  # one generation: one step
+
+
+def test_generation_starts_follow_restored_eos_tokens():
+    builder = _turns()
+    builder.remove_eos(EOS)
+    builder.add_observation([60, 61])
+    builder.add_generated([12, EOS], [[12], [EOS, 13]])
+    builder.remove_eos(EOS)
+    builder.add_observation([63])
+    assert builder.finalize(8).generation_starts.tolist() == [2, 6]
+    every = builder.finalize(10, restore_eos="all")
+    assert every.generation_starts.tolist() == [2, 7]
+    assert every.turn_bounds.tolist() == [0, 7, 10]  # step 0 keeps its EOS and the observation after it
+    assert every.step_mask(step_ends="observation").segment(0).to_rows()[4:] == [[EOS, 31], [], []]
+    # a generation that held only its EOS, straight after another: its EOS stays its first token
+    only = TraceBuilder(vocab_size=100)
+    only.add_prompt([50])
+    only.add_generated([10, EOS], [[10], [EOS]])
+    only.remove_eos(EOS)
+    only.add_generated([EOS], [[EOS, 7]])
+    only.remove_eos(EOS)
+    trace = only.finalize(4, restore_eos="all")
+    assert trace.token_ids.tolist() == [50, 10, EOS, EOS] and trace.generation_starts.tolist() == [1, 3]
+    assert trace.turn_bounds.tolist() == [0, 3, 4] and trace.step_bounds.tolist() == [0, 3, 4]
+
+
+def test_truncation_cuts_generation_starts():
+    builder = _turns()
+    builder.add_observation([60, 61])
+    builder.add_generated([12, 13], [[12], [13]])
+    builder.truncate(6)  # the second generation begins at 7: it becomes empty at the cut
+    trace = builder.finalize(6)
+    assert trace.generation_starts.tolist() == [2, 6] and trace.turn_bounds.tolist() == [0, 6, 6]
+    no_generation = TraceBuilder()
+    no_generation.add_prompt([1, 2])
+    assert no_generation.finalize(2).turn_bounds.tolist() == [0, 2]

@@ -19,6 +19,7 @@ from ..core.model import SamplingMask, concat
 
 __all__ = [
     "MISSING",
+    "PASSTHROUGH",
     "array_from_base64",
     "array_from_bytes",
     "array_to_base64",
@@ -27,10 +28,21 @@ __all__ = [
     "get_field",
     "int_array",
     "masks_from_samples",
+    "passthrough",
     "ragged_from_lists",
 ]
 
 MISSING: Any = object()
+
+
+#: The :class:`SamplingMask` keyword arguments a reader passes through unchanged.
+PASSTHROUGH = ("sampled_token_ids", "sampled_logprobs", "temperature", "support_logprobs", "metadata", "validate")
+
+
+def passthrough(scope: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`PASSTHROUGH` keywords of a reader, taken from its ``locals()``: its signature spells
+    each one out (keyword-only), this carries them to the constructor."""
+    return {name: scope[name] for name in PASSTHROUGH}
 
 
 def get_field(obj: Any, name: str, default: Any = MISSING, *, where: str | None = None) -> Any:

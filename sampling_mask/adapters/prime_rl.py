@@ -6,6 +6,7 @@
 | version | prime-rl ``src/prime_rl/transport/types.py``: ``SamplingMask(msgspec.Struct, array_like=True, gc=False, omit_defaults=True)`` with ``ids: bytes``, ``counts: bytes``, ``logprobs: bytes | None = None``, the field ``TrainingSample.sampling_mask`` / ``MicroBatch.sampling_mask`` (main after PR #3235; the code-index copy, commit not resolvable here; PR #3235 @ d09488d57ae4 named the same struct ``KeptTokens(ids, counts)``). Trainer: PR #3235 @ d09488d57ae4 ``src/prime_rl/trainer/rl/data.py`` (packing), ``trainer/rl/train.py`` (shift), ``utils/cp.py`` ``shard_for_cp`` (split); capture: ``inference/vllm/kept_tokens.py`` (cap 512, ``{"ids", "counts"}`` base64 on ``/inference/v1/generate``). verifiers 0.4.0 ``verifiers/v1/types.py`` ``SamplingMask`` (dataclass ``ids``, ``counts``), ``verifiers/v1/graph.py`` (``MessageNode.sampling_mask`` serialized as ``{"ids": nd, "counts": nd}``, ``nd = {"__nd__": True, "dtype", "shape", "data": bytes}``); renderers 0.1.12 ``renderers/client.py`` passes vLLM's ``choices[i].sampling_mask`` (``list[list[int]]``) through. |
 | fields | ``ids`` int32 little-endian bytes [nnz]; ``counts`` int32 bytes [num_tokens] (one per token of the sample, prompt and observation tokens included); ``logprobs`` float32 bytes [nnz] parallel to ``ids`` (the sampler's renormalized log-prob of each kept id), optional |
 | wire | msgpack **array** (``array_like``), never a map: ``[ids, counts, logprobs]`` with ``nil`` for absent logprobs (msgspec 0.23 keeps the trailing default); PR #3235's ``KeptTokens`` is ``[ids, counts]``. The HTTP form is a map of base64 text. |
+| verifiers writer | :func:`to_verifiers` / :func:`to_verifiers_msgpack`: a ``MessageNode.sampling_mask`` as verifiers 0.4.0 dumps it (``{"ids": nd, "counts": nd}``, int32 ``__nd__`` dicts, one row per sampled token of the node) and as ``serve/delta.py`` ``pack`` puts it on the env-server wire (byte for byte); verifiers' ``deserialize_sampling_mask`` and ``Branch.sampling_mask`` read it back (``tests/fixtures/upstream/verifiers/make_verifiers_nd.py``) |
 | ordering | rows in token order; ids in each row in capture order (kept as stored) |
 | count 0 | no mask: a prompt / observation / tool / padding token, a position that was not truncated, **or** a kept set wider than the 512 capture cap (``kept_tokens.py``). The payload cannot tell these apart; with the sample's trainable-token mask, :func:`sampled_without_support` lists the sampled positions that have none (over cap or untruncated). prime-rl's trainer scores those rows over the full vocabulary. |
 | over cap | rows wider than 512 are never produced by prime-rl's capture; :func:`to_payload` writes any width, :func:`empty_rows_over_cap` is the opt-in, counted way to reproduce the cap |
@@ -23,17 +24,17 @@ from typing import Any
 import numpy as np
 
 from .. import alignment
-from ..codecs import _msgpack_reader
-from ..codecs.msgpack import _bin_header
+from ..codecs import msgpack as msgpack_codec
 from ..core import layouts
 from ..core.checks import as_float_array
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
-from ._common import array_from_base64, array_from_bytes, array_to_base64, get_field, int_array
+from ._common import array_from_base64, array_from_bytes, array_to_base64, get_field, int_array, passthrough
 
 __all__ = [
     "CAPTURE_CAP",
+    "context_parallel_packed_rows",
     "context_parallel_rows",
     "empty_rows_over_cap",
     "from_trainer_tensor",
@@ -41,17 +42,19 @@ __all__ = [
     "sampled_without_support",
     "shard",
     "shift_left",
+    "shift_packed_left",
     "to_msgpack",
     "to_payload",
     "to_trainer_tensor",
+    "to_verifiers",
+    "to_verifiers_msgpack",
     "to_wire",
     "unshift",
+    "unshift_packed",
 ]
 
 #: prime-rl's capture width (``kept_tokens.py`` ``SAMPLING_MASK_MAX``): wider kept sets ship count 0.
 CAPTURE_CAP = 512
-
-_FIELDS = ("ids", "counts", "logprobs")
 
 
 def _buffer(value: Any, name: str, dtype: str, limits: Limits) -> np.ndarray:
@@ -89,7 +92,7 @@ def _fields(payload: Any, limits: Limits) -> tuple[Any, Any, Any]:
     if isinstance(payload, (bytes, bytearray, memoryview)):
         if len(payload) > limits.max_bytes:
             raise SamplingMaskError(ErrorCode.E_LIMIT, f"{len(payload)} bytes exceed the limit", field="sampling_mask")
-        payload = _msgpack_reader.read(payload, max_depth=limits.max_json_depth)
+        payload = msgpack_codec.read_value(payload, max_depth=limits.max_json_depth, max_bytes=limits.max_bytes)
     if isinstance(payload, (list, tuple)):
         if len(payload) not in (2, 3):
             raise SamplingMaskError(
@@ -108,8 +111,13 @@ def from_wire(
     *,
     num_tokens: int | None = None,
     vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
     limits: Limits = DEFAULT_LIMITS,
-    **kwargs: Any,
 ) -> SamplingMask:
     """One sample's mask from any upstream form of the payload:
 
@@ -120,12 +128,15 @@ def from_wire(
     * ``None``: ``num_tokens`` empty rows.
 
     ``logprobs`` become ``support_logprobs``. ``num_tokens``, when given, must equal the number of
-    counts (``E_SHAPE``); prime-rl pads or cuts counts to the sample length, this never does."""
+    counts (``E_SHAPE``); prime-rl pads or cuts counts to the sample length, this never does. The other
+    keyword arguments go to :class:`~sampling_mask.SamplingMask` (payload logprobs replace
+    ``support_logprobs``)."""
     if sampling_mask is None:
         if num_tokens is None:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "no mask and no num_tokens", field="sampling_mask")
         rows = check_count(num_tokens, limits.max_rows, "num_tokens", field="num_tokens")
-        return SamplingMask(np.zeros(0, np.int32), np.zeros(rows + 1, np.int64), vocab_size=vocab_size, **kwargs)
+        options = passthrough(locals())
+        return SamplingMask(np.zeros(0, np.int32), np.zeros(rows + 1, np.int64), vocab_size=vocab_size, **options)
     ids_value, counts_value, logprobs_value = _fields(sampling_mask, limits)
     ids = _buffer(ids_value, "ids", "int32", limits)
     counts = _buffer(counts_value, "counts", "int32", limits)
@@ -137,8 +148,9 @@ def from_wire(
         logprobs = _buffer(logprobs_value, "logprobs", "float32", limits)
         if logprobs.size != ids.size:
             raise SamplingMaskError(ErrorCode.E_SHAPE, f"{logprobs.size} logprobs for {ids.size} ids", field="logprobs")
-        kwargs["support_logprobs"] = logprobs
-    return SamplingMask.from_counts(ids, counts, vocab_size=vocab_size, limits=limits, **kwargs)
+        support_logprobs = logprobs
+    options = passthrough(locals())
+    return SamplingMask.from_counts(ids, counts, vocab_size=vocab_size, limits=limits, **options)
 
 
 def _counts(mask: SamplingMask) -> tuple[np.ndarray, np.ndarray]:
@@ -161,11 +173,35 @@ def to_msgpack(mask: SamplingMask, *, logprobs: bool = True) -> bytes:
     """The bytes ``msgspec.msgpack.encode`` (msgspec 0.23) gives for the struct of :func:`to_payload`:
     a 3-element array of ``bin`` values, ``nil`` for absent logprobs (``omit_defaults`` does not drop
     a trailing default of an ``array_like`` struct)."""
+    import msgpack
+
+    return msgpack.packb(to_payload(mask, logprobs=logprobs), use_bin_type=True)
+
+
+def _nd(array: np.ndarray) -> dict[str, Any]:
+    """verifiers 0.4.0 ``graph._encode_ndarray``: ``{"__nd__": True, "dtype", "shape", "data"}``."""
+    return {"__nd__": True, "dtype": "int32", "shape": [int(array.size)], "data": array.tobytes()}
+
+
+def to_verifiers(mask: SamplingMask) -> dict[str, dict[str, Any]]:
+    """A verifiers ``MessageNode.sampling_mask`` as verifiers 0.4.0 serializes it
+    (``MessageNode.serialize_sampling_mask``, ``model_dump(mode="python")``): ``{"ids": nd,
+    "counts": nd}``, each ``nd`` an int32 ``__nd__`` dict with raw little-endian bytes. A node's mask
+    has one row per *sampled* token of the node (``sum(node.mask)``; ``_attribute_sampling_mask``
+    drops a mask of any other length), so write the node's rows, not a branch's: ``Branch.sampling_mask``
+    rebuilds the branch from its nodes. Logprobs have no place in verifiers' struct and are not written."""
     mask = as_sampling_mask(mask)
-    parts = [b"\x93"]
-    for name, value in zip(_FIELDS, to_payload(mask, logprobs=logprobs), strict=True):
-        parts += [b"\xc0"] if value is None else [_bin_header(len(value), name), value]
-    return b"".join(parts)
+    ids, counts = _counts(mask)
+    return {"ids": _nd(ids), "counts": _nd(counts)}
+
+
+def to_verifiers_msgpack(mask: SamplingMask) -> bytes:
+    """:func:`to_verifiers` packed as verifiers' env-server wire packs it (``serve/delta.py`` ``pack``:
+    ``msgpack.packb(..., use_bin_type=True)``): a map, ``bin`` data. Needs the ``msgpack`` package.
+    :func:`from_wire` reads it back."""
+    import msgpack
+
+    return msgpack.packb(to_verifiers(mask), use_bin_type=True)
 
 
 def to_wire(mask: SamplingMask) -> dict[str, str]:
@@ -215,11 +251,12 @@ def sampled_without_support(mask: SamplingMask, trainable: Any) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- trainer (packed micro batch)
-def shift_left(mask: SamplingMask) -> SamplingMask:
+def shift_packed_left(mask: SamplingMask) -> SamplingMask:
     """prime-rl's ``shift_tensor_left(kept, pad_value=-1)``: one shift over the whole packed sequence
     (segments are the packed samples, kept as ``cu_seqlens``). Position t gets row t+1, across
     sample boundaries; the last position is empty. Row 0 must be empty (``E_SCHEMA``): no logits
-    score it, and prime-rl drops it."""
+    score it, and prime-rl drops it. Old name ``shift_left``; not
+    :func:`sampling_mask.alignment.shift_left`, which shifts inside each segment."""
     mask = as_sampling_mask(mask)
     n = mask.num_rows
     if n and mask.row_lengths[0] > 0:
@@ -232,8 +269,10 @@ def shift_left(mask: SamplingMask) -> SamplingMask:
     return alignment.take_rows(mask, rows, mask.cu_seqlens)
 
 
-def unshift(mask: SamplingMask) -> SamplingMask:
-    """Inverse of :func:`shift_left`; the last packed row must be empty (``E_SCHEMA``)."""
+def unshift_packed(mask: SamplingMask) -> SamplingMask:
+    """Inverse of :func:`shift_packed_left` (old name ``unshift``; not
+    :func:`sampling_mask.alignment.unshift`, which works per segment); the last packed row must be
+    empty (``E_SCHEMA``)."""
     mask = as_sampling_mask(mask)
     n = mask.num_rows
     if n and mask.row_lengths[-1] > 0:
@@ -248,30 +287,49 @@ def to_trainer_tensor(mask: SamplingMask, *, width: int | None = None) -> np.nda
     from the token-aligned rows of one packed micro batch (all samples concatenated). K defaults to
     ``max(max count, 1)`` as in prime-rl's ``DataLoader``."""
     mask = as_sampling_mask(mask)
-    shifted = shift_left(mask)
+    shifted = shift_packed_left(mask)
     if width is None:
         width = max(int(shifted.row_lengths.max(initial=0)), 1)
     return shifted.to_dense(width)[None]
 
 
-def from_trainer_tensor(tensor: Any, cu_seqlens: Any = None, **kwargs: Any) -> SamplingMask:
+def from_trainer_tensor(
+    tensor: Any,
+    cu_seqlens: Any = None,
+    *,
+    vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
+) -> SamplingMask:
     """Token-aligned rows from a shifted ``[1, N, K]`` (or ``[N, K]``) tensor; inverse of
-    :func:`to_trainer_tensor`. ``cu_seqlens`` (the packed samples) segments the result."""
+    :func:`to_trainer_tensor`. ``cu_seqlens`` (the packed samples) segments the result. Keyword
+    arguments as :class:`~sampling_mask.SamplingMask`, applied to the shifted rows."""
     dense = alignment.as_host_array(tensor, field="tensor")
     if dense.ndim == 3:
         if dense.shape[0] != 1:
             raise SamplingMaskError(ErrorCode.E_SHAPE, "a packed micro batch has batch size 1", field="tensor")
         dense = dense[0]
-    shifted = SamplingMask.from_dense(dense, **kwargs)
+    options = passthrough(locals())
+    shifted = SamplingMask.from_dense(dense, vocab_size=vocab_size, limits=limits, **options)
     if cu_seqlens is not None:
         shifted = shifted.replace(cu_seqlens=cu_seqlens)
-    return unshift(shifted)
+    return unshift_packed(shifted)
 
 
-def context_parallel_rows(num_rows: int, world_size: int, rank: int) -> np.ndarray:
+def context_parallel_packed_rows(num_rows: int, world_size: int, rank: int) -> np.ndarray:
     """The packed positions context-parallel ``rank`` holds in prime-rl: ``shard_for_cp`` is
     ``torch.chunk(t, world_size, dim=1)[rank]`` over the whole packed sequence, which must divide
-    evenly (``E_SHAPE``, as prime-rl refuses it). cu=[0, 5, 12], P=2: ``[0..5]`` and ``[6..11]``."""
+    evenly (``E_SHAPE``, as prime-rl refuses it). cu=[0, 5, 12], P=2: ``[0..5]`` and ``[6..11]``.
+    Old name ``context_parallel_rows``; not :func:`sampling_mask.alignment.context_parallel_rows`,
+    which splits each sequence of ``cu_seqlens``. A non-integer argument is ``E_DTYPE``."""
+    for name, value in (("num_rows", num_rows), ("world_size", world_size), ("rank", rank)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise SamplingMaskError(ErrorCode.E_DTYPE, f"{name} must be an integer", field=name, value=repr(value)[:80])
     n = check_count(num_rows, 2**62, "num_rows", field="num_rows")
     p = int(world_size)
     if p < 1 or not 0 <= int(rank) < p:
@@ -289,9 +347,15 @@ def shard(value: Any, world_size: int, rank: int) -> Any:
     array, exactly as prime-rl's ``shard_for_cp`` splits the labels."""
     if hasattr(value, "__sampling_mask__"):  # a SamplingMask, or one of another copy (the mask protocol)
         value = as_sampling_mask(value)
-        rows = context_parallel_rows(value.num_rows, world_size, rank)
+        rows = context_parallel_packed_rows(value.num_rows, world_size, rank)
         return alignment.take_rows(value, rows, [0, rows.size])
     arr = alignment.as_host_array(value, field="array")
     if arr.ndim >= 2 and arr.shape[0] == 1:
-        return arr[:, context_parallel_rows(arr.shape[1], world_size, rank)]
-    return arr[context_parallel_rows(arr.shape[0] if arr.ndim else 0, world_size, rank)]
+        return arr[:, context_parallel_packed_rows(arr.shape[1], world_size, rank)]
+    return arr[context_parallel_packed_rows(arr.shape[0] if arr.ndim else 0, world_size, rank)]
+
+
+#: Old names, kept: they mean the packed-sequence operations above, not ``alignment``'s functions.
+shift_left = shift_packed_left
+unshift = unshift_packed
+context_parallel_rows = context_parallel_packed_rows

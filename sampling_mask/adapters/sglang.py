@@ -36,6 +36,16 @@ the rows in ``meta_info``; ``tests/fixtures/upstream/sglang-0.5.23/VERSIONS.json
 |                                     | (support) or [rows] (selected)              |                                          |                        |
 +-------------------------------------+---------------------------------------------+------------------------------------------+------------------------+
 
+**Rows of one id (greedy).** SGLang writes one value for such a row in both modes: the log-prob
+of the sampled token over its row, which is its only id (``Sampler._build_greedy_sampling_mask_output``:
+``0.0`` for every greedy row, ``selected_logprobs`` and ``support_logprobs`` alike). In the spec's
+terms (section 5) that one value is both the row's ``sampled_logprobs`` (the sampled token's
+log-prob renormalized over the row) and its id's ``support_logprobs``. The rule here, for every
+reader (``from_meta_info``, ``from_stream``, ``from_chat_choice``, ``from_chunked``) in every mode:
+when every row holds one id, the values are stored as **both** companions; otherwise as the one the
+mode names. The same response then gives the same mask through ``meta_info`` and through a
+``SamplingMaskChunk``, and either writer mode writes it back.
+
 Not in 0.5.23 (kept out of the defaults): the bounded mode of the unmerged, closed PR #34037 would
 add ``output_token_sampling_mask_truncated``, one bool per row, ``True`` where the row was cut to
 the cap. If the key is present it is read per row: ``False`` rows are ordinary, a ``True`` row is
@@ -76,6 +86,15 @@ MASK = "output_token_sampling_mask"
 LOGPROBS = "output_token_sampling_logprobs"
 LENGTH = "output_token_sampling_mask_length"
 TRUNCATED = "output_token_sampling_mask_truncated"  # unmerged PR #34037 only
+
+
+#: The keyword arguments of :func:`from_meta_info` that the other readers pass on unchanged.
+_META_OPTIONS = ("on_missing", "sampling_logprobs_mode", "allow_truncated", "vocab_size", "metadata", "limits")
+
+
+def _meta_options(scope: Mapping[str, Any]) -> dict[str, Any]:
+    """:data:`_META_OPTIONS` from a reader's ``locals()`` (its signature spells each one out)."""
+    return {name: scope[name] for name in _META_OPTIONS}
 
 
 def _check_length(declared: Any, expected: int) -> None:
@@ -119,6 +138,15 @@ def _logprob_companions(values: Any, offsets: np.ndarray, mode: LogprobsMode) ->
             ErrorCode.E_OFFSETS, "a row's logprobs and ids differ in number", field=LOGPROBS, row=int(differ[0])
         )
     return {"support_logprobs": flat_values}
+
+
+def _singleton_rows(companions: dict[str, np.ndarray], offsets: np.ndarray) -> dict[str, np.ndarray]:
+    """The module docstring's rule: when every row holds one id, per-row and per-id values are the
+    same numbers, stored as both ``sampled_logprobs`` and ``support_logprobs``."""
+    if len(companions) != 1 or offsets.size < 2 or not bool(np.all(np.diff(offsets) == 1)):
+        return companions
+    values = next(iter(companions.values()))
+    return {"sampled_logprobs": values, "support_logprobs": values}
 
 
 def _float_rows(rows: list[list[Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -184,7 +212,9 @@ def from_meta_info(
     _check_length(get_field(meta_info, LENGTH, None), num_rows)
     meta = dict(metadata or {})
     _truncated_flags(get_field(meta_info, TRUNCATED, None), num_rows, allow_truncated, meta)
-    companions = _logprob_companions(get_field(meta_info, LOGPROBS, None), offsets, sampling_logprobs_mode)
+    companions = _singleton_rows(
+        _logprob_companions(get_field(meta_info, LOGPROBS, None), offsets, sampling_logprobs_mode), offsets
+    )
     return SamplingMask(
         ids,
         offsets,
@@ -198,18 +228,34 @@ def from_meta_info(
 
 
 def from_response(
-    response: Mapping[str, Any], *, on_missing: OnMissing = "raise", **kwargs: Any
+    response: Mapping[str, Any],
+    *,
+    on_missing: OnMissing = "raise",
+    sampling_logprobs_mode: LogprobsMode = "auto",
+    allow_truncated: bool = False,
+    vocab_size: int | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask | None:
-    """From a ``/generate`` response: ``meta_info`` plus ``output_ids`` when present."""
+    """From a ``/generate`` response: ``meta_info`` plus ``output_ids`` when present. Keyword
+    arguments as :func:`from_meta_info`."""
     return from_meta_info(
         get_field(response, "meta_info"),
         output_ids=get_field(response, "output_ids", None),
-        on_missing=on_missing,
-        **kwargs,
+        **_meta_options(locals()),
     )
 
 
-def from_stream(chunks: Iterable[Mapping[str, Any]], **kwargs: Any) -> SamplingMask | None:
+def from_stream(
+    chunks: Iterable[Mapping[str, Any]],
+    *,
+    on_missing: OnMissing = "raise",
+    sampling_logprobs_mode: LogprobsMode = "auto",
+    allow_truncated: bool = False,
+    vocab_size: int | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> SamplingMask | None:
     """From the chunks of an incremental ``/generate`` stream (``--incremental-streaming-output``):
     ``output_ids`` and the two row lists are concatenated; each chunk's
     ``output_token_sampling_mask_length`` must equal the rows received so far. Keyword arguments as
@@ -245,28 +291,56 @@ def from_stream(chunks: Iterable[Mapping[str, Any]], **kwargs: Any) -> SamplingM
         merged.update({MASK: rows, LOGPROBS: logprobs or None})
         if truncated is not None:
             merged[TRUNCATED] = truncated
-    return from_meta_info(merged, output_ids=output_ids or None, **kwargs)
+    return from_meta_info(
+        merged,
+        output_ids=output_ids or None,
+        **_meta_options(locals()),
+    )
 
 
-def from_chat_choice(choice: Mapping[str, Any] | Any, **kwargs: Any) -> SamplingMask | None:
+def from_chat_choice(
+    choice: Mapping[str, Any] | Any,
+    *,
+    on_missing: OnMissing = "raise",
+    sampling_logprobs_mode: LogprobsMode = "auto",
+    allow_truncated: bool = False,
+    vocab_size: int | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> SamplingMask | None:
     """From one ``/v1/chat/completions`` choice: ``meta_info`` (``return_meta_info=true``) and, when
     present, ``response_token_ids`` as the sampled ids. Keyword arguments as :func:`from_meta_info`."""
     meta = get_field(choice, "meta_info", None)
     if meta is None:
-        if kwargs.get("on_missing") == "none":
+        if on_missing == "none":
             return None
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, "no meta_info: request return_meta_info=true", field="choices[].meta_info"
         )
-    return from_meta_info(meta, output_ids=get_field(choice, "response_token_ids", None), **kwargs)
+    return from_meta_info(
+        meta,
+        output_ids=get_field(choice, "response_token_ids", None),
+        **_meta_options(locals()),
+    )
 
 
-def from_chat_response(response: Mapping[str, Any] | Any, **kwargs: Any) -> list[SamplingMask | None]:
-    """One mask (or ``None``) per ``choices[i]`` of a chat completion, in list order."""
+def from_chat_response(
+    response: Mapping[str, Any] | Any,
+    *,
+    on_missing: OnMissing = "raise",
+    sampling_logprobs_mode: LogprobsMode = "auto",
+    allow_truncated: bool = False,
+    vocab_size: int | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> list[SamplingMask | None]:
+    """One mask (or ``None``) per ``choices[i]`` of a chat completion, in list order; keyword
+    arguments as :func:`from_meta_info`."""
     choices = get_field(response, "choices")
     if not isinstance(choices, list):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "choices must be a list", field="choices")
-    return [from_chat_choice(c, **kwargs) for c in choices]
+    options = _meta_options(locals())  # not inside the comprehension: its own scope before 3.12
+    return [from_chat_choice(c, **options) for c in choices]
 
 
 def to_meta_info(
@@ -296,8 +370,9 @@ def from_chunked(
 ) -> SamplingMask:
     """From a ``SamplingMaskChunk`` (or a mapping): ``lengths``, ``token_ids``, ``logprobs``. With
     ``"auto"``, ``logprobs`` is per id when it has nnz values and per row when it has one per row;
-    when nnz equals the row count the two readings coincide only if every row holds one id (read per
-    row), otherwise pass ``sampling_logprobs_mode`` (``E_SCHEMA``)."""
+    when nnz equals the row count the two readings coincide only if every row holds one id (then
+    both companions, the module docstring's rule), otherwise pass ``sampling_logprobs_mode``
+    (``E_SCHEMA``)."""
     lengths = int_array(get_field(chunked, "lengths"), np.int64, field="lengths")
     token_ids = int_array(get_field(chunked, "token_ids"), np.int32, field="token_ids")
     logprobs_value = get_field(chunked, "logprobs", None)
@@ -326,6 +401,7 @@ def from_chunked(
                 "sampling_logprobs_mode must be auto, selected or support",
                 field="sampling_logprobs_mode",
             )
+        kwargs = _singleton_rows(kwargs, layouts.counts_to_offsets(lengths))
     return SamplingMask.from_counts(
         token_ids, lengths, vocab_size=vocab_size, metadata=metadata, limits=limits, **kwargs
     )

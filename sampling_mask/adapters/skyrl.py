@@ -9,23 +9,49 @@ Matches:
 * Wire envelope: ``{"data": base64 of the C-order little-endian bytes, "shape": [T, top_k],
   "dtype": "int32"}`` (``"int64"`` and ``"torch.int32"`` / ``"torch.int64"`` are read too).
 
+* Step-wise samples (``generator.step_wise_trajectories``; PR #2082 @ 9a8327d7806e, reopened
+  unchanged as #2237, and the stack up to #2086 @ 3308bd18d852: ``skyrl_gym_generator.py``
+  ``TurnOutput.get_turn_rollout_sample_support`` and the ``is_step_wise`` branch of
+  ``agent_loop``): step k is one training sample whose ``prompt_ids`` are every token before
+  generation k and whose ``response_ids`` are generation k **plus the observation that follows
+  it** (a synthetic EOS appended after a stop string too), its ``rollout_sample_support``
+  ``[len(response_ids), top_k]``: generation k's rows, then ``-1`` rows for the synthetic EOS and
+  the observation. The final observation stays in the last step (the non-step-wise path cuts it);
+  a generation cut by ``max_tokens`` (``stop_reason == "length"``) has no EOS row. A
+  :class:`~sampling_mask.trace.Trace` gives these samples with :func:`step_samples` (its
+  ``step_mask(step_ends="observation")``); :func:`from_step_samples` / :func:`to_step_samples`
+  read and write the per-sample arrays.
+
 Rows keep their rank order; ``to_*`` writes stored order, so a mask read from SkyRL writes back the
 same bytes. A row wider than ``top_k`` cannot be written (``E_WIDTH``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
-from ._common import array_from_base64, array_to_base64, get_field, int_array
+from ._common import array_from_base64, array_to_base64, get_field, int_array, masks_from_samples, passthrough
 
-__all__ = ["from_dense", "from_envelope", "from_packed", "to_dense", "to_envelope", "to_packed"]
+if TYPE_CHECKING:
+    from ..trace import Trace
+
+__all__ = [
+    "from_dense",
+    "from_envelope",
+    "from_packed",
+    "from_step_samples",
+    "step_samples",
+    "to_dense",
+    "to_envelope",
+    "to_packed",
+    "to_step_samples",
+]
 
 _ENVELOPE_DTYPES = {
     "int32": "int32",
@@ -37,11 +63,30 @@ _ENVELOPE_DTYPES = {
 }
 
 
-def from_dense(values: Any, *, cu_seqlens: Any = None, limits: Limits = DEFAULT_LIMITS, **kwargs: Any) -> SamplingMask:
-    """From ``[T, top_k]`` rank-ordered rows with ``-1`` trailing padding (numpy or torch)."""
+def from_dense(
+    values: Any,
+    *,
+    cu_seqlens: Any = None,
+    vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
+) -> SamplingMask:
+    """From ``[T, top_k]`` rank-ordered rows with ``-1`` trailing padding (numpy or torch). Keyword
+    arguments as :class:`~sampling_mask.SamplingMask` (companions, ``metadata``, ``validate``, ``limits``)."""
     dense = int_array(values, np.int32, field="values", ndim=2)
     cu = None if cu_seqlens is None else int_array(cu_seqlens, np.int64, field="cu_seqlens")
-    return SamplingMask.from_dense(dense, cu_seqlens=cu, limits=limits, **kwargs)
+    return SamplingMask.from_dense(
+        dense,
+        cu_seqlens=cu,
+        vocab_size=vocab_size,
+        limits=limits,
+        **passthrough(locals()),
+    )
 
 
 def to_dense(mask: SamplingMask, top_k: int) -> np.ndarray:
@@ -50,9 +95,28 @@ def to_dense(mask: SamplingMask, top_k: int) -> np.ndarray:
     return mask.to_dense(top_k)
 
 
-def from_packed(values: Any, cu_seqlens: Any, **kwargs: Any) -> SamplingMask:
-    """From packed ``values`` ``[sum(seqlen), top_k]`` and ``cu_seqlens`` ``[B+1]``."""
-    return from_dense(values, cu_seqlens=cu_seqlens, **kwargs)
+def from_packed(
+    values: Any,
+    cu_seqlens: Any,
+    *,
+    vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
+) -> SamplingMask:
+    """From packed ``values`` ``[sum(seqlen), top_k]`` and ``cu_seqlens`` ``[B+1]``; keyword
+    arguments as :func:`from_dense`."""
+    return from_dense(
+        values,
+        cu_seqlens=cu_seqlens,
+        vocab_size=vocab_size,
+        limits=limits,
+        **passthrough(locals()),
+    )
 
 
 def to_packed(mask: SamplingMask, top_k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -62,10 +126,21 @@ def to_packed(mask: SamplingMask, top_k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def from_envelope(
-    envelope: Mapping[str, Any], *, cu_seqlens: Any = None, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
+    envelope: Mapping[str, Any],
+    *,
+    cu_seqlens: Any = None,
+    vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask:
     """From ``{data, shape, dtype}``. Sizes are checked against ``limits`` and the base64 length before
-    decoding; bad base64 is ``E_ENCODING``, bytes that do not tile ``shape`` are ``E_BYTES``."""
+    decoding; bad base64 is ``E_ENCODING``, bytes that do not tile ``shape`` are ``E_BYTES``. Keyword
+    arguments as :func:`from_dense`."""
     if not isinstance(envelope, Mapping):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "envelope must be a mapping", field="envelope")
     shape_value = get_field(envelope, "shape", where="envelope")
@@ -94,7 +169,13 @@ def from_envelope(
     values = array_from_base64(
         get_field(envelope, "data", where="envelope"), dtype, field="data", limits=limits, shape=(rows, width)
     )
-    return from_dense(values, cu_seqlens=cu_seqlens, limits=limits, **kwargs)
+    return from_dense(
+        values,
+        cu_seqlens=cu_seqlens,
+        vocab_size=vocab_size,
+        limits=limits,
+        **passthrough(locals()),
+    )
 
 
 def to_envelope(mask: SamplingMask, top_k: int) -> dict[str, Any]:
@@ -102,3 +183,39 @@ def to_envelope(mask: SamplingMask, top_k: int) -> dict[str, Any]:
     mask = as_sampling_mask(mask)
     dense = to_dense(mask, top_k)
     return {"data": array_to_base64(dense, "int32"), "shape": list(dense.shape), "dtype": "int32"}
+
+
+def from_step_samples(
+    samples: Sequence[Any], *, vocab_size: int | None = None, limits: Limits = DEFAULT_LIMITS
+) -> SamplingMask:
+    """One segment per step-wise sample from each sample's ``rollout_sample_support``
+    ``[len(response_ids), top_k]`` (an array or nested lists, or a ``TrajectoryOutput`` / mapping
+    holding it); an error names the sample as the segment."""
+
+    def read(sample: Any) -> SamplingMask:
+        if isinstance(sample, Mapping) or hasattr(sample, "rollout_sample_support"):
+            sample = get_field(sample, "rollout_sample_support", where="sample")
+        return from_dense(sample, vocab_size=vocab_size, limits=limits)
+
+    return masks_from_samples(samples, read, vocab_size)
+
+
+def to_step_samples(mask: SamplingMask, top_k: int) -> list[np.ndarray]:
+    """Per segment, the int32 ``[rows, top_k]`` ``rollout_sample_support`` of one step-wise sample."""
+    mask = as_sampling_mask(mask)
+    dense = mask.to_dense(top_k)
+    cu = mask.cu_seqlens
+    return [dense[int(a) : int(b)] for a, b in zip(cu[:-1], cu[1:], strict=True)]
+
+
+def step_samples(trace: Trace, top_k: int) -> list[np.ndarray]:
+    """SkyRL's step-wise ``rollout_sample_support`` of each step of ``trace``: the rows from
+    generation k's first token to generation k+1's first token (the last to the end), so the prompt
+    before the first generation is left out as SkyRL leaves ``prompt_ids`` out. A trace with no
+    generation has no sample."""
+    starts = trace.generation_starts
+    if starts is None or starts.size == 0:
+        return []
+    ends = np.append(starts[1:], trace.token_ids.size)
+    rows = trace.mask.to_dense(top_k)
+    return [rows[int(a) : int(b)] for a, b in zip(starts, ends, strict=True)]

@@ -30,6 +30,7 @@ from ._common import (
     get_field,
     int_array,
     masks_from_samples,
+    passthrough,
 )
 
 __all__ = ["from_meta_info", "from_sample", "from_samples", "to_meta_info", "to_sample_fields"]
@@ -49,17 +50,29 @@ def _int32(value: Any, field: str, limits: Limits) -> np.ndarray:
     return int_array(value, np.int32, field=field)
 
 
-def _mask(ids: np.ndarray, offsets: np.ndarray, vocab_size: int | None, limits: Limits, **kwargs: Any) -> SamplingMask:
+def _mask(
+    ids: np.ndarray, offsets: np.ndarray, vocab_size: int | None, limits: Limits, options: dict[str, Any]
+) -> SamplingMask:
     if offsets.size == 0:
         raise SamplingMaskError(ErrorCode.E_OFFSETS, "offsets must hold at least [0]", field="offsets")
-    return SamplingMask(ids, offsets.astype(np.int64), vocab_size=vocab_size, limits=limits, **kwargs)
+    return SamplingMask(ids, offsets.astype(np.int64), vocab_size=vocab_size, limits=limits, **options)
 
 
 def from_meta_info(
-    meta_info: Mapping[str, Any], *, vocab_size: int | None = None, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
+    meta_info: Mapping[str, Any],
+    *,
+    vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask | None:
     """One request's rows from slime's SGLang ``meta_info`` keys; ``None`` when neither key is there
-    (no mask), ``E_SCHEMA`` when only one is."""
+    (no mask), ``E_SCHEMA`` when only one is. The other keyword arguments go to
+    :class:`~sampling_mask.SamplingMask` (companions, ``metadata``, ``validate``)."""
     if not isinstance(meta_info, Mapping):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "meta_info must be a mapping", field="meta_info")
     ids_value = next((meta_info[k] for k in IDS_KEYS if k in meta_info), None)
@@ -70,14 +83,30 @@ def from_meta_info(
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "top-p token ids and offsets come together", field=IDS_KEYS[0])
     ids = _int32(ids_value, IDS_KEYS[0], limits)
     offsets = _int32(offsets_value, OFFSETS_KEYS[0], limits)
-    return _mask(ids, offsets, vocab_size, limits, **kwargs)
+    return _mask(
+        ids,
+        offsets,
+        vocab_size,
+        limits,
+        passthrough(locals()),
+    )
 
 
 def from_sample(
-    sample: Any, *, vocab_size: int | None = None, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
+    sample: Any,
+    *,
+    vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask:
     """One sample's rows from ``rollout_top_p_token_ids`` / ``_offsets`` (or an ``(ids, offsets)`` tuple);
-    its ``response_length``, when present, must equal the row count (``E_SHAPE``)."""
+    its ``response_length``, when present, must equal the row count (``E_SHAPE``). Keyword arguments
+    as :func:`from_meta_info`."""
     if isinstance(sample, tuple):
         if len(sample) != 2:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "a sample tuple must be (ids, offsets)", field="sample")
@@ -86,18 +115,32 @@ def from_sample(
         ids_value = get_field(sample, IDS_FIELD, where="sample")
         offsets_value = get_field(sample, OFFSETS_FIELD, where="sample")
         response_length = get_field(sample, "response_length", None)
+    options = passthrough(locals())
     mask = _mask(
-        _int32(ids_value, IDS_FIELD, limits), _int32(offsets_value, OFFSETS_FIELD, limits), vocab_size, limits, **kwargs
+        _int32(ids_value, IDS_FIELD, limits), _int32(offsets_value, OFFSETS_FIELD, limits), vocab_size, limits, options
     )
     return check_response_length(mask, response_length, OFFSETS_FIELD)
 
 
 def from_samples(
-    samples: Sequence[Any], *, vocab_size: int | None = None, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
+    samples: Sequence[Any],
+    *,
+    vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask:
-    """One segment per sample, in order (errors name the sample as the segment)."""
+    """One segment per sample, in order (errors name the sample as the segment); keyword arguments
+    as :func:`from_meta_info`, applied to every sample."""
+    options = passthrough(locals())
     return masks_from_samples(
-        samples, lambda s: from_sample(s, vocab_size=vocab_size, limits=limits, **kwargs), vocab_size
+        samples,
+        lambda s: from_sample(s, vocab_size=vocab_size, limits=limits, **options),
+        vocab_size,
     )
 
 

@@ -8,10 +8,15 @@ those files. Rows are sets; vLLM writes every support ascending (it scans the vo
 +-----------------------------+------------------------------------------+-----------------------------------------+-------------------------------+
 | upstream object (file)      | fields, dtypes                           | empty / no mask / over the cap          | here                          |
 +=============================+==========================================+=========================================+===============================+
-| ``CompletionOutput``        | ``sampling_mask: SamplingMask | None``,  | ``None``: feature off, request aborted, | ``from_completion_output``,   |
-| (``vllm/outputs.py``)       | ``SamplingMask.token_ids:                | or a delta with no new token. A row is  | ``to_token_ids``              |
-|                             | list[list[int]]`` ascending, one row per | never empty (temperature > 0 and        |                               |
-|                             | ``token_ids`` entry (the sampled ids)    | top_k > 0 are required); no cap         |                               |
+| ``CompletionOutput``        | ``sampling_mask: SamplingMask | None``,  | ``None``: feature off; an unfinished    | ``from_completion_output``,   |
+| (``vllm/outputs.py``)       | ``SamplingMask.token_ids:                | CUMULATIVE output (the mask comes with  | ``to_token_ids``              |
+|                             | list[list[int]]`` ascending, one row per | the finished output only;               |                               |
+|                             | ``token_ids`` entry (the sampled ids)    | ``output_kind="cumulative"``: no rows   |                               |
+|                             |                                          | yet); a DELTA step with no new token    |                               |
+|                             |                                          | (zero rows); a DELTA abort with no new  |                               |
+|                             |                                          | token. A row is never empty             |                               |
+|                             |                                          | (temperature > 0 and top_k > 0 are      |                               |
+|                             |                                          | required); no cap                       |                               |
 +-----------------------------+------------------------------------------+-----------------------------------------+-------------------------------+
 | ``SamplingMaskLists``       | NamedTuple: ``token_ids`` int32 [nnz],   | ``offsets is None``: one position       | ``from_engine_csr``,          |
 | (``vllm/v1/outputs.py``)    | ``offsets`` int64 [rows + 1] or ``None``,| (``slice_request(i, 1)``, the normal    | ``to_engine_csr``             |
@@ -62,7 +67,7 @@ from ..core import checks, layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
-from ._common import get_field, int_array, ragged_from_lists
+from ._common import get_field, int_array, passthrough, ragged_from_lists
 
 __all__ = [
     "FILTERED_LOGPROB",
@@ -86,6 +91,7 @@ __all__ = [
 ]
 
 OnMissing = Literal["raise", "none"]
+OutputKind = Literal["delta", "cumulative", "final_only"]
 
 #: What ``/inference/v1/generate`` writes for a filtered (``-inf``) or NaN logprob (``_clamp_logprob``).
 FILTERED_LOGPROB = -9999.0
@@ -105,7 +111,8 @@ def _missing(on_missing: OnMissing, where: str, finish_reason: Any = None) -> Sa
     why = f" (finish_reason {finish_reason!r})" if finish_reason is not None else ""
     raise SamplingMaskError(
         ErrorCode.E_SCHEMA,
-        "sampling_mask is null: vLLM ran without --return-sampling-mask or the request was aborted" + why,
+        "sampling_mask is null: vLLM ran without --return-sampling-mask, or the request ended with no"
+        " new token in DELTA mode (an abort)" + why,
         field=where,
     )
 
@@ -145,6 +152,7 @@ def from_completion_output(
     output: Any,
     *,
     on_missing: OnMissing = "raise",
+    output_kind: OutputKind | None = None,
     vocab_size: int | None = None,
     metadata: Mapping[str, Any] | None = None,
     limits: Limits = DEFAULT_LIMITS,
@@ -152,10 +160,46 @@ def from_completion_output(
     """From a ``CompletionOutput`` (or a mapping with its fields): rows from ``sampling_mask``, sampled
     ids from ``token_ids``. ``sampling_mask`` may be vLLM's ``SamplingMask`` (``token_ids`` nested
     lists), a ``SamplingMaskLists`` (CSR, ``offsets`` possibly ``None``) or the nested lists
-    themselves. A null mask raises ``E_SCHEMA`` or returns ``None`` per ``on_missing``."""
+    themselves.
+
+    A null ``sampling_mask`` is read as vLLM 0.32's ``OutputProcessor`` produces it
+    (``RequestState._new_completion_output`` attaches the mask only to DELTA outputs and to the
+    finished output; ``tests/fixtures/upstream/vllm-0.32-output-kinds/``):
+
+    * unfinished (``finish_reason`` null) with no token: a step with no new token, zero rows;
+    * unfinished with tokens: an intermediate ``RequestOutputKind.CUMULATIVE`` output (its mask
+      comes with the finished output, whole), or a DELTA output of a server without
+      ``--return-sampling-mask``. With ``output_kind="cumulative"`` it is ``None`` (no rows yet);
+      otherwise it is missing (below), and the message says which of the two it can be;
+    * finished: the feature is off, or a DELTA request ended with no new token (an abort).
+
+    Missing raises ``E_SCHEMA`` or returns ``None`` per ``on_missing``."""
+    if output_kind not in (None, "delta", "cumulative", "final_only"):
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "output_kind must be delta, cumulative or final_only", field="output_kind"
+        )
     mask = get_field(output, "sampling_mask", None)
     if mask is None:
-        return _missing(on_missing, "sampling_mask", get_field(output, "finish_reason", None))
+        finish_reason = get_field(output, "finish_reason", None)
+        tokens = get_field(output, "token_ids", None)
+        num_tokens = len(tokens) if isinstance(tokens, (list, tuple, np.ndarray)) else None
+        if finish_reason is None and num_tokens == 0:
+            return from_token_ids([], sampled_token_ids=[], vocab_size=vocab_size, metadata=metadata, limits=limits)
+        if finish_reason is None and output_kind == "cumulative":
+            return None
+        if finish_reason is None and output_kind is None:
+            if on_missing == "none":
+                return None
+            n = "its" if num_tokens is None else f"its {num_tokens}"
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"sampling_mask is null on an unfinished output with {n} tokens: an intermediate"
+                " RequestOutputKind.CUMULATIVE output (vLLM attaches the mask to the finished output only;"
+                " pass output_kind='cumulative' to read it as no rows yet) or vLLM ran without"
+                " --return-sampling-mask",
+                field="sampling_mask",
+            )
+        return _missing(on_missing, "sampling_mask", finish_reason)
     sampled = get_field(output, "token_ids", None)
     if _has_field(mask, "offsets"):  # SamplingMaskLists: a NamedTuple, so test it before plain tuples
         return from_engine_csr(
@@ -324,11 +368,21 @@ def _logprobs_content(logprobs: Any, where: str) -> list[Any] | None:
 
 # ---------------------------------------------------------------------------- engine layouts
 def from_engine_csr(
-    lists: Any, *, vocab_size: int | None = None, limits: Limits = DEFAULT_LIMITS, **kwargs: Any
+    lists: Any,
+    *,
+    vocab_size: int | None = None,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask:
     """From ``SamplingMaskLists`` (or a mapping): ``token_ids``, ``offsets`` (``None``: one position,
     as ``slice_request(i, 1)`` returns it), optional ``cu_num_generated_tokens`` (becomes
-    ``cu_seqlens``: one segment per request)."""
+    ``cu_seqlens``: one segment per request). Keyword arguments as :class:`~sampling_mask.SamplingMask`
+    (companions, ``metadata``, ``validate``, ``limits``)."""
     ids = int_array(get_field(lists, "token_ids"), np.int32, field="token_ids")
     offsets_value = get_field(lists, "offsets", None)
     if offsets_value is None:
@@ -337,7 +391,8 @@ def from_engine_csr(
         offsets = int_array(offsets_value, np.int64, field="offsets")
     cu = get_field(lists, "cu_num_generated_tokens", None)
     cu_arr = None if cu is None else int_array(cu, np.int64, field="cu_num_generated_tokens")
-    return SamplingMask(ids, offsets, cu_seqlens=cu_arr, vocab_size=vocab_size, limits=limits, **kwargs)
+    options = passthrough(locals())
+    return SamplingMask(ids, offsets, cu_seqlens=cu_arr, vocab_size=vocab_size, limits=limits, **options)
 
 
 def to_engine_csr(mask: SamplingMask) -> dict[str, Any]:
@@ -405,14 +460,21 @@ def from_engine_tensors(
     tensors: Any,
     num_sampled_tokens: Any = None,
     *,
+    sampled_token_ids: Any = None,
+    sampled_logprobs: Any = None,
+    temperature: Any = None,
+    support_logprobs: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    validate: bool = True,
     limits: Limits = DEFAULT_LIMITS,
-    **kwargs: Any,
 ) -> SamplingMask:
     """From ``SamplingMaskTensors`` (or a mapping with its fields) as the kernel leaves them, reading
     what ``tolists(num_sampled_tokens)`` reads: the first ``count`` ids of a row when ``count <=
     max_num_kept`` (the slots after are undefined and ignored), else the row's ``packed_mask`` bits
     (their popcount must equal ``count``: ``E_OFFSETS``). With ``rows_per_request > 1`` only the first
-    ``num_sampled_tokens[r]`` slots of request ``r`` are read and each request is one segment."""
+    ``num_sampled_tokens[r]`` slots of request ``r`` are read and each request is one segment.
+    ``vocab_size`` comes from the tensors; keyword arguments as :class:`~sampling_mask.SamplingMask`
+    (companions, ``metadata``, ``validate``, ``limits``)."""
     compact = _tensor_field(tensors, "token_ids", np.int32, 2)
     counts = _tensor_field(tensors, "counts", np.int64, 1)
     vocab_size = _scalar_int(get_field(tensors, "vocab_size", where="SamplingMaskTensors"), "vocab_size")
@@ -478,7 +540,7 @@ def from_engine_tensors(
         cu_seqlens=cu_seqlens,
         vocab_size=vocab_size,
         limits=limits,
-        **kwargs,
+        **passthrough(locals()),
     )
 
 

@@ -52,7 +52,7 @@ from ._buffers import array_from_buffer, input_view, wire_dtype, wire_shape
 from ._common import SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order
 from ._registry import own_format
 
-__all__ = ["LAYOUTS", "decode", "encode", "encode_frames", "encode_into", "is_envelope"]
+__all__ = ["LAYOUTS", "decode", "encode", "encode_frames", "encode_into", "is_envelope", "read_value"]
 
 LAYOUTS = ("ragged", "dense", "compact")
 _INDEX_DTYPES = ("int32", "int64")
@@ -107,6 +107,15 @@ def _bin_header(nbytes: int, key: str) -> bytes:
         field=key,
         value=nbytes,
     )
+
+
+def read_value(data: Any, *, max_depth: int, max_bytes: int | None = None) -> Any:
+    """One msgpack object of any shape (an upstream payload that is not an envelope: prime-rl's
+    ``array_like`` struct, verifiers' ``__nd__`` maps), read by the envelope's strict, bounded reader:
+    ``bin`` values are memoryviews of ``data``; bad bytes are ``E_ENCODING``, too deep or too many
+    objects ``E_LIMIT``; ``max_bytes`` bounds the Python memory the parsed objects take, as in a
+    decode. Public for the adapters; the envelope itself is :func:`decode`'s."""
+    return _msgpack_reader.read(data, max_depth=max_depth, max_bytes=max_bytes)
 
 
 #: The writer places each ARRAY's ``data`` of :data:`PAD_FROM` bytes or more at a multiple of
