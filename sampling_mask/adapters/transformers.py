@@ -398,7 +398,8 @@ class SamplingMaskRecorder:
         self.prompt_length: int | None = None
         self.num_sequences: int | None = None
         self.vocab_size: int | None = None
-        self._steps: list[tuple[Any, Any, Any, Any]] = []  # per step: kept (sequence, id), their log-probs
+        # per step: kept (sequence, id) pairs, their log-probs, each sequence's kept mass
+        self._steps: list[tuple[Any, Any, Any, Any]] = []
 
     @property
     def num_steps(self) -> int:
@@ -419,9 +420,11 @@ class SamplingMaskRecorder:
                 processed = warper(input_ids, processed)
             keep = torch.isfinite(processed)
             lse = torch.logsumexp(processed.float(), dim=-1)
+            lse_full = torch.logsumexp(scores.float() / self.temperature, dim=-1)  # before truncation
             nz = torch.nonzero(keep)
             values = processed.float()[keep] - lse[nz[:, 0]]
-            self._steps.append((nz[:, 0].cpu(), nz[:, 1].to(torch.int32).cpu(), values.cpu(), None))
+            kept = torch.exp(lse - lse_full)
+            self._steps.append((nz[:, 0].cpu(), nz[:, 1].to(torch.int32).cpu(), values.cpu(), kept.cpu()))
         return scores
 
     def mask(
@@ -458,8 +461,10 @@ class SamplingMaskRecorder:
         vocab = int(self.vocab_size or 0)
         parts: list[tuple[np.ndarray, np.ndarray]] = []
         logprobs = np.zeros((num_seq, steps), dtype=np.float32)
+        kept_mass = np.ones((num_seq, steps), dtype=np.float64)
         for t in range(steps):
-            seq_t, ids_t, values_t, _ = self._steps[t]
+            seq_t, ids_t, values_t, kept_t = self._steps[t]
+            kept_mass[:, t] = kept_t.numpy()
             seq_np, ids_np, values_np = seq_t.numpy(), ids_t.numpy(), values_t.numpy()
             live = lengths[seq_np] > t
             seq_np, ids_np, values_np = seq_np[live], ids_np[live], values_np[live]
@@ -484,6 +489,9 @@ class SamplingMaskRecorder:
                 )
             logprobs[active, t] = values_np[pos]
             parts.append((seq_np, ids_np))
+        self.kept_mass = (
+            np.concatenate([kept_mass[b, : lengths[b]] for b in range(num_seq)]) if num_seq else kept_mass[:0, 0]
+        )
         return _assemble(
             parts,
             lengths,
