@@ -20,6 +20,9 @@ with per-row parameters, so supports agree id for id with the engine's code run 
 - ``"hf"``: transformers 5.24.0 ``TemperatureLogitsWarper``, ``TopKLogitsWarper``,
   ``TopPLogitsWarper``, ``MinPLogitsWarper`` in ``generate()``'s order, each in the logits' dtype;
   top-p renormalizes over the top-k survivors; min-p is relative to the top-p survivors' max.
+  With ``generation_config=`` the parameters are the ones ``generate()`` really uses: unset fields take
+  transformers' own defaults, read from the installed package at run time (5.x fills an unset
+  ``top_k`` with 50; :mod:`sampling_mask.adapters.transformers`).
 
 Parameters are scalars or [T] and are held in float32 (as the engines hold them). Off values:
 ``top_k`` None / 0 / -1 (and, except for ``"sglang"``, any k >= V), ``top_p`` None / 1, ``min_p``
