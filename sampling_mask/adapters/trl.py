@@ -34,7 +34,8 @@ replay), ``sampling_replay/ratio_full`` (the same over the full vocabulary) and,
 generation, ``sampling_replay/kept_mass`` (the sampler's mean kept probability mass); also kept in
 ``trainer.replay_log``.
 
-trl is imported when :class:`ReplayGRPOTrainer` (or :func:`replay_trainer`) is first used.
+trl is imported when ``ReplayGRPOTrainer`` (built on first access by the module's ``__getattr__``, so
+it is not in ``__all__``) or :func:`replay_trainer` is first used.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ from ._common import get_field
 
 __all__ = [
     "MASK_KEY",
-    "ReplayGRPOTrainer",  # noqa: F822 - built on first access (module __getattr__), so trl loads lazily
     "dense_completion_mask",
     "masks_from_request_outputs",
     "masks_from_server_response",
@@ -189,8 +189,10 @@ def _install_replay_forward(model: Any, state: _ReplayState, temperature: float)
     def forward(self: Any, *args: Any, fused_lm_head: bool = False, labels: Any = None, **kwargs: Any) -> Any:
         import torch
 
-        input_ids = kwargs.get("input_ids", args[0] if args else None)
-        dense = state.take(int(input_ids.shape[0])) if fused_lm_head and state.dense is not None else None
+        input_ids: Any = kwargs.get("input_ids", args[0] if args else None)
+        dense = None
+        if fused_lm_head and state.dense is not None and input_ids is not None:
+            dense = state.take(int(input_ids.shape[0]))
         if dense is None:
             return original(*args, fused_lm_head=fused_lm_head, labels=labels, **kwargs)
         if kwargs.get("output_router_logits"):
@@ -212,6 +214,7 @@ def _install_replay_forward(model: Any, state: _ReplayState, temperature: float)
             with_entropy=True,
             fill_value=0.0,
         )
+        assert scores.logprobs is not None and scores.entropy is not None  # asked for both
         full = torch.zeros(labels.shape[0], length - 1, dtype=scores.logprobs.dtype, device=hidden.device)
         logps = full.clone()
         logps[:, length - 1 - keep :] = logps[:, length - 1 - keep :].masked_scatter(valid, scores.logprobs)
@@ -243,6 +246,10 @@ def _vllm_engine_returns_masks() -> Iterator[None]:
 
 def _float_lists(mask: SamplingMask) -> list[list[float]]:
     values = mask.sampled_logprobs
+    if values is None:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "the recorded mask has no sampled_logprobs", field="sampled_logprobs"
+        )
     return [values[a:b].tolist() for a, b in zip(mask.cu_seqlens[:-1], mask.cu_seqlens[1:], strict=True)]
 
 
@@ -251,9 +258,12 @@ def replay_trainer(base: type | None = None) -> type:
     from ..adapters.transformers import SamplingMaskRecorder
 
     if base is None:
-        from trl import GRPOTrainer as base  # noqa: N813
+        from trl import GRPOTrainer
 
-    class ReplayGRPOTrainerClass(base):  # type: ignore[misc, valid-type]
+        base = GRPOTrainer
+    parent: Any = base
+
+    class ReplayGRPOTrainerClass(parent):  # type: ignore[misc, valid-type]
         """``GRPOTrainer`` with sampling replay (``sampling_mask.adapters.trl``). Extra keyword:
         ``replay_diagnostics`` (default False): log the importance ratios with and without replay."""
 

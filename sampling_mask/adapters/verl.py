@@ -137,4 +137,5 @@ def replay_logprobs(logits: Any, labels: Any, sampling_mask: Any, temperature: f
             )
         dense = sampling_mask.reshape(-1, sampling_mask.shape[-1])
     out = masked_logprobs(flat, dense, targets, temperature=temperature, ignore_index=None)
+    assert out.logprobs is not None  # masked_logprobs always returns them
     return out.logprobs.reshape(shape)
