@@ -12,6 +12,8 @@ transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed (pip install '.[transformers]')"
 )
 
+from tiny_models import tiny_causal_lm  # noqa: E402
+
 from sampling_mask import ErrorCode, SamplingMaskError  # noqa: E402
 from sampling_mask.adapters import transformers as hf  # noqa: E402
 from sampling_mask.reference_scorer import audit, masked_logprobs, support_from_logits  # noqa: E402
@@ -22,25 +24,7 @@ PAD = 0
 
 
 def _model(kind: str, vocab: int):
-    common = dict(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        initializer_range=0.2,  # peaked next-token distributions, so that every filter cuts
-        pad_token_id=PAD,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    torch.manual_seed(0)
-    if kind == "qwen2":
-        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
-    else:
-        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
-    return model.eval()
+    return tiny_causal_lm(kind, vocab, pad=PAD, bos=1, eos=2).eval()
 
 
 @pytest.fixture(scope="module", params=[("qwen2", 1000), ("llama", 4096)], ids=["qwen2-V1000", "llama-V4096"])

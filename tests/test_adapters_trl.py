@@ -19,6 +19,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tiny_models import tiny_causal_lm  # noqa: E402
+
 from sampling_mask import ErrorCode, SamplingMaskError  # noqa: E402
 from sampling_mask.adapters import trl as trl_adapter  # noqa: E402
 
@@ -116,23 +118,8 @@ def _tokenizer():
 
 
 def _model(vocab: int):
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        initializer_range=0.2,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-        tie_word_embeddings=False,
-    )
-    return transformers.Qwen2ForCausalLM(config)
+    pytest.importorskip("transformers")
+    return tiny_causal_lm("qwen2", vocab, pad=0, eos=1)
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))

@@ -244,6 +244,19 @@ def _vllm_engine_returns_masks() -> Iterator[None]:
         vllm_generation.LLM = llm
 
 
+def _capture_after(obj: Any, name: str, read: Any, sink: Any) -> None:
+    """Wrap ``obj.name`` (an engine's or client's generate): ``sink().append(read(result))`` after each call."""
+    original = getattr(obj, name)
+
+    @functools.wraps(original)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        sink().append(read(result))
+        return result
+
+    setattr(obj, name, wrapped)
+
+
 def _float_lists(mask: SamplingMask) -> list[list[float]]:
     values = mask.sampled_logprobs
     if values is None:
@@ -289,15 +302,7 @@ def replay_trainer(base: type | None = None) -> type:
                     ErrorCode.E_SCHEMA, "replay covers vllm_tensor_parallel_size=1", field="vllm_tensor_parallel_size"
                 )
             if getattr(generation, "mode", None) == "colocate":
-                llm = generation.llm
-                original = llm.generate
-
-                def generate(*args: Any, **kwargs: Any) -> Any:
-                    outputs = original(*args, **kwargs)
-                    self._replay_generated.append(masks_from_request_outputs(outputs))
-                    return outputs
-
-                llm.generate = generate
+                _capture_after(generation.llm, "generate", masks_from_request_outputs, lambda: self._replay_generated)
             else:
                 if self.accelerator.num_processes != 1:
                     raise SamplingMaskError(
@@ -305,15 +310,8 @@ def replay_trainer(base: type | None = None) -> type:
                         "vLLM server mode is covered for one training process (the response reaches rank 0 only)",
                         field="vllm_mode",
                     )
-                client = generation.vllm_client
-                original_client = client.generate
-
-                def client_generate(*args: Any, **kwargs: Any) -> Any:
-                    response = original_client(*args, **kwargs)
-                    self._replay_generated.append(masks_from_server_response(response))
-                    return response
-
-                client.generate = client_generate
+                sink = lambda: self._replay_generated  # noqa: E731
+                _capture_after(generation.vllm_client, "generate", masks_from_server_response, sink)
 
         def _generate_single_turn(
             self, prompt_ids: Any, images: Any, multimodal_fields: Any, num_generations: Any, *args: Any, **kwargs: Any
