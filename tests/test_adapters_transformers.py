@@ -181,6 +181,9 @@ def test_processors_the_rule_cannot_see_are_named() -> None:
     report = audit(mask, logits, rule="hf", generation_config=config)
     assert "repetition_penalty=1.2" in report.summary()["unseen_processors"]
     assert report.summary()["rows_equal"] == 4
+    out = {"sequences": torch.tensor([[5, 6, 7]]), "scores": (torch.zeros(1, 10),)}
+    captured = hf.from_generate_output(out, prompt_length=2, generation_config=hf.resolve_generation_config(config))
+    assert "repetition_penalty=1.2" in captured.metadata["processors_not_replayed"]
     greedy = hf.unseen_processors(hf.resolve_generation_config(transformers.GenerationConfig()))
     assert any(name.startswith("do_sample=False") for name in greedy)
 

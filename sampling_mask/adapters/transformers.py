@@ -265,7 +265,7 @@ def _metadata(config: Any, producer: str, metadata: Mapping[str, Any] | None) ->
     if config is not None:
         unseen = unseen_processors(config)
         if unseen:
-            out["processors_not_replayed"] = unseen
+            out["processors_not_replayed"] = ", ".join(unseen)  # metadata values are scalars
     out.update(metadata or {})
     return out
 
@@ -283,7 +283,8 @@ def from_generate_output(
     """The mask of ``generate(..., output_scores=True, return_dict_in_generate=True)``'s ``output``
     (see the module doc). ``prompt_length``: ``input_ids.shape[1]`` of the (left-padded) prompts.
     ``generation_config``: what ``generate()`` ran with (:func:`resolve_generation_config`), for the
-    EOS ids, the ``temperature`` companion and ``metadata["processors_not_replayed"]``;
+    EOS ids, the ``temperature`` companion and ``metadata["processors_not_replayed"]`` (the
+    processors temperature replay does not reproduce, comma-separated);
     ``eos_token_id`` / ``temperature`` override it. ``E_SCHEMA`` without scores, ``E_SHAPE`` when the
     scores and the sequences disagree, ``E_MISSING_SAMPLED`` naming the row if a sampled id has no
     finite score."""
