@@ -350,7 +350,8 @@ def replay_trainer(base: type | None = None) -> type:
             self._replay_current = _PendingMask(self._replay_generated)
             try:
                 output = super()._generate_and_score_completions(inputs)
-                dense = self._replay_current.dense(output["completion_ids"].shape[1], output["completion_ids"].device)
+                ids = output["completion_ids"]
+                dense = self._replay_current.dense(ids.shape[0], ids.shape[1], ids.device)
             finally:
                 self._replay_current = None
             output[MASK_KEY] = dense
@@ -370,7 +371,7 @@ def replay_trainer(base: type | None = None) -> type:
         ) -> Any:
             current = self._replay_current
             if isinstance(current, _PendingMask):
-                current = current.dense(logits_to_keep, input_ids.device)
+                current = current.dense(int(input_ids.shape[0]), int(logits_to_keep), input_ids.device)
             usable = (
                 current is not None
                 and model is self.model
@@ -424,12 +425,20 @@ class _PendingMask:
         self.parts = parts  # filled by the capture hooks while the batch is generated
         self._dense: Any = None
 
-    def dense(self, completion_length: int, device: Any) -> Any:
+    def dense(self, completions: int, completion_length: int, device: Any) -> Any:
         if self._dense is None or self._dense.shape[1] != completion_length:
             parts = self.parts
             if not parts:
                 raise SamplingMaskError(ErrorCode.E_SCHEMA, "no sampling mask was captured", field=MASK_KEY)
-            self._dense = dense_completion_mask(_segments(parts), completion_length, device=device)
+            mask = _segments(parts)
+            if mask.num_segments != completions:
+                raise SamplingMaskError(
+                    ErrorCode.E_SHAPE,
+                    f"{mask.num_segments} captured masks for {completions} completions "
+                    "(several generation turns per completion, as with tools, are not covered)",
+                    field=MASK_KEY,
+                )
+            self._dense = dense_completion_mask(mask, completion_length, device=device)
         return self._dense
 
 
