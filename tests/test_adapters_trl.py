@@ -128,12 +128,12 @@ def test_grpo_two_steps_on_cpu_replay_makes_the_ratio_one(name: str, tmp_path) -
     datasets = pytest.importorskip("datasets")
     tokenizer = _tokenizer()
     rng = np.random.default_rng(1)
-    prompts = [" ".join(rng.choice(WORDS, 5)) for _ in range(4)]  # equal lengths: no padding in the prompts
+    prompts = [" ".join(rng.choice(WORDS, n)) for n in (3, 5, 6, 4)]  # left-padded by TRL
     dataset = datasets.Dataset.from_dict({"prompt": prompts})
     args = trl.GRPOConfig(
         output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,
+        per_device_train_batch_size=8,
+        num_generations=2,
         max_completion_length=8,
         max_steps=2,
         learning_rate=1e-2,
