@@ -26,9 +26,9 @@ change a user makes) fixes that:
   log-probs and entropies of the renormalized distribution, for ``old_per_token_logps`` (so the vLLM
   importance-sampling ratio is computed after renormalization) and for the loss.
 
-Not covered (refused or left to TRL): tool-calling turns (their tokens have no row: scored over the
-full vocabulary), models with ``final_logit_softcapping`` / a logit scale, MoE router aux-loss
-outputs, ``use_transformers_paged``. ``replay_diagnostics=True`` logs, per generation batch,
+Not covered (refused): several generation turns per completion (tool calling), models with
+``final_logit_softcapping`` / a logit scale, MoE router aux-loss outputs, transformers continuous
+batching (``generate_batch``). ``replay_diagnostics=True`` logs, per generation batch,
 ``sampling_replay/ratio_replay`` (mean over tokens of ``exp(trainer logp - sampler logp)`` with
 replay), ``sampling_replay/ratio_full`` (the same over the full vocabulary) and, with transformers
 generation, ``sampling_replay/kept_mass`` (the sampler's mean kept probability mass); also kept in
