@@ -170,3 +170,14 @@ def test_grpo_two_steps_on_cpu_replay_makes_the_ratio_one(name: str, tmp_path) -
     assert all(math.isfinite(v) for entry in trainer.replay_log for v in entry.values())
     changed = any(not torch.equal(v, trainer.model.state_dict()[k]) for k, v in first_weights.items())
     assert changed  # the two steps trained on the replayed log-probs
+
+
+def test_the_top_k_sent_to_vllm() -> None:
+    """vLLM 0.32 refuses masks unless top_k > 0: a truncating config without top_k gets the 512 bound."""
+    from types import SimpleNamespace
+
+    assert trl_adapter.vllm_top_k(SimpleNamespace(top_k=0, top_p=0.9, min_p=None, temperature=1.0)) == 512
+    assert trl_adapter.vllm_top_k(SimpleNamespace(top_k=20, top_p=0.8, min_p=None, temperature=0.7)) == 20
+    assert trl_adapter.vllm_top_k({"top_k": 0, "min_p": 0.05}) == 512
+    assert trl_adapter.vllm_top_k(SimpleNamespace(top_k=0, top_p=1.0, min_p=None, temperature=0.7)) is None
+    assert trl_adapter.vllm_top_k(None) is None  # TRL's defaults truncate nothing: no mask requested

@@ -59,6 +59,7 @@ __all__ = [
     "masks_from_request_outputs",
     "masks_from_server_response",
     "replay_trainer",
+    "vllm_top_k",
 ]
 
 MASK_KEY = "sampling_mask"
@@ -244,6 +245,27 @@ def _vllm_engine_returns_masks() -> Iterator[None]:
         vllm_generation.LLM = llm
 
 
+def vllm_top_k(config: Any) -> int | None:
+    """The ``top_k`` to send to vLLM for a ``GRPOConfig`` (``None``: the default config): vLLM returns
+    masks only for ``top_k > 0`` (``vllm/v1/engine/input_processor.py``), so an unset ``top_k`` with
+    top-p / min-p becomes :func:`sampling_mask.sampler.check_sampler`'s bound (512); ``None`` when
+    nothing truncates (full-vocabulary scoring is then exact and no mask is requested)."""
+    from ..sampler import check_sampler
+
+    def value(name: str, default: Any) -> Any:
+        got = get_field(config, name, default) if config is not None else default
+        return default if got is None else got
+
+    top_k = value("top_k", 0)
+    check = check_sampler(
+        temperature=float(value("temperature", 1.0)),
+        top_k=int(top_k) if top_k and top_k > 0 else None,
+        top_p=float(value("top_p", 1.0)),
+        min_p=float(value("min_p", 0.0)),
+    )
+    return check.effective_top_k
+
+
 def _capture_after(obj: Any, name: str, read: Any, sink: Any) -> None:
     """Wrap ``obj.name`` (an engine's or client's generate): ``sink().append(read(result))`` after each call."""
     original = getattr(obj, name)
@@ -287,11 +309,15 @@ def replay_trainer(base: type | None = None) -> type:
             self._replay_generated: list[SamplingMask] = []
             self._replay_kept: list[np.ndarray] = []
             self._replay_current: Any = None
-            with _vllm_engine_returns_masks():
+            config = kwargs.get("args", args[2] if len(args) > 2 else None)
+            self.replay_vllm_top_k = vllm_top_k(config)
+            with _vllm_engine_returns_masks() if self.replay_vllm_top_k else contextlib.nullcontext():
                 super().__init__(*args, **kwargs)
             policy = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
             _install_replay_forward(policy, self._replay_state, float(self.temperature))
-            if self.use_vllm:
+            self._replay_enabled = not self.use_vllm or self.replay_vllm_top_k is not None
+            if self.use_vllm and self.replay_vllm_top_k is not None:
+                self.vllm_generation.top_k = self.replay_vllm_top_k  # vLLM needs top_k > 0 for masks
                 self._wrap_vllm()
 
         # ------------------------------------------------------------------ capture
@@ -346,6 +372,8 @@ def replay_trainer(base: type | None = None) -> type:
 
         # ------------------------------------------------------------------ carry and renormalize
         def _generate_and_score_completions(self, inputs: Any) -> Any:
+            if not self._replay_enabled:  # vLLM without truncation: full-vocabulary scoring is exact
+                return super()._generate_and_score_completions(inputs)
             self._replay_generated, self._replay_kept = [], []
             self._replay_current = _PendingMask(self._replay_generated)
             try:
