@@ -124,6 +124,15 @@ def test_capture_is_the_support_of_the_processed_scores_and_replays_the_sampler(
     assert recorded.to_rows() == rows and np.array_equal(recorded.cu_seqlens, mask.cu_seqlens)
     assert np.allclose(recorded.sampled_logprobs, mask.sampled_logprobs, atol=1e-6)
     assert np.array_equal(recorded.sampled_token_ids, mask.sampled_token_ids)
+    # and the mass each row kept, under the temperature-scaled raw logits (output_logits)
+    tau = settings.get("temperature", 1.0)
+    kept = [
+        float(torch.exp(torch.logsumexp(z[torch.isfinite(s)], 0) - torch.logsumexp(z, 0)))
+        for b in range(6)
+        for t in range(int(lengths[b]))
+        for z, s in [(out.logits[t][b] / tau, out.scores[t][b])]
+    ]
+    assert np.allclose(recorder.kept_mass, kept, atol=1e-5)
 
     # replay over the captured mask reproduces the sampler's own log-probs (fp32)
     logits = _replay_logits(model, out.sequences, attention, mask)

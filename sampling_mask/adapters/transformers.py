@@ -392,6 +392,9 @@ class SamplingMaskRecorder:
         self.temperature = (
             sampler_settings(self.generation_config, resolve=False)["temperature"] if cfg.get("do_sample") else 1.0
         )
+        #: per row of the last :meth:`mask`: the probability mass the sampler kept (the support under the
+        #: temperature-scaled distribution before truncation), what a trainer without replay is off by.
+        self.kept_mass: np.ndarray | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -490,9 +493,8 @@ class SamplingMaskRecorder:
                 )
             logprobs[active, t] = values_np[pos]
             parts.append((seq_np, ids_np))
-        self.kept_mass = (
-            np.concatenate([kept_mass[b, : lengths[b]] for b in range(num_seq)]) if num_seq else kept_mass[:0, 0]
-        )
+        valid = np.arange(steps)[None, :] < lengths[:, None]  # row-major: sequence, then step
+        self.kept_mass = kept_mass[valid]
         return _assemble(
             parts,
             lengths,
