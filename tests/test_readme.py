@@ -106,5 +106,5 @@ def test_block_runs(page: str, line: int, code: str, skip: str | None, needs: st
         pytest.importorskip(needs)
     # -W: a block shows no deprecated call.
     command = [sys.executable, "-W", "error::DeprecationWarning:__main__", "-c", code]
-    result = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"{page}: block at line {line} failed:\n{result.stderr}"

@@ -20,6 +20,9 @@ with per-row parameters, so supports agree id for id with the engine's code run 
 - ``"hf"``: transformers 5.24.0 ``TemperatureLogitsWarper``, ``TopKLogitsWarper``,
   ``TopPLogitsWarper``, ``MinPLogitsWarper`` in ``generate()``'s order, each in the logits' dtype;
   top-p renormalizes over the top-k survivors; min-p is relative to the top-p survivors' max.
+  With ``generation_config=`` the parameters are the ones ``generate()`` really uses: unset fields take
+  transformers' own defaults, read from the installed package at run time (5.x fills an unset
+  ``top_k`` with 50; :mod:`sampling_mask.adapters.transformers`).
 
 Parameters are scalars or [T] and are held in float32 (as the engines hold them). Off values:
 ``top_k`` None / 0 / -1 (and, except for ``"sglang"``, any k >= V), ``top_p`` None / 1, ``min_p``
@@ -46,6 +49,7 @@ __all__ = [
     "as_logits",
     "default_chunk_rows",
     "kept_block",
+    "sampler_arguments",
     "support_from_logits",
     "support_params",
 ]
@@ -282,22 +286,67 @@ def default_chunk_rows(vocab_size: int, logits_per_block: int = 1 << 23) -> int:
     return max(1, logits_per_block // max(vocab_size, 1))
 
 
+def sampler_arguments(rule: str, generation_config: Any, **explicit: Any) -> tuple[dict[str, Any], list[str]]:
+    """``temperature`` / ``top_k`` / ``top_p`` / ``min_p`` and the processors the rule cannot see.
+
+    Without ``generation_config`` the explicit values are returned as they are. With one (``rule="hf"``
+    only, a transformers ``GenerationConfig`` or a mapping of its fields), the values ``generate()``
+    really uses: the config filled with transformers' own defaults, read from the installed package
+    (:func:`sampling_mask.adapters.transformers.sampler_settings`; an unset ``top_k`` is 50 in 5.x),
+    and the names of the processors it turns on that the rule does not reproduce (``repetition_penalty``,
+    ``min_new_tokens``, bad words, greedy ``do_sample=False``, ...). Passing both is ``E_SCHEMA``.
+    """
+    if generation_config is None:
+        return explicit, []
+    if rule != "hf":
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "generation_config is a transformers config: use rule='hf'", field="generation_config"
+        )
+    given = sorted(name for name, value in explicit.items() if value is not None)
+    if given:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA,
+            f"pass either generation_config or {', '.join(given)}, not both",
+            field="generation_config",
+        )
+    from ..adapters import transformers as hf_adapter  # lazy: needs transformers
+
+    config = hf_adapter.resolve_generation_config(generation_config)
+    return hf_adapter.sampler_settings(config, resolve=False), hf_adapter.unseen_processors(config)
+
+
 def support_from_logits(
     logits: torch.Tensor,
     *,
-    temperature: Any = 1.0,
+    temperature: Any = None,
     top_k: Any = None,
     top_p: Any = None,
     min_p: Any = None,
     rule: str = "vllm",
+    generation_config: Any = None,
     chunk_rows: int | None = None,
 ) -> SamplingMask:
     """The support ``rule``'s engine keeps for each row of raw ``logits`` [T, V] (see the module doc),
     as a SamplingMask with ascending ids, ``vocab_size`` V and the ``temperature`` companion.
 
-    ``temperature``, ``top_k``, ``top_p``, ``min_p``: scalars or [T]. Raises ``E_RANGE`` naming the row
-    for NaN / +inf logits or out-of-range parameters. A row whose logits are all ``-inf`` is empty.
+    ``temperature`` (default 1), ``top_k``, ``top_p``, ``min_p``: scalars or [T]. Or, with
+    ``rule="hf"``, ``generation_config``: the transformers ``GenerationConfig`` ``generate()`` ran with,
+    filled with the defaults ``generate()`` itself applies (read from transformers at run time: an
+    unset ``top_k`` is 50); a processor the rule cannot reproduce (``repetition_penalty``,
+    ``min_new_tokens``, ...) raises ``E_SCHEMA`` naming it (see :func:`sampler_arguments`). Raises
+    ``E_RANGE`` naming the row for NaN / +inf logits or out-of-range parameters. A row whose logits are
+    all ``-inf`` is empty.
     """
+    settings, unseen = sampler_arguments(
+        rule, generation_config, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p
+    )
+    if unseen:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA,
+            "generate() also ran processors rule='hf' cannot reproduce: " + ", ".join(unseen),
+            field="generation_config",
+        )
+    temperature, top_k, top_p, min_p = (settings[k] for k in ("temperature", "top_k", "top_p", "min_p"))
     logits = as_logits(logits)
     num_rows, vocab = logits.shape
     params = support_params(

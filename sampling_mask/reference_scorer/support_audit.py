@@ -34,7 +34,7 @@ from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask
 from .inputs import accumulation_dtype
 from .row_stats import HiddenSource
-from .support import as_logits, default_chunk_rows, kept_block, support_params
+from .support import as_logits, default_chunk_rows, kept_block, sampler_arguments, support_params
 
 __all__ = ["SupportAudit", "audit", "audit_from_hidden"]
 
@@ -67,6 +67,9 @@ class SupportAudit:
     replay_logprobs: np.ndarray | None
     recomputed_logprobs: np.ndarray | None
     rollout_logprobs: np.ndarray | None
+    #: ``name=value`` of the processors the sampler also ran that ``rule`` does not reproduce (from a
+    #: ``generation_config``: ``repetition_penalty``, ``min_new_tokens``, bad words, ...).
+    unseen_processors: tuple[str, ...] = ()
 
     @property
     def support_part(self) -> np.ndarray | None:
@@ -95,6 +98,7 @@ class SupportAudit:
 
         out: dict[str, Any] = {
             "rule": self.rule,
+            "unseen_processors": list(self.unseen_processors),
             "rows": int(c.size),
             "rows_compared": n,
             "rows_equal": int((self.equal & c).sum()),
@@ -179,7 +183,12 @@ def _audit(
     sampled: Any,
     rollout_logprobs: Any,
     chunk_rows: int | None,
+    generation_config: Any = None,
 ) -> SupportAudit:
+    settings, unseen = sampler_arguments(
+        rule, generation_config, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p
+    )
+    temperature, top_k, top_p, min_p = (settings[k] for k in ("temperature", "top_k", "top_p", "min_p"))
     mask = as_sampling_mask(mask)  # a SamplingMask, or one of another copy (the mask protocol); else E_SCHEMA
     if mask.num_rows != num_rows:
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"mask has {mask.num_rows} rows, logits {num_rows}", field="mask")
@@ -279,6 +288,7 @@ def _audit(
         replay_logprobs=replay,
         recomputed_logprobs=logprob("recomputed_logprobs"),
         rollout_logprobs=None if q is None else np.where(compared, q, np.nan),
+        unseen_processors=tuple(unseen),
     )
 
 
@@ -294,12 +304,16 @@ def audit(
     sampled: Any = None,
     rollout_logprobs: Any = None,
     chunk_rows: int | None = None,
+    generation_config: Any = None,
 ) -> SupportAudit:
     """Audit ``mask`` against the support ``rule`` recomputes from the trainer's raw ``logits`` [T, V].
 
     ``temperature``: scalar or [T], default the mask's companion, else 1. ``top_k`` / ``top_p`` /
     ``min_p``: the sampler's parameters (see :func:`support_from_logits`). ``sampled``: default the
     mask's ``sampled_token_ids``; ``rollout_logprobs``: default its ``sampled_logprobs``.
+    ``generation_config`` (``rule="hf"``, instead of the four parameters): the transformers config
+    ``generate()`` ran with, filled with transformers' own defaults; the processors the rule cannot
+    reproduce are named in ``unseen_processors`` and the summary (the audit still runs).
     """
     logits = as_logits(logits)
     num_rows, vocab = logits.shape
@@ -318,6 +332,7 @@ def audit(
         sampled=sampled,
         rollout_logprobs=rollout_logprobs,
         chunk_rows=chunk_rows,
+        generation_config=generation_config,
     )
 
 
@@ -335,6 +350,7 @@ def audit_from_hidden(
     sampled: Any = None,
     rollout_logprobs: Any = None,
     chunk_rows: int | None = None,
+    generation_config: Any = None,
 ) -> SupportAudit:
     """:func:`audit` of the logits ``hidden [T, d] @ weight[V, d].T (+ bias)``, formed ``chunk_rows``
     rows at a time in the accumulation dtype (fp32 for bf16 / fp16 inputs) by the scorer's hidden-state
@@ -375,4 +391,5 @@ def audit_from_hidden(
         sampled=sampled,
         rollout_logprobs=rollout_logprobs,
         chunk_rows=chunk_rows,
+        generation_config=generation_config,
     )
