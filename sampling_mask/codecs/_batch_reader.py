@@ -402,7 +402,6 @@ def join(masks: list[SamplingMask], header: Header, schema: Any, limits: Limits)
     return masks[0] if len(masks) == 1 else concat(masks)
 
 
-
 # ---------------------------------------------------------------------------------------------- columns
 def _offset_fault(array: Any) -> int | None:
     """The first table row whose offsets decrease or run outside the data, for the variable-width

@@ -385,7 +385,6 @@ def encode(
     return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
 
 
-
 # ---------------------------------------------------------------------------------------------- read
 # Every read goes through the one batch reader (regular files only, costs checked before pyarrow
 # allocates, every column validated before a byte is handed out): see ._batch_reader.
