@@ -10,9 +10,9 @@ the object ``{"float": "NaN" | "Infinity" | "-Infinity"}`` so that JSON stays st
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
-import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -58,7 +58,10 @@ def _outside() -> int:
     """The ``stacklevel`` of the caller's first frame outside this package, so that a warning names
     the user's line (Python shows a DeprecationWarning by default only there, in ``__main__``)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(2), 2  # level 1 is our caller, the function that warns
+    here = inspect.currentframe()  # this function's frame; level 1 is our caller, the function that warns
+    frame, level = here.f_back.f_back if here and here.f_back and here.f_back.f_back else None, 2
+    if frame is None:  # pragma: no cover - an interpreter without frames
+        return level
     while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
         frame, level = frame.f_back, level + 1
     return level

@@ -467,11 +467,14 @@ def read_table(source: Any, fmt: str | None = None, *, limits: Limits = DEFAULT_
     (``E_LIMIT``), and the file is read through the one batch reader."""
     import pyarrow as pa
 
-    from . import _sniff
-
     data = MappedFile(source).buffer if isinstance(source, (str, os.PathLike)) else _buffer(source)
     if fmt is None:
-        fmt = _sniff(memoryview(data)[:32])
+        head = bytes(memoryview(data)[:6])
+        magics = {b"ARROW1": "arrow", b"\xff\xff\xff\xff": "arrows", b"PAR1": "parquet"}
+        found = [name for magic, name in magics.items() if head.startswith(magic)]
+        if not found:
+            raise SamplingMaskError(ErrorCode.E_ENCODING, "not an Arrow IPC file / stream or Parquet", value=head)
+        fmt = found[0]
     _check_format(fmt)
     reader = BatchReader(data, fmt, limits)
     reader.check_all("the table")

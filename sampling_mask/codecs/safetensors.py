@@ -27,7 +27,7 @@ from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
 from ._batch_reader import PREFIX, MappedFile, header_metadata, read_header
 from ._common import check_id_order, id_order_of
 
-__all__ = ["DTYPES", "from_tensors", "load_file", "read_tensors", "save_file", "to_tensors"]
+__all__ = ["DTYPES", "from_tensors", "load_file", "read_tensors", "save_file", "tensor_dtypes", "to_tensors"]
 
 #: safetensors dtype names read and their numpy storage (``BF16`` as raw 16-bit words).
 DTYPES = {
@@ -121,6 +121,12 @@ def read_tensors(
             raise SamplingMaskError(ErrorCode.E_SCHEMA, f"no tensor {name!r} (it has {list(header)[:8]})", field=name)
         tensors[name] = _tensor(data, start, name, entry)
     return tensors, metadata
+
+
+def tensor_dtypes(path: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS) -> dict[str, str]:
+    """Each tensor's name and dtype name as the header declares them (nothing else is checked)."""
+    _data, _start, header, _metadata = _open(path, limits)
+    return {name: str(entry.get("dtype")) if isinstance(entry, dict) else "" for name, entry in header.items()}
 
 
 def _open(path: str | os.PathLike[str], limits: Limits) -> tuple[memoryview, int, dict[str, Any], dict[str, str]]:
