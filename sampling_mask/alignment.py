@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ._args import count_arg
 from .core import layouts
 from .core.errors import ErrorCode, SamplingMaskError
 from .core.layouts import as_host_array
@@ -72,15 +73,6 @@ def to_torch(array: np.ndarray, *, device: Any = None) -> Any:
         arr = np.array(arr, order="C")
     tensor = torch.from_numpy(arr)
     return tensor if device is None else tensor.to(device)
-
-
-def count_arg(value: Any, *, field: str) -> int:
-    """A non-negative Python int from an int-like ``value`` (bools refused), else ``E_SCHEMA`` / ``E_RANGE``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{field} must be an integer", field=field, value=repr(value)[:80])
-    if int(value) < 0:
-        raise SamplingMaskError(ErrorCode.E_RANGE, f"{field} must be >= 0", field=field, value=int(value))
-    return int(value)
 
 
 def _cu(value: Any, *, field: str = "cu_seqlens") -> np.ndarray:

@@ -30,8 +30,8 @@ import torch
 from . import alignment
 from .codecs._batch_reader import BatchReader, MappedFile, arrow_errors, mask_from_batch, user_values
 from .codecs._ipc_bounds import check as check_cost
-from .codecs._walk import find_files
-from .codecs.dataset import FileError, MaskSequence, dataset_format, file_error
+from .codecs._walk import find_files, located, split_by_format
+from .codecs.dataset import FileError, MaskSequence
 from .core.errors import ErrorCode, SamplingMaskError
 from .core.limits import DEFAULT_LIMITS, Limits
 from .core.model import SamplingMask, concat
@@ -107,7 +107,7 @@ class SequenceDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
             raise self.errors[0].error
         if not found.files:
             raise FileNotFoundError(f"no .parquet or .arrow files in {source!r}")
-        self.format, _others = dataset_format(found.files, format)
+        self.format, _others = split_by_format(found.files, format, {"arrow": (".arrow",), "parquet": (".parquet",)})
         self.columns = tuple(columns)
         self.limits = limits
         self.files: list[str] = []
@@ -125,7 +125,7 @@ class SequenceDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                     if opened.schema.get_field_index(name) < 0:
                         raise SamplingMaskError(ErrorCode.E_SCHEMA, "no such user column", field=name)
             except (SamplingMaskError, OSError) as exc:
-                error = file_error(path, exc)
+                error = FileError(path, located(path, exc))
                 if on_error == "raise":
                     raise error.error from None
                 self.errors.append(error)

@@ -24,7 +24,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .alignment import count_arg, take_rows
+from ._args import count_arg
+from .alignment import take_rows
 from .core import layouts
 from .core.errors import ErrorCode, SamplingMaskError
 from .core.layouts import as_float_array, as_host_array

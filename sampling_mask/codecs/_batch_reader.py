@@ -139,10 +139,10 @@ def _parse_int(text: str, key: str) -> int:
     return int(text)
 
 
-def read_header(metadata: Mapping[bytes, bytes] | None, limits: Limits) -> Header:
+def read_header(schema_metadata: Mapping[bytes, bytes] | None, limits: Limits) -> Header:
     """The header that schema metadata (``schema.metadata``: bytes to bytes) declares; ``E_SCHEMA`` /
     ``E_VERSION`` / ``E_LIMIT`` / ``E_ENCODING`` for a missing version, bad values or bad UTF-8."""
-    raw = metadata or {}
+    raw = schema_metadata or {}
     values: dict[str, str] = {}
     for key_bytes, value_bytes in raw.items():
         if key_bytes.startswith(PREFIX.encode()):

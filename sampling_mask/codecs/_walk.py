@@ -23,12 +23,12 @@ import glob
 import os
 import re
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..core.errors import ErrorCode, SamplingMaskError
 
-__all__ = ["Found", "Skipped", "classify", "find_files", "glob_pattern"]
+__all__ = ["Found", "Skipped", "classify", "find_files", "glob_pattern", "located", "split_by_format"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,3 +231,41 @@ def _walk(
         else:
             skipped.append(problem)
     return Found(sorted(files), sorted(skipped, key=lambda s: s.path), root)
+
+
+def split_by_format(
+    paths: Sequence[str], format: str | None, extensions: Mapping[str, tuple[str, ...]]
+) -> tuple[str, list[str]]:
+    """The format of a set of files and the files not of it: ``format`` when given (one of
+    ``extensions``' keys), else the one most files' extensions name; a tie (or none) is ``E_SCHEMA``
+    (pass ``format=``)."""
+    if format is not None:
+        if format not in extensions:
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"a dataset is {' or '.join(map(repr, extensions))} files, not {format!r}",
+                value=format,
+            )
+        return format, [p for p in paths if not p.endswith(extensions[format])]
+    counts = {fmt: sum(p.endswith(exts) for p in paths) for fmt, exts in extensions.items()}
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    if ranked[0][1] == 0 or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA,
+            "cannot tell the dataset's format from its files' extensions (.parquet or .arrow): pass format=",
+            value=sorted(fmt for fmt, n in counts.items() if n) or None,
+        )
+    found = ranked[0][0]
+    return found, [p for p in paths if not p.endswith(extensions[found])]
+
+
+def located(path: str, exc: BaseException) -> SamplingMaskError:
+    """A read failure of ``path`` as a :class:`SamplingMaskError` whose message names the path
+    (an ``OSError``: ``E_ENCODING`` "cannot be read")."""
+    if isinstance(exc, SamplingMaskError):
+        if exc.message.startswith(path):
+            return exc
+        where = {"row": exc.row, "segment": exc.segment, "field": exc.field, "value": exc.value}
+        return SamplingMaskError(exc.code, f"{path}: {exc.message}", **where)
+    reason = getattr(exc, "strerror", None) or exc
+    return SamplingMaskError(ErrorCode.E_ENCODING, f"{path}: cannot be read: {reason}", field="path")

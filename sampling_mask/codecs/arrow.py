@@ -479,7 +479,7 @@ def read_table(source: Any, fmt: str | None = None, *, limits: Limits = DEFAULT_
     reader = BatchReader(data, fmt, limits)
     reader.check_all("the table")
     with arrow_errors(f"{fmt} input"):
-        batches = []
+        batches: list[Any] = []
         while (batch := reader.read(len(batches))) is not None:
             batches.append(batch)
         return pa.Table.from_batches(batches, schema=reader.schema)

@@ -46,7 +46,7 @@ from ._batch_reader import (
     read_schema,
     user_values,
 )
-from ._walk import find_files
+from ._walk import find_files, located, split_by_format
 
 __all__ = [
     "FileError",
@@ -94,36 +94,8 @@ class MaskBatch:
             yield MaskSequence(self.mask.segment(i), {k: v[i] for k, v in values.items()}, self.path)
 
 
-def dataset_format(paths: Sequence[str], format: str | None) -> tuple[str, list[str]]:
-    """The dataset's format and the files not of it. Without ``format``, the extension most files
-    have; a tie (or none) is ``E_SCHEMA`` (pass ``format=``)."""
-    if format is not None:
-        if format not in _EXTENSIONS:
-            raise SamplingMaskError(
-                ErrorCode.E_SCHEMA, f"a dataset is 'parquet' or 'arrow' files, not {format!r}", value=format
-            )
-        return format, [p for p in paths if not p.endswith(_EXTENSIONS[format])]
-    counts = {fmt: sum(p.endswith(exts) for p in paths) for fmt, exts in _EXTENSIONS.items()}
-    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
-    if ranked[0][1] == 0 or ranked[0][1] == ranked[1][1]:
-        raise SamplingMaskError(
-            ErrorCode.E_SCHEMA,
-            "cannot tell the dataset's format from its files' extensions (.parquet or .arrow): pass format=",
-            value=sorted(fmt for fmt, n in counts.items() if n) or None,
-        )
-    found = ranked[0][0]
-    return found, [p for p in paths if not p.endswith(_EXTENSIONS[found])]
-
-
-def file_error(path: str, exc: BaseException) -> FileError:
-    """A read failure as a :class:`FileError` whose message names ``path`` (``OSError``: ``E_ENCODING``)."""
-    if isinstance(exc, SamplingMaskError):
-        if exc.message.startswith(path):
-            return FileError(path, exc)
-        located = {k: getattr(exc, k) for k in _LOCATION}
-        return FileError(path, SamplingMaskError(exc.code, f"{path}: {exc.message}", **located))
-    reason = getattr(exc, "strerror", None) or exc
-    return FileError(path, SamplingMaskError(ErrorCode.E_ENCODING, f"{path}: cannot be read: {reason}", field="path"))
+def _file_error(path: str, exc: BaseException) -> FileError:
+    return FileError(path, located(path, exc))
 
 
 class MaskDataset:
@@ -151,7 +123,7 @@ class MaskDataset:
             if self.errors:
                 raise self.errors[0].error
             raise FileNotFoundError(f"no .parquet or .arrow files in {source!r}")
-        self.format, others = dataset_format(found.files, format)
+        self.format, others = split_by_format(found.files, format, _EXTENSIONS)
         for path in others:
             error = SamplingMaskError(
                 ErrorCode.E_SCHEMA, f"{path}: not a {self.format} file, as the rest of the dataset", field="path"
@@ -218,7 +190,7 @@ class MaskDataset:
             try:
                 yield from self._read_file(path, columns, None if partition_only else expr, batch_size)
             except (SamplingMaskError, OSError) as exc:
-                error = file_error(path, exc)
+                error = _file_error(path, exc)
                 if on_error == "raise":
                     raise error.error from None
                 self.errors.append(error)
@@ -303,9 +275,6 @@ class MaskDataset:
         names = parts[0].columns.keys()
         columns = {name: np.concatenate([p.columns[name] for p in parts]) for name in names}
         return MaskBatch(concat([p.mask for p in parts]), columns, os.path.commonpath([p.path for p in parts]))
-
-
-_LOCATION = ("row", "segment", "field", "value")
 
 
 def _partitions(files: Sequence[str], root: str | None) -> tuple[Any, dict[str, dict[str, Any]], list[FileError]]:
