@@ -67,12 +67,15 @@ class _OpenFile:
         if self._cached is not None and self._cached[0] == index:
             return self._cached[1], self._cached[2]
         self.release()
-        with arrow_errors(f"dataset file {self.path}"):
-            batch = self._reader.read(index)
-            if batch is None:
-                raise SamplingMaskError(ErrorCode.E_ENCODING, "the file has fewer batches than its footer", value=index)
-            mask = mask_from_batch(batch, self._reader.header, self._limits, True)
-            values = {name: user_values(batch, name).tolist() for name in self._columns}
+        try:
+            with arrow_errors("dataset file"):
+                batch = self._reader.read(index)
+                if batch is None:
+                    raise SamplingMaskError(ErrorCode.E_ENCODING, "fewer batches than the footer lists", value=index)
+                mask = mask_from_batch(batch, self._reader.header, self._limits, True)
+                values = {name: user_values(batch, name).tolist() for name in self._columns}
+        except SamplingMaskError as exc:
+            raise located(self.path, exc) from None
         self._cached = (index, mask, values)
         return mask, values
 
