@@ -20,7 +20,9 @@ Reading validates before trusting: buffer sizes (``E_ENCODING``), column types e
 / ``E_DTYPE``), no nulls (``E_SCHEMA``), the end offsets of every list inside its child, the segments'
 offsets monotonic (``E_SEGMENTS``), companions' offsets equal to the mask's (``E_SHAPE``), then the
 mask's checks, whose pass over the ids checks the rows' offsets first (``E_OFFSETS``), then Arrow's
-full validation of the other columns; pyarrow exceptions never escape. Ids and companions are
+full validation of every other column (user columns included); pyarrow exceptions never escape.
+All of it is the codecs' one batch reader (:mod:`._batch_reader`), which also reads for datasets,
+``torch_data`` and the command line; the functions here wrap it. Ids and companions are
 zero-copy views of the Arrow buffers, so a memory-mapped ``.arrow`` file gives ids that view the
 mapped file. User columns: :func:`read_table` returns the whole ``pyarrow.Table``;
 :func:`mask_from_table` builds the mask from it.

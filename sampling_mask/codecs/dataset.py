@@ -1,21 +1,30 @@
 """Datasets of many mask files: Parquet or Arrow IPC files, hive partitions, projection and filters.
 
-Built on ``pyarrow.dataset``. A dataset is a directory (searched recursively), a glob or a list of
-paths, all of one format (``"parquet"`` or ``"arrow"``: IPC *files*; streams cannot be scanned in
-place). Directory names ``key=value`` (hive partitioning, e.g. ``step=12/worker=3/``) become columns.
+A dataset is a directory (searched recursively), a glob or a list of paths, all of one format
+(``"parquet"`` or ``"arrow"``: IPC *files*; streams cannot be indexed). Directory names
+``key=value`` (hive partitioning, e.g. ``step=12/worker=3/``) become columns.
 
 Invariants:
 
-* Every file is one of our files (spec section ``arrow``): its schema header (version, vocab size,
-  id order, layout, metadata) is checked before any of its batches is trusted, and each batch is
-  validated like :func:`sampling_mask.codecs.arrow.iter_masks` validates it.
+* Every file is read through the codecs' one batch reader (``._batch_reader``), as
+  :func:`sampling_mask.codecs.arrow.iter_masks` reads it: a regular file only, its schema header
+  (version, vocab size, id order, layout, metadata) checked before any batch is trusted, each
+  batch's size bounded before it is read, the mask and every user column validated before a value
+  is handed out. ``pyarrow.dataset`` is not used.
+* Files are found by ``._walk``: nothing is opened to find them, symlinks to directories are never
+  followed, FIFOs / devices / dangling or looping links / links to files outside the root (unless
+  ``follow_symlinks=True``) are reported by path, not read.
 * One table row is one segment (sequence), so a row filter keeps or drops whole sequences: filters on
-  user or partition columns (``step``, ``reward``, ``request_id``, ...) never cut a sequence.
-* Each file is scanned with its own schema (plus the partition columns), so a file's companions are
+  user or partition columns (``step``, ``reward``, ``request_id``, ...) never cut a sequence. A
+  filter on partition columns only leaves files out unopened; another is evaluated per batch read.
+* Each file is read with its own schema (plus the partition columns), so a file's companions are
   never dropped because another file lacks them.
-* With ``on_error="report"`` a file of another spec version or a corrupt file is recorded in
-  :attr:`MaskDataset.errors` by path and skipped; the other files' batches still arrive. With
-  ``on_error="raise"`` (the default) the first such error is raised, its message naming the path.
+* With ``on_error="report"`` every bad entry is recorded in :attr:`MaskDataset.errors` by path with a
+  code and skipped: one the walk refused, a file of the other format (the format most files have
+  wins), a file whose partition keys differ from most files' or name a mask column
+  (``sampling_mask=7/``), a file of another spec version or a corrupt file; the other files'
+  sequences still arrive. With ``on_error="raise"`` (the default) the first such error is raised,
+  its message naming the path.
 """
 
 from __future__ import annotations
