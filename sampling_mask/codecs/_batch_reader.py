@@ -49,6 +49,7 @@ from ._common import (
     metadata_value_from_json,
     parse_id_order,
 )
+from ._walk import file_kind
 
 __all__ = [
     "COMPACT_COLUMN",
@@ -465,18 +466,6 @@ def user_values(batch: Any, name: str) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------- files
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 class MappedFile:
     """A regular file memory-mapped read-only (see the module docstring); :attr:`buffer` is a
     zero-copy ``pyarrow.Buffer`` over it. Missing files and symlink loops raise the usual ``OSError``."""
@@ -502,7 +491,7 @@ class MappedFile:
 
     def _refuse(self, mode: int) -> SamplingMaskError:
         return SamplingMaskError(
-            ErrorCode.E_ENCODING, f"{_kind(mode)}, not a regular file", field="path", value=self.path[-80:]
+            ErrorCode.E_ENCODING, f"{file_kind(mode)}, not a regular file", field="path", value=self.path[-80:]
         )
 
     def release(self) -> None:

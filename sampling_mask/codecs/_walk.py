@@ -28,7 +28,7 @@ from typing import Any
 
 from ..core.errors import ErrorCode, SamplingMaskError
 
-__all__ = ["Found", "Skipped", "classify", "find_files", "glob_pattern", "located", "split_by_format"]
+__all__ = ["Found", "Skipped", "classify", "file_kind", "find_files", "glob_pattern", "located", "split_by_format"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +53,10 @@ def _skip(path: str, message: str) -> Skipped:
     return Skipped(path, SamplingMaskError(ErrorCode.E_ENCODING, f"{path}: {message}", field="path"))
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, for a message ("a FIFO", "a device", ...)."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
@@ -88,7 +91,7 @@ def classify(path: str, root: str | None, *, follow_outside: bool = False) -> Sk
     if stat.S_ISDIR(info.st_mode):
         return _skip(path, "a directory, not a file")
     if not stat.S_ISREG(info.st_mode):
-        return _skip(path, f"{_kind(info.st_mode)}, not a regular file; not read")
+        return _skip(path, f"{file_kind(info.st_mode)}, not a regular file; not read")
     return None
 
 
