@@ -124,6 +124,26 @@ def test_bad_user_column_offsets_are_an_encoding_error_never_a_crash(tmp_path: P
     assert proc.returncode == 1 and not doc["valid"] and doc["error"]["field"] == "name", proc.stdout
 
 
+def test_bad_utf8_in_a_user_column_names_its_row(tmp_path: Path) -> None:
+    """A user string column with valid offsets but bad UTF-8 in table row 2: E_ENCODING naming the
+    column and the row, from every reader (the raw UnicodeDecodeError of the issue never escapes)."""
+    torch_data = pytest.importorskip("sampling_mask.torch_data")
+    table = arrow.table_from_mask(MASK)
+    offsets = pa.py_buffer(np.array([0, 1, 2, 3, 4], np.int32).tobytes())
+    bad = pa.StringArray.from_buffers(4, offsets, pa.py_buffer(b"ab\xffc"))
+    path = tmp_path / "u.arrow"
+    with pa.ipc.new_file(str(path), table.schema.append(pa.field("name", pa.string()))) as writer:
+        writer.write_table(table.append_column("name", bad))
+    for call in (
+        lambda: sm.codecs.open_dataset(tmp_path).read(columns=["name"]),
+        lambda: torch_data.SequenceDataset(tmp_path, columns=["name"])[0],
+        lambda: sm.load(path),
+    ):
+        with pytest.raises(sm.SamplingMaskError) as err:
+            call()
+        assert err.value.code is sm.ErrorCode.E_ENCODING and err.value.field == "name" and err.value.segment == 2
+
+
 # ---------------------------------------------------------------------------------------------- rows 2, 4
 @posix
 @pytest.mark.parametrize("fmt", ["arrow", "parquet"])

@@ -406,7 +406,8 @@ def join(masks: list[SamplingMask], header: Header, schema: Any, limits: Limits)
 # ---------------------------------------------------------------------------------------------- columns
 def _offset_fault(array: Any) -> int | None:
     """The first table row whose offsets decrease or run outside the data, for the variable-width
-    types (strings, binaries, lists, maps); None when the fault is elsewhere (UTF-8, a child)."""
+    types (strings, binaries, lists, maps), or whose string is not UTF-8; None when the fault is
+    elsewhere (a child, a dictionary)."""
     import pyarrow as pa
 
     kind = array.type
@@ -420,7 +421,8 @@ def _offset_fault(array: Any) -> int | None:
     if len(buffers) < 2 or buffers[1] is None:
         return None
     # The structural validation before this sized the offsets buffer for the array's slots.
-    raw = np.frombuffer(buffers[1], dtype=dtype)[array.offset : array.offset + len(array) + 1]
+    whole = np.frombuffer(buffers[1], dtype=dtype, count=buffers[1].size // np.dtype(dtype).itemsize)
+    raw = whole[array.offset : array.offset + len(array) + 1]
     if raw.size != len(array) + 1:
         return None
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind):
@@ -428,7 +430,19 @@ def _offset_fault(array: Any) -> int | None:
     else:
         end = buffers[2].size if len(buffers) > 2 and buffers[2] is not None else 0
     bad = np.flatnonzero((raw[1:] < raw[:-1]) | (raw[1:] > end) | (raw[1:] < 0))
-    return int(bad[0]) if bad.size else None
+    if bad.size:
+        return int(bad[0])
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):  # offsets fine: bad UTF-8
+        lo, hi = 0, len(array)  # the first row r with rows [0, r] invalid: log2(n) validations
+        while lo < hi:
+            mid = (lo + hi) // 2
+            try:
+                array.slice(0, mid + 1).validate(full=True)
+                lo = mid + 1
+            except pa.ArrowException:
+                hi = mid
+        return lo if lo < len(array) else None
+    return None
 
 
 def check_columns(batch: Any, names: list[str]) -> None:
