@@ -403,3 +403,15 @@ def test_safetensors_masks_are_read_without_the_package(tmp_path: Path) -> None:
     with pytest.raises(sm.SamplingMaskError) as err:
         st.read_tensors(tmp_path / "forged.safetensors")
     assert err.value.code is sm.ErrorCode.E_BYTES
+
+
+def test_batch_size_bounds_every_batch_of_either_format(tmp_path: Path) -> None:
+    """``batches(batch_size=n)`` yields at most n sequences per batch for IPC files too (their record
+    batches are split), filtered or not, and the sequences come back whole and in order."""
+    for fmt in ("arrow", "parquet"):
+        _good(tmp_path / fmt, fmt=fmt)
+        dataset = sm.codecs.open_dataset(tmp_path / fmt)
+        sizes = [b.mask.num_segments for b in dataset.batches(batch_size=3)]
+        assert sizes == [3, 1], (fmt, sizes)
+        got = dataset.read(batch_size=3, filter={"name": ["a", "dddd"]})
+        assert got.mask == MASK.take([0, 3]) and got.columns["name"].tolist() == ["a", "dddd"]

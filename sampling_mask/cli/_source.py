@@ -246,6 +246,8 @@ def read_npy(path: Path) -> np.ndarray:
         raise SamplingMaskError(
             "E_ENCODING", "the .npy holds Python objects, which need pickle: never read (allow_pickle=False)"
         )
+    if any(int(dim) < 0 for dim in shape):
+        raise SamplingMaskError("E_ENCODING", f"the .npy header declares the shape {list(shape)}", field="file")
     count = 1
     for dim in shape:
         count *= int(dim)

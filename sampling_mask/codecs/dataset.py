@@ -138,7 +138,8 @@ class MaskDataset:
                 ErrorCode.E_SCHEMA, f"{path}: not a {self.format} file, as the rest of the dataset", field="path"
             )
             self.errors.append(FileError(path, error))
-        files = [p for p in found.files if p not in set(others)]
+        other = set(others)
+        files = [p for p in found.files if p not in other]
         self.limits = limits
         self.validate = validate
         root = found.root if partitioning == "hive" else None
@@ -157,17 +158,21 @@ class MaskDataset:
         if expr is None:
             return list(self.files), True
         keep = []
+        verdicts: dict[tuple[tuple[str, Any], ...], bool] = {}  # files of one directory share values
         for path in self.files:
             values = self._partitions[path]
-            table = pa.table(
-                {f.name: pa.array([values.get(f.name)], type=f.type) for f in self.partition_schema}
-                or {"_": pa.array([0])}
-            )
-            try:
-                if table.filter(expr).num_rows:
-                    keep.append(path)
-            except (pa.ArrowException, TypeError, ValueError):
-                return list(self.files), False
+            key = tuple(values.items())
+            if key not in verdicts:
+                table = pa.table(
+                    {f.name: pa.array([values.get(f.name)], type=f.type) for f in self.partition_schema}
+                    or {"_": pa.array([0])}
+                )
+                try:
+                    verdicts[key] = table.filter(expr).num_rows > 0
+                except (pa.ArrowException, TypeError, ValueError):
+                    return list(self.files), False
+            if verdicts[key]:
+                keep.append(path)
         return keep, True
 
     def batches(
@@ -240,7 +245,11 @@ class MaskDataset:
                         mask = mask.take(rows)
                         values = {name: column[rows] for name, column in values.items()}
             index += 1
-            yield MaskBatch(mask, values, path)
+            step = batch_size or max(mask.num_segments, 1)  # IPC batches are as written: split them
+            for start in range(0, mask.num_segments, step):
+                stop = min(start + step, mask.num_segments)
+                part = mask if stop - start == mask.num_segments else mask.take(np.arange(start, stop))
+                yield MaskBatch(part, {name: column[start:stop] for name, column in values.items()}, path)
             mapped.release()
 
     def _values(self, batch: Any, name: str, keys: Mapping[str, Any]) -> np.ndarray:
