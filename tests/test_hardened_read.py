@@ -415,3 +415,20 @@ def test_batch_size_bounds_every_batch_of_either_format(tmp_path: Path) -> None:
         assert sizes == [3, 1], (fmt, sizes)
         got = dataset.read(batch_size=3, filter={"name": ["a", "dddd"]})
         assert got.mask == MASK.take([0, 3]) and got.columns["name"].tolist() == ["a", "dddd"]
+
+
+@posix
+def test_every_reader_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
+    """The other entry points of the one reader: ``read_table``, the safetensors reader, a dataset
+    over one FIFO path, and ``inspect`` / ``stats`` of one: E_ENCODING at once."""
+    from sampling_mask.codecs import safetensors as st
+
+    for name in ("t.arrow", "t.parquet", "m.safetensors"):
+        os.mkfifo(tmp_path / name)
+    assert _code(_within(10, lambda: arrow.read_table(tmp_path / "t.arrow"))) == "E_ENCODING"
+    assert _code(_within(10, lambda: st.load_file(tmp_path / "m.safetensors"))) == "E_ENCODING"
+    assert _code(_within(10, lambda: st.read_tensors(tmp_path / "m.safetensors"))) == "E_ENCODING"
+    assert _code(_within(10, lambda: sm.codecs.open_dataset([str(tmp_path / "t.parquet")]))) == "E_ENCODING"
+    for command in ("inspect", "stats"):
+        proc = _cli(command, tmp_path / "t.parquet", "--json", timeout=60)
+        assert proc.returncode == 2 and json.loads(proc.stdout)["error"]["code"] == "E_ENCODING", proc.stdout
