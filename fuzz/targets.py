@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import inspect
 import json
+import os
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -268,6 +270,111 @@ def target_sniff(data: bytes) -> None:
     check_mask(mask)
 
 
+# ---------------------------------------------------------------------------------------------- datasets
+#: Harness of the ``dataset`` and ``sequence_dataset`` targets: one selector byte, then the bytes of
+#: one file. Selector bits: 0 the file is ``.parquet`` (else ``.arrow``); 1 it sits in ``step=2/``;
+#: 2 a FIFO ``f.<ext>``; 3 a dangling symlink; 4 a symlink loop ``d -> .`` and a self link;
+#: 5 a symlink to a file outside the root; 6 a file of the other format; 7 a ``sampling_mask=7/``
+#: directory. A valid file of 3 sequences (``step=1/good.<ext>``, user column ``name``) is always there,
+#: and its sequences must always arrive.
+_GOOD_SEGMENTS = 3
+
+
+@functools.lru_cache(maxsize=2)
+def _good_file(fmt: str) -> bytes:
+    mask = SamplingMask.from_rows([[1, 2], [3], [], [4]], vocab_size=10, cu_seqlens=[0, 2, 3, 4])
+    return sampling_mask.codecs.encode(mask, fmt, extra_columns={"name": ["a", "bb", "ccc"]})
+
+
+@contextlib.contextmanager
+def _dataset_tree(data: bytes) -> Iterator[tuple[str, str]]:
+    """A temporary dataset directory built from a fuzz input (see the harness above); (root, format)."""
+    import tempfile
+
+    if not data:
+        raise _Short
+    flags, payload = data[0], data[1:]
+    fmt = "parquet" if flags & 1 else "arrow"
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "d")
+        os.makedirs(os.path.join(root, "step=1"))
+        Path(root, "step=1", f"good.{fmt}").write_bytes(_good_file(fmt))
+        where = os.path.join(root, "step=2") if flags & 2 else os.path.join(root, "step=1")
+        os.makedirs(where, exist_ok=True)
+        Path(where, f"x.{fmt}").write_bytes(payload)
+        if flags & 4 and hasattr(os, "mkfifo"):
+            os.mkfifo(os.path.join(root, "step=1", f"f.{fmt}"))
+        if flags & 8:
+            os.symlink("missing", os.path.join(root, "step=1", f"dangling.{fmt}"))
+        if flags & 16:
+            os.symlink(".", os.path.join(root, "loop"))
+            os.symlink(f"self.{fmt}", os.path.join(root, "step=1", f"self.{fmt}"))
+        if flags & 32:
+            Path(tmp, f"outside.{fmt}").write_bytes(_good_file(fmt))
+            os.symlink(os.path.join(tmp, f"outside.{fmt}"), os.path.join(root, "step=1", f"out.{fmt}"))
+        if flags & 64:
+            other = "arrow" if fmt == "parquet" else "parquet"
+            Path(root, "step=1", f"other.{other}").write_bytes(_good_file(other))
+        if flags & 128:
+            os.makedirs(os.path.join(root, "sampling_mask=7"))
+            Path(root, "sampling_mask=7", f"m.{fmt}").write_bytes(_good_file(fmt))
+        yield root, fmt
+
+
+def target_dataset(data: bytes) -> None:
+    """``open_dataset`` over a generated directory (``on_error="report"``), whole and filtered on a
+    user column: it finishes, every bad entry is reported by path, the good file's sequences arrive."""
+    import pyarrow.compute as pc
+
+    with _dataset_tree(data) as (root, _fmt):
+        dataset = sampling_mask.codecs.open_dataset(root, limits=LIMITS)
+        got = 0
+        for batch in dataset.batches(on_error="report"):
+            assert set(batch.columns) >= {"step"}, sorted(batch.columns)
+            if os.path.basename(batch.path).startswith("good."):
+                got += batch.mask.num_segments
+            else:  # the fuzzed file: the mask must hold up (the good file's is known)
+                check_mask(batch.mask)
+        assert got == _GOOD_SEGMENTS, f"the good file's sequences did not all arrive ({got})"
+        assert all(error.path.startswith(root) for error in dataset.errors)
+        if data[0] & 2:  # the filtered read, for half of the inputs (it costs a second pass)
+            for batch in dataset.batches(filter=pc.field("name") == "bb", on_error="report"):
+                check_mask(batch.mask)
+
+
+def target_sequence_dataset(data: bytes) -> None:
+    """``torch_data.SequenceDataset`` over a generated directory (``on_error="report"``): every item
+    reads (or the file is reported); the good file's sequences are all there."""
+    from sampling_mask.torch_data import SequenceDataset
+
+    with _dataset_tree(data) as (root, _fmt):
+        dataset = SequenceDataset(root, limits=LIMITS, on_error="report")
+        assert len(dataset) >= _GOOD_SEGMENTS, len(dataset)
+        good = 0
+        for index in range(len(dataset)):
+            try:
+                item = dataset[index]
+            except SamplingMaskError:
+                continue  # a batch of the fuzzed file that its metadata described but that is bad
+            if os.path.basename(item.path).startswith("good."):
+                good += 1
+            else:
+                check_mask(item.mask)
+        assert good == _GOOD_SEGMENTS, f"the good file's sequences did not all arrive ({good})"
+        if data[0] & 2:  # with a user column, for half of the inputs
+            with contextlib.suppress(SamplingMaskError):
+                SequenceDataset(root, columns=["name"], limits=LIMITS, on_error="report")[0]
+
+
+def _dataset_seeds(mask: SamplingMask) -> list[bytes]:
+    out = []
+    for flags in (0, 1, 2, 3, 0x7C, 0x7D, 0xFF):
+        fmt = "parquet" if flags & 1 else "arrow"
+        names = [f"s{i}" for i in range(mask.num_segments)]
+        out.append(bytes([flags]) + sampling_mask.codecs.encode(mask, fmt, extra_columns={"name": names}))
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- adapters
 def _adapter_entries() -> dict[str, list[Callable[[Any], Any]]]:
     """Adapter module -> its ``from_*`` entry points, each called on one parsed JSON value.
@@ -345,6 +452,8 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "json_rows": _format_target("json-rows"),
     "base64": _format_target("base64", lossless=False),
     "sniff": target_sniff,
+    "dataset": target_dataset,
+    "sequence_dataset": target_sequence_dataset,
     **{f"adapter_{name}": _adapter_target(name) for name in ADAPTERS},
 }
 
@@ -384,6 +493,8 @@ def run_one(name: str, data: bytes, *, untrusted: bool = False) -> None:
         with contextlib.suppress(_Short, SamplingMaskError):
             TARGETS[name](data)
         return
+    if name == "sequence_dataset":  # torch is imported once, before the first measured execution
+        import sampling_mask.torch_data  # noqa: F401
     saved, LIMITS = LIMITS, Limits.for_untrusted_input(len(data))
     measured = _reset_peak()
     before = _memory_kib()
@@ -671,6 +782,8 @@ def seeds(name: str) -> list[bytes]:
             out += _format_seeds(name, mask)
         elif name == "arrows_partial":
             out += _format_seeds("arrows", mask)
+        elif name in ("dataset", "sequence_dataset"):
+            out += _dataset_seeds(mask)
         elif name in ("json_rows", "base64"):
             out += _format_seeds(name.replace("_", "-"), mask)
         elif name == "sniff":
@@ -711,6 +824,8 @@ def dictionary(name: str) -> list[bytes]:
         import msgpack
 
         return [msgpack.packb(w) for w in words] + [b"\xc4", b"\xc6", b"\xdd", b"\xdf"]
-    if name in ("arrow", "arrows", "arrows_partial", "parquet"):
+    if name == "sequence_dataset":  # torch loads here, before the first input starts the clock
+        import sampling_mask.torch_data  # noqa: F401
+    if name in ("arrow", "arrows", "arrows_partial", "parquet", "dataset", "sequence_dataset"):
         return [w.encode() for w in words]
     return [json.dumps(w).encode() for w in words] + [b"true", b"false", b"null", b"-1", b"[]", b"{}"]

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ._args import count_arg
 from .core import layouts
 from .core.errors import ErrorCode, SamplingMaskError
 from .core.layouts import as_host_array
@@ -72,15 +73,6 @@ def to_torch(array: np.ndarray, *, device: Any = None) -> Any:
         arr = np.array(arr, order="C")
     tensor = torch.from_numpy(arr)
     return tensor if device is None else tensor.to(device)
-
-
-def _count(value: Any, *, field: str) -> int:
-    """A non-negative Python int from an int-like ``value`` (bools refused), else ``E_SCHEMA`` / ``E_RANGE``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{field} must be an integer", field=field, value=repr(value)[:80])
-    if int(value) < 0:
-        raise SamplingMaskError(ErrorCode.E_RANGE, f"{field} must be >= 0", field=field, value=int(value))
-    return int(value)
 
 
 def _cu(value: Any, *, field: str = "cu_seqlens") -> np.ndarray:
@@ -254,7 +246,7 @@ def append_padding_segment(mask: SamplingMask, total_rows: int) -> SamplingMask:
     """Append one segment of empty rows so the mask has exactly ``total_rows`` rows (a packed
     micro-batch padded to a fixed token count). ``E_RANGE`` when ``total_rows`` is below the row count."""
     mask = as_sampling_mask(mask)
-    total = _count(total_rows, field="total_rows")
+    total = count_arg(total_rows, field="total_rows")
     if total < mask.num_rows:
         raise SamplingMaskError(
             ErrorCode.E_RANGE, f"total_rows is below the row count {mask.num_rows}", field="total_rows", value=total
@@ -276,7 +268,7 @@ def to_batch_dense(mask: SamplingMask, seq_len: int | None = None, width: int | 
     cu = mask.cu_seqlens
     seg_len = np.diff(cu)
     longest = int(seg_len.max()) if seg_len.size else 0
-    s = longest if seq_len is None else _count(seq_len, field="seq_len")
+    s = longest if seq_len is None else count_arg(seq_len, field="seq_len")
     if s < longest:
         seg = int(np.argmax(seg_len))
         raise SamplingMaskError(

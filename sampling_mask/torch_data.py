@@ -20,7 +20,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import heapq
-import mmap
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -29,8 +28,10 @@ import numpy as np
 import torch
 
 from . import alignment
-from .codecs import arrow
-from .codecs.dataset import MaskSequence, _expand, _format_of
+from .codecs._batch_reader import BatchReader, MappedFile, arrow_errors, mask_from_batch, user_values
+from .codecs._ipc_bounds import check as check_cost
+from .codecs._walk import find_files, located, split_by_format
+from .codecs.dataset import FileError, MaskSequence
 from .core.errors import ErrorCode, SamplingMaskError
 from .core.limits import DEFAULT_LIMITS, Limits
 from .core.model import SamplingMask, concat
@@ -42,56 +43,53 @@ _OPEN_FILES = 4  # files (each with its current batch) a process keeps open
 
 
 class _OpenFile:
-    """One file opened in this process: its batches on demand, the last one decoded and kept."""
+    """One file opened in this process through the codecs' one batch reader: a regular file only,
+    each batch's cost checked before it is read, the mask and the returned columns validated
+    before use; the last batch decoded is kept."""
 
-    def __init__(self, path: str, fmt: str, limits: Limits) -> None:
-        import pyarrow as pa
-
+    def __init__(self, path: str, fmt: str, limits: Limits, columns: Sequence[str]) -> None:
         self.path = path
-        self._map: mmap.mmap | None = None
-        with arrow._arrow_errors("dataset file"):
-            if fmt == "arrow":
-                with open(path, "rb") as fh:
-                    self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                self._reader = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(self._map)))
-                self.schema = self._reader.schema
-                self.lengths = [self._reader.get_batch(i).num_rows for i in range(self._reader.num_record_batches)]
-            else:
-                import pyarrow.parquet as pq
-
-                self._reader = pq.ParquetFile(path)
-                self.schema = self._reader.schema_arrow
-                meta = self._reader.metadata
-                self.lengths = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-        self.header = arrow._read_header(self.schema, limits)
-        self._fmt = fmt
+        self._mapped = MappedFile(path)
+        self._reader = BatchReader(self._mapped.buffer, fmt, limits)
+        for index, cost in enumerate(self._reader.costs):  # refused now, before any batch is read
+            check_cost(cost, limits, f"{path}: record batch {index}")
+        self.schema = self._reader.schema
+        self.lengths = list(self._reader.rows)
         self._limits = limits
-        self._cached: tuple[int, SamplingMask, Any] | None = None
+        self._columns = tuple(columns)
+        self._cached: tuple[int, SamplingMask, dict[str, list[Any]]] | None = None
 
     def release(self) -> None:
         """Drop the file's resident pages (a read-only mapping: views stay valid and re-read on use)."""
-        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
-            self._map.madvise(mmap.MADV_DONTNEED)
+        self._mapped.release()
 
-    def batch(self, index: int) -> tuple[SamplingMask, Any]:
+    def batch(self, index: int) -> tuple[SamplingMask, dict[str, list[Any]]]:
         if self._cached is not None and self._cached[0] == index:
             return self._cached[1], self._cached[2]
         self.release()
-        with arrow._arrow_errors("dataset file"):
-            if self._fmt == "arrow":
-                batch = self._reader.get_batch(index)
-            else:
-                batch = self._reader.read_row_group(index).combine_chunks().to_batches()[0]
-        mask = arrow._mask_from_batch(batch, self.header, self._limits, True)
-        self._cached = (index, mask, batch)
-        return mask, batch
+        try:
+            with arrow_errors("dataset file"):
+                batch = self._reader.read(index)
+                if batch is None:
+                    raise SamplingMaskError(ErrorCode.E_ENCODING, "fewer batches than the footer lists", value=index)
+                mask = mask_from_batch(batch, self._reader.header, self._limits, True)
+                values = {name: user_values(batch, name).tolist() for name in self._columns}
+        except SamplingMaskError as exc:
+            raise located(self.path, exc) from None
+        self._cached = (index, mask, values)
+        return mask, values
 
 
 class SequenceDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     """Map-style dataset of the sequences of mask files; see the module docstring.
 
     ``source``: a directory (recursive), glob or list of ``.arrow`` / ``.parquet`` files, one format.
-    ``columns``: user columns to return with each sequence (default: none).
+    ``columns``: user columns to return with each sequence (default: none). Files are found as
+    :func:`~sampling_mask.codecs.open_dataset` finds them (FIFOs, dangling links and symlinks out of
+    the directory refused, symlinked directories not followed; ``follow_symlinks=True`` reads links
+    to files outside). ``on_error="raise"`` (default): the first file that cannot be used is
+    raised at construction, naming its path; ``"report"``: it is recorded in :attr:`errors` and
+    left out, the other files indexed.
     """
 
     def __init__(
@@ -101,29 +99,47 @@ class SequenceDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         columns: Sequence[str] = (),
         format: str | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        on_error: str = "raise",
+        follow_symlinks: bool = False,
     ) -> None:
-        self.files, _root = _expand(source, format)
-        if not self.files:
+        if on_error not in ("raise", "report"):
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "on_error is 'raise' or 'report'", value=on_error)
+        found = find_files(source, (".arrow", ".parquet"), follow_outside=follow_symlinks)
+        self.errors: list[FileError] = [FileError(s.path, s.error) for s in found.skipped]
+        if on_error == "raise" and self.errors:
+            raise self.errors[0].error
+        if not found.files:
             raise FileNotFoundError(f"no .parquet or .arrow files in {source!r}")
-        self.format = _format_of(self.files, format)
+        self.format, _others = split_by_format(found.files, format, {"arrow": (".arrow",), "parquet": (".parquet",)})
         self.columns = tuple(columns)
         self.limits = limits
+        self.files: list[str] = []
         self._open: dict[int, _OpenFile] = {}
         self._pid = os.getpid()
         # (file, batch) of every batch in order, the sequences each holds, and their token counts.
         spans: list[tuple[int, int]] = []
         counts: list[int] = []
-        for number, path in enumerate(self.files):
-            opened = self._file(number)
-            for name in self.columns:
-                if opened.schema.get_field_index(name) < 0:
-                    raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{path}: no such user column", field=name)
+        for path in found.files:
+            try:
+                if not path.endswith("." + self.format):
+                    raise SamplingMaskError(ErrorCode.E_SCHEMA, f"not a {self.format} file", field="path")
+                opened = _OpenFile(path, self.format, limits, self.columns)
+                for name in self.columns:
+                    if opened.schema.get_field_index(name) < 0:
+                        raise SamplingMaskError(ErrorCode.E_SCHEMA, "no such user column", field=name)
+            except (SamplingMaskError, OSError) as exc:
+                error = FileError(path, located(path, exc))
+                if on_error == "raise":
+                    raise error.error from None
+                self.errors.append(error)
+                continue
+            number = len(self.files)
+            self.files.append(path)
             for index, length in enumerate(opened.lengths):
                 spans.append((number, index))
                 counts.append(length)
         self._spans = spans
         self._starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        self._open.clear()  # reopened lazily, also in each worker
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -137,7 +153,7 @@ class SequenceDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         if self._open and next(reversed(self._open)) != number:
             self._open[next(reversed(self._open))].release()  # moving on to another file
         if opened is None:
-            opened = _OpenFile(self.files[number], self.format, self.limits)
+            opened = _OpenFile(self.files[number], self.format, self.limits, self.columns)
         self._open[number] = opened  # most recent last; the oldest is let go beyond _OPEN_FILES
         while len(self._open) > _OPEN_FILES:
             del self._open[next(iter(self._open))]
@@ -153,9 +169,9 @@ class SequenceDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         span = bisect.bisect_right(self._starts, index) - 1
         number, batch_index = self._spans[span]
         opened = self._file(number)
-        mask, batch = opened.batch(batch_index)
+        mask, columns = opened.batch(batch_index)
         row = index - int(self._starts[span])
-        values = {name: batch.column(name)[row].as_py() for name in self.columns}
+        values = {name: column[row] for name, column in columns.items()}
         return MaskSequence(mask.segment(row), values, opened.path)
 
     def sequence_lengths(self) -> np.ndarray:

@@ -27,7 +27,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .alignment import _count, take_rows
+from ._args import count_arg
+from .alignment import take_rows
 from .core import layouts
 from .core.checks import as_float_array, as_host_array
 from .core.errors import ErrorCode, SamplingMaskError
@@ -246,7 +247,7 @@ class TraceBuilder:
         A removed EOS sits before the token at its position, so one whose position equals the cut is
         kept (it ends the kept tokens, as in SkyRL's cut of the final observation); one past the cut
         is forgotten."""
-        n = _count(num_tokens, field="num_tokens")
+        n = count_arg(num_tokens, field="num_tokens")
         if n > self._length:
             raise SamplingMaskError(
                 ErrorCode.E_RANGE, f"cannot truncate {self._length} tokens to {n}", field="num_tokens", value=n
@@ -284,7 +285,7 @@ class TraceBuilder:
         if restored:
             ids, lp, gen, row_ids, lengths, bounds = _insert(restored, ids, lp, gen, row_ids, lengths, bounds)
             starts = _shift(restored, starts, ends=False)
-        count = _count(token_count, field="token_count")
+        count = count_arg(token_count, field="token_count")
         if ids.size != count:
             raise SamplingMaskError(
                 ErrorCode.E_SHAPE,

@@ -220,7 +220,11 @@ def test_validate_accepts_a_valid_file_with_its_sampled_ids(files: dict[str, Pat
     sampled.write_text(json.dumps(np.asarray(mask.sampled_token_ids).tolist()))
     proc = run("validate", files["arrows"], "--vocab-size", "100", "--sampled", sampled)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("valid: ") and "checked structure, vocab_size, sampled_token_ids" in proc.stdout
+    assert (
+        proc.stdout.startswith("valid: ")
+        and "checked every invariant of the spec: header, offsets, segments, ids, companions, user columns, vocab_size, sampled_token_ids"
+        in proc.stdout
+    )
 
 
 def test_validate_names_code_row_segment_and_value(files: dict[str, Path]) -> None:

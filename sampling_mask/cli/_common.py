@@ -200,6 +200,14 @@ def support_line(support: dict[str, Any]) -> str:
     )
 
 
+def require_matplotlib() -> None:
+    """``E_UNAVAILABLE`` (a :class:`CliError`) unless matplotlib can be imported (``--plot``)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise CliError("E_UNAVAILABLE", "--plot needs matplotlib (pip install 'sampling-mask[plot]')") from None
+
+
 def save_png(fig: Any, path: Path) -> None:
     """Write a matplotlib figure as a PNG and close it (``E_IO`` when the file cannot be written)."""
     import matplotlib.pyplot as plt

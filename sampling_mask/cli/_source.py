@@ -10,12 +10,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.checks import is_int
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, LOCAL_FILE_LIMITS, Limits, check_count
+from ..core.limits import DEFAULT_LIMITS, LOCAL_FILE_LIMITS, Limits
 from ..stats import SupportSummary
 from ._common import ROWS_ONLY_FORMATS, STREAMING_FORMATS, CliError, Progress, error_text, progress_enabled
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from ..codecs._walk import Skipped
     from ..core.model import SamplingMask
 
 
@@ -68,8 +72,9 @@ class Source:
         """The whole mask (``self.fmt`` becomes the detected JSON form); SamplingMaskError on bad content."""
         codecs = self.codecs
         if self.json_family:
-            check_count(self.path.stat().st_size, self.limits.max_bytes, "file size", field="path")
-            data = self.path.read_bytes()
+            from ..codecs import _files
+
+            data = _files.read_bounded(self.path, self.limits.max_bytes)  # a regular file only, bounded
             self.fmt = str(codecs.detect_format(data))
             self.json_family = False
             mask: SamplingMask = codecs.decode(data, format=self.fmt, limits=self.limits)
@@ -78,23 +83,16 @@ class Source:
         return mask
 
     def batches(self) -> Iterator[SamplingMask]:
-        """One mask per record batch for the streaming formats, else the whole file as one mask."""
+        """One mask per record batch for the streaming formats, else the whole file as one mask.
+
+        The codecs read a file's batches as views of its mapping and drop the mapped pages of a batch
+        once the next is asked for; Arrow's allocator is told to hand back what it keeps, so the
+        process stays near one batch of memory however large the file is."""
         if not self.streaming:
             yield self.load()
             return
-        mapped = _map_readonly(self.path)
-        if mapped is None:
-            yield from self.codecs.iter_masks(self.path, format=self.fmt, limits=self.limits)
-            return
-        import mmap
-
-        # The codecs read record batches as views of the mapping (no copy). Once the consumer asks
-        # for the next batch it is done with the last one, so we drop the mapped pages from the
-        # resident set: they stay in the page cache (and fault back in if touched), and the process
-        # stays near one batch of memory however large the file is.
-        for batch in self.codecs.iter_masks(memoryview(mapped), format=self.fmt, limits=self.limits):
+        for batch in self.codecs.iter_masks(self.path, format=self.fmt, limits=self.limits):
             yield batch
-            mapped.madvise(mmap.MADV_DONTNEED)
             _release_arrow_memory()
 
     def read_error(self, exc: SamplingMaskError) -> CliError:
@@ -113,40 +111,31 @@ def _release_arrow_memory() -> None:
     pa.default_memory_pool().release_unused()
 
 
-def _map_readonly(path: Path) -> Any:
-    """``path`` memory-mapped read-only, or None where mapping or ``madvise`` is unavailable (or the
-    file is empty: the codecs report that)."""
-    import mmap
-
-    if not hasattr(mmap, "MADV_DONTNEED"):  # pragma: no cover - not Linux / BSD
-        return None
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            return None
-        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-
-
-def input_paths(pattern: str) -> list[Path] | None:
-    """The files a directory (searched recursively) or a glob names, sorted; None for a single path.
+def input_files(pattern: str) -> tuple[list[Path], list[Skipped]] | None:
+    """The files a directory (searched recursively) or a glob names, sorted, and the entries that
+    look like mask files but are not read (FIFOs, devices, dangling or looping symlinks, symlinks to
+    directories or out of the directory: each with its reason); None for a single path.
 
     A directory keeps the files whose extension names a format (hidden files and ``_``-prefixed ones,
-    such as ``_SUCCESS``, are left out). Nothing found is ``E_IO``.
+    such as ``_SUCCESS``, are left out); symlinks to directories are never followed, so a link
+    loop cannot hang it. Nothing found at all is ``E_IO``.
     """
     import glob
 
+    from ..codecs._walk import find_files
+
     path = Path(pattern)
-    if path.is_dir():
-        extensions = tuple(load_codecs().EXTENSIONS)
-        found = sorted(
-            p for p in path.rglob("*") if p.is_file() and p.suffix in extensions and not p.name.startswith((".", "_"))
-        )
-    elif not path.exists() and glob.has_magic(pattern):
-        found = sorted(Path(p) for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
-    else:
+    if not path.is_dir() and (path.exists() or not glob.has_magic(pattern)):
         return None
-    if not found:
+    found = find_files(pattern, tuple(load_codecs().EXTENSIONS))
+    if not found.files and not found.skipped:
         raise CliError("E_IO", f"no mask files in {pattern!r}")
-    return found
+    return [Path(p) for p in found.files], found.skipped
+
+
+def not_read(skipped: Skipped) -> dict[str, Any]:
+    """A report entry for a path :func:`input_files` did not read."""
+    return {"file": skipped.path, "error": {"code": skipped.error.code.value, "message": error_text(skipped.error)}}
 
 
 def open_input(args: argparse.Namespace, name: str = "file") -> Source:
@@ -177,27 +166,16 @@ def read_batches(source: Source) -> Iterator[SamplingMask]:
         raise source.read_error(exc) from None
 
 
-def _arrow_schema(path: Path, fmt: str) -> Any:
-    """The Arrow schema of an IPC file / stream or Parquet file (footer or first message only)."""
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_schema(path)
-    import pyarrow as pa
-
-    with pa.memory_map(str(path)) as source:
-        reader = pa.ipc.open_file(source) if fmt == "arrow" else pa.ipc.open_stream(source)
-        return reader.schema
-
-
 def schema_value(path: Path, fmt: str, key: str) -> str | None:
     """``sampling_mask.<key>`` from the schema metadata of an Arrow / Parquet file, None when absent."""
     if fmt not in STREAMING_FORMATS:
         return None
+    from ..codecs._batch_reader import read_schema
+
     try:
-        raw = (_arrow_schema(path, fmt).metadata or {}).get(f"sampling_mask.{key}".encode())
+        raw = (read_schema(path, fmt, DEFAULT_LIMITS).metadata or {}).get(f"sampling_mask.{key}".encode())
         return raw.decode() if raw is not None else None
-    except Exception:  # noqa: BLE001 - the decoder has judged the file already; this is informative only
+    except (SamplingMaskError, OSError, UnicodeDecodeError):  # the decoder has judged the file already
         return None
 
 
@@ -215,20 +193,15 @@ def spec_version(source: Source) -> int | None:
 
 
 def count_segments(path: Path, fmt: str) -> int | None:
-    """Segments (table rows) in an Arrow file or Parquet file from its footer alone; None when unknown."""
-    try:
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            return int(pq.ParquetFile(path).metadata.num_rows)
-        if fmt == "arrow":
-            import pyarrow as pa
-
-            with pa.memory_map(str(path)) as source:
-                return int(pa.ipc.open_file(source).count_rows())  # message headers only, no data
-    except Exception:  # noqa: BLE001 - a footer we cannot read only costs the progress total
+    """Segments (table rows) in an Arrow file or Parquet file from its metadata alone; None when unknown."""
+    if fmt not in ("arrow", "parquet"):
         return None
-    return None
+    from ..codecs._batch_reader import BatchReader, MappedFile
+
+    try:
+        return sum(BatchReader(MappedFile(path).buffer, fmt, DEFAULT_LIMITS).rows)
+    except (SamplingMaskError, OSError):  # a footer we cannot read only costs the progress total
+        return None
 
 
 def summarize_file(source: Source, args: argparse.Namespace, label: str) -> SupportSummary:
@@ -243,3 +216,83 @@ def summarize_file(source: Source, args: argparse.Namespace, label: str) -> Supp
     finally:
         progress.close()
     return summary
+
+
+class SidecarError(SamplingMaskError):
+    """Bad data in a side file (``--sampled``), or a length that disagrees with the mask: reported
+    naming that file (``validate``: exit 1, like any invalid data)."""
+
+
+def read_npy(path: Path) -> np.ndarray:
+    """The array of a ``.npy`` file as a read-only view of its mapping: a regular file only (a FIFO or
+    a device is ``E_ENCODING`` at once, never opened for a blocking read), no pickle (object arrays
+    are ``E_ENCODING``), the header's shape checked against the file (``E_BYTES``) before the view."""
+    import io
+
+    import numpy as np
+
+    from ..codecs._batch_reader import MappedFile
+
+    data = memoryview(MappedFile(path).buffer)
+    head = io.BytesIO(bytes(data[:65536]))
+    try:
+        version = np.lib.format.read_magic(head)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(head)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(head)
+    except (ValueError, SyntaxError, TypeError) as exc:
+        raise SamplingMaskError("E_ENCODING", f"not a .npy file: {exc}"[:300], field="file") from None
+    if dtype.hasobject:
+        raise SamplingMaskError(
+            "E_ENCODING", "the .npy holds Python objects, which need pickle: never read (allow_pickle=False)"
+        )
+    if any(int(dim) < 0 for dim in shape):
+        raise SamplingMaskError("E_ENCODING", f"the .npy header declares the shape {list(shape)}", field="file")
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    start = head.tell()
+    if start + count * dtype.itemsize > len(data):
+        raise SamplingMaskError("E_BYTES", f"the .npy header declares {list(shape)} {dtype}, more than the file")
+    arr = np.frombuffer(data, dtype=dtype, count=count, offset=start)
+    return arr.reshape(shape, order="F" if fortran else "C")
+
+
+def read_sampled(path: Path) -> np.ndarray:
+    """Sampled ids from a ``.npy`` integer array (no pickle) or a ``.json`` list of integers.
+
+    A missing file or another extension is a usage error (:class:`CliError`); a FIFO or device, or
+    content that is not a 1-D integer array (too deep JSON included: ``E_LIMIT``) is
+    :class:`SidecarError`."""
+    import numpy as np
+
+    from ..codecs import _files
+    from ..codecs import json as json_codec
+
+    check_input(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".npy", ".json"):
+        raise CliError("E_USAGE", f"--sampled takes a .npy or a .json file, not {str(path)!r}")
+    field = "sampled_token_ids"
+    try:
+        if suffix == ".npy":
+            data: Any = read_npy(path)
+        else:
+            data = json_codec.parse(_files.read_bounded(path, DEFAULT_LIMITS.max_bytes))
+    except OSError as exc:
+        raise CliError("E_IO", f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except SamplingMaskError as exc:
+        raise SidecarError(exc.code, f"not a .npy array or JSON list: {exc.message}", field=field) from None
+    if isinstance(data, np.ndarray):
+        arr = data
+    elif isinstance(data, list) and all(map(is_int, data)):
+        too_big = next((v for v in data if not -(1 << 63) <= v < 1 << 63), None)
+        if too_big is not None:
+            raise SidecarError("E_RANGE", "a sampled id does not fit int64", field=field, value=too_big)
+        arr = np.array(data, dtype=np.int64) if data else np.zeros(0, dtype=np.int64)
+    else:
+        raise SidecarError("E_DTYPE", "must hold a JSON list of integers (the sampled ids)", field=field)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise SidecarError("E_DTYPE", f"must hold a 1-D integer array, got {arr.dtype} {list(arr.shape)}", field=field)
+    return arr

@@ -1,10 +1,10 @@
 """``sampling-mask audit MASKFILE --logits LOGITS``: check a rollout's masks against the support an
 engine's sampler keeps for the given logits (:func:`sampling_mask.reference_scorer.audit`).
 
-Logits come from a ``.npy`` file (``np.load`` without pickle, memory-mapped) or a ``.safetensors``
-file (the ``safetensors`` package when installed, else the header is parsed here: an 8-byte
+Logits come from a ``.npy`` file (its header parsed without pickle, the array a view of the mapped
+file) or a ``.safetensors`` file (:func:`sampling_mask.codecs.safetensors.read_tensors`: an 8-byte
 little-endian length, a JSON header, the raw buffer; every size is checked against the file before
-anything is read). Sampler parameters default to the mask's metadata (``temperature``, ``top_k``,
+anything is read). Only regular files are read: a FIFO or a device is refused at once. Sampler parameters default to the mask's metadata (``temperature``, ``top_k``,
 ``top_p``, ``min_p``). Exit status 0: every compared row equals the recomputed support and holds its
 sampled id; 1: the audit found a difference; 2: usage / input errors (as every command).
 """
@@ -12,111 +12,66 @@ sampled id; 1: the audit found a difference; 2: usage / input errors (as every c
 from __future__ import annotations
 
 import argparse
-import json
-import mmap
-import struct
 from pathlib import Path
 from typing import Any
 
-from ._common import FORMAT_HELP, CliError, add_command, out, print_json, save_png
-from ._source import check_input, open_input, read_all
-from .stats import _require_matplotlib
-from .validate import _read_sampled
+from ..core.errors import SamplingMaskError
+from ._common import FORMAT_HELP, CliError, add_command, error_text, out, print_json, require_matplotlib, save_png
+from ._source import check_input, open_input, read_all, read_npy, read_sampled
 
 __all__ = ["add_parser", "plot_panels", "read_logits", "run"]
 
-#: safetensors dtype names this reader accepts and their numpy storage (bf16 as raw 16-bit words).
-_SAFETENSORS_DTYPES = {"F64": ("<f8", None), "F32": ("<f4", None), "F16": ("<f2", None), "BF16": ("<i2", "bfloat16")}
-_MAX_HEADER = 100 * 1024 * 1024
+#: safetensors dtypes a logits tensor may have.
+_LOGITS_DTYPES = ("F64", "F32", "F16", "BF16")
 
 
-def _safetensors_header(data: Any, path: Path) -> tuple[dict[str, Any], int]:
-    """(the JSON header, where the data buffer starts); CliError ``E_ENCODING`` on anything malformed."""
-    if len(data) < 8:
-        raise CliError("E_ENCODING", f"{str(path)!r} is too short for a safetensors file")
-    (size,) = struct.unpack("<Q", data[:8])
-    if size > _MAX_HEADER or 8 + size > len(data):
-        raise CliError("E_ENCODING", f"{str(path)!r}: safetensors header size {size} exceeds the file")
-    try:
-        header = json.loads(bytes(data[8 : 8 + size]))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CliError("E_ENCODING", f"{str(path)!r}: safetensors header is not JSON: {exc}") from None
-    if not isinstance(header, dict):
-        raise CliError("E_ENCODING", f"{str(path)!r}: safetensors header is not a JSON object")
-    return header, 8 + size
-
-
-def _safetensors_tensor(path: Path, key: str | None) -> Any:
-    """One tensor of a safetensors file, copied out of a read-only mapping after every check."""
-    with open(path, "rb") as fh:
-        if not path.stat().st_size:
-            raise CliError("E_ENCODING", f"{str(path)!r} is empty")
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return _safetensors_tensor_from(data, path, key)
-
-
-def _safetensors_tensor_from(data: Any, path: Path, key: str | None) -> Any:
+def _logits_tensor(path: Path, key: str | None) -> Any:
+    """One tensor of a safetensors file (:func:`sampling_mask.codecs.safetensors.read_tensors`:
+    a regular file only, every size checked against the file before anything is viewed), copied."""
     import numpy as np
     import torch
 
-    header, start = _safetensors_header(data, path)
-    names = [name for name in header if name != "__metadata__"]
+    from ..codecs import safetensors as st
+
+    entries = st.tensor_dtypes(path)
+    names = list(entries)
     if key is None:
         key = "logits" if "logits" in names else (names[0] if len(names) == 1 else None)
         if key is None:
             raise CliError("E_USAGE", f"{str(path)!r} holds {len(names)} tensors; name one with --logits-key")
-    entry = header.get(key)
-    if not isinstance(entry, dict):
+    if key not in entries:
         raise CliError("E_SCHEMA", f"{str(path)!r} has no tensor {key!r} (it has {names[:8]})")
-    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in _SAFETENSORS_DTYPES:
-        raise CliError("E_DTYPE", f"tensor {key!r} has dtype {dtype!r}; logits must be F64, F32, F16 or BF16")
-    ok_shape = isinstance(shape, list) and len(shape) == 2 and all(type(v) is int and v >= 0 for v in shape)
-    ok_offsets = isinstance(offsets, list) and len(offsets) == 2 and all(type(v) is int for v in offsets)
-    if not ok_shape or not ok_offsets:
-        raise CliError("E_SCHEMA", f"tensor {key!r}: shape must be [T, V] and data_offsets [begin, end]")
-    storage, view = _SAFETENSORS_DTYPES[dtype]
-    rows, vocab = int(shape[0]), int(shape[1])  # type: ignore[index]
-    begin, end = int(offsets[0]), int(offsets[1])  # type: ignore[index]
-    if not 0 <= begin <= end <= len(data) - start or end - begin != rows * vocab * np.dtype(storage).itemsize:
-        raise CliError("E_BYTES", f"tensor {key!r}: data_offsets {offsets} disagree with shape {shape} / file")
-    arr = np.frombuffer(data, dtype=storage, count=rows * vocab, offset=start + begin).reshape(rows, vocab)
-    tensor = torch.from_numpy(arr.copy())
-    return tensor.view(torch.bfloat16) if view == "bfloat16" else tensor
+    if entries[key] not in _LOGITS_DTYPES:
+        raise CliError("E_DTYPE", f"tensor {key!r} has dtype {entries[key]!r}; logits must be F64, F32, F16 or BF16")
+    arr = st.read_tensors(path, [key])[0][key]
+    if arr.ndim != 2:
+        raise CliError("E_SCHEMA", f"tensor {key!r}: shape must be [T, V], got {list(arr.shape)}")
+    if entries[key] == "BF16":
+        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(arr.copy())
 
 
 def read_logits(path: Path, key: str | None = None) -> Any:
-    """Logits [T, V] as a torch tensor from ``.npy`` or ``.safetensors`` (never pickle / torch.load)."""
+    """Logits [T, V] as a torch tensor from ``.npy`` or ``.safetensors`` (never pickle / torch.load);
+    a FIFO or device is refused at once (``E_ENCODING``), never opened for a blocking read."""
     import numpy as np
     import torch
 
     check_input(path)
     suffix = path.suffix.lower()
+    if suffix not in (".npy", ".safetensors"):
+        raise CliError("E_USAGE", f"--logits takes a .npy or a .safetensors file, not {str(path)!r}")
     try:
-        if suffix == ".npy":
-            arr = np.load(path, allow_pickle=False, mmap_mode="r")
-            if arr.ndim != 2 or arr.dtype.kind != "f":
-                raise CliError("E_DTYPE", f"{str(path)!r} must hold a 2-D float array, got {arr.dtype} {arr.shape}")
-            return torch.from_numpy(np.array(arr))  # a writable copy of the mapped file
         if suffix == ".safetensors":
-            try:
-                from safetensors import safe_open
-            except ImportError:
-                return _safetensors_tensor(path, key)
-            try:
-                with safe_open(str(path), framework="pt") as handle:
-                    names = list(handle.keys())
-                    name = key or ("logits" if "logits" in names else (names[0] if len(names) == 1 else None))
-                    if name is None or name not in names:
-                        raise CliError("E_USAGE", f"name the logits tensor with --logits-key (one of {names[:8]})")
-                    return handle.get_tensor(name)
-            except CliError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the package's own error types
-                raise CliError("E_ENCODING", f"cannot read {str(path)!r}: {exc}") from None
-    except (ValueError, OSError) as exc:
-        raise CliError("E_ENCODING", f"cannot read logits from {str(path)!r}: {exc}") from None
-    raise CliError("E_USAGE", f"--logits takes a .npy or a .safetensors file, not {str(path)!r}")
+            return _logits_tensor(path, key)
+        arr = read_npy(path)
+        if arr.ndim != 2 or arr.dtype.kind != "f":
+            raise CliError("E_DTYPE", f"{str(path)!r} must hold a 2-D float array, got {arr.dtype} {arr.shape}")
+        return torch.from_numpy(np.array(arr))  # a writable copy of the mapped file
+    except SamplingMaskError as exc:
+        raise CliError(exc.code.value, f"cannot read logits from {str(path)!r}: {error_text(exc)}") from None
+    except OSError as exc:
+        raise CliError("E_IO", f"cannot read logits from {str(path)!r}: {exc.strerror or exc}") from None
 
 
 def _param(args: argparse.Namespace, mask: Any, name: str) -> Any:
@@ -254,7 +209,7 @@ def _plot(out: Path, report: Any, source: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     """Audit the masks of ``args.file`` against ``args.rule`` on ``args.logits``; exit 1 on a difference."""
     if args.plot is not None:
-        _require_matplotlib()
+        require_matplotlib()
     import numpy as np
 
     from ..reference_scorer import audit
@@ -262,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     mask = read_all(open_input(args))
     logits = read_logits(Path(args.logits), args.logits_key)
     params = {name: _param(args, mask, name) for name in ("temperature", "top_k", "top_p", "min_p")}
-    sampled = None if args.sampled is None else _read_sampled(Path(args.sampled))
+    sampled = None if args.sampled is None else read_sampled(Path(args.sampled))
     vocab = int(logits.shape[1])  # read_logits gives [T, V]
     _check_width(mask, vocab, args.logits)
     report = audit(mask, logits, rule=args.rule, sampled=sampled, chunk_rows=args.chunk_rows, **params)

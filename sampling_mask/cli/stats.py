@@ -17,11 +17,13 @@ from ._common import (
     histogram_lines,
     out,
     print_json,
+    require_matplotlib,
     save_png,
     support_line,
 )
 from ._source import (
-    input_paths,
+    input_files,
+    not_read,
     open_input,
     read_batches,
     summarize_file,
@@ -30,14 +32,16 @@ from ._source import (
 if TYPE_CHECKING:
     import numpy as np
 
+    from ..codecs._walk import Skipped
+
 
 def run(args: argparse.Namespace) -> int:
     """Support-size distribution overall and per segment; optional PNG histogram."""
     if args.plot is not None:
-        _require_matplotlib()
-    paths = input_paths(args.file)
-    if paths is not None:
-        return _run_many(args, paths)
+        require_matplotlib()
+    listed = input_files(args.file)
+    if listed is not None:
+        return _run_many(args, *listed)
     source = open_input(args)
     summary = summarize_file(source, args, "stats")
     path, fmt = source.path, source.fmt
@@ -62,10 +66,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_many(args: argparse.Namespace, paths: list[Path]) -> int:
-    """Per file: counts and support sizes (or the file's error); then the whole set together."""
+def _run_many(args: argparse.Namespace, paths: list[Path], skipped: list[Skipped]) -> int:
+    """Per file: counts and support sizes (or the file's error); then the whole set together. Entries
+    that look like mask files but are not read (a FIFO, a dangling link) are listed as failed."""
     total = SupportSummary()
     files: list[dict[str, Any]] = []
+    for entry in skipped:
+        files.append(not_read(entry))
+        if not args.json:
+            out(f"{entry.path}: not read: {entry.error.code.value}: {files[-1]['error']['message']}")
     for path in paths:
         summary = SupportSummary()
         try:
@@ -124,13 +133,6 @@ def _print_segments(per_segment: dict[str, np.ndarray], limit: int) -> None:
         )
     if seg_rows.size > shown:
         out(f"  ... {seg_rows.size - shown:,} more segments (--segments N shows more, --json shows all)")
-
-
-def _require_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise CliError("E_UNAVAILABLE", "--plot needs matplotlib (pip install 'sampling-mask[plot]')") from None
 
 
 def _plot(out: Path, summary: SupportSummary, source: Path) -> None:

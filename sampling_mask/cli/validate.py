@@ -4,11 +4,9 @@ valid, 1 invalid with the first error (rows and segments numbered across the who
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.checks import is_int
 from ..core.errors import SamplingMaskError
 from ._common import (
     FORMAT_HELP,
@@ -20,53 +18,18 @@ from ._common import (
     print_json,
 )
 from ._source import (
+    SidecarError,
     Source,
-    check_input,
-    input_paths,
+    input_files,
+    not_read,
     open_input,
+    read_sampled,
 )
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ..core.model import SamplingMask
-
-
-class _SidecarError(SamplingMaskError):
-    """Bad data in the ``--sampled`` file, or a length that disagrees with the mask: reported naming
-    that file (exit 1, like any invalid data)."""
-
-
-def _read_sampled(path: Path) -> np.ndarray:
-    """Sampled ids from a ``.npy`` integer array (no pickle) or a ``.json`` list of integers.
-
-    A missing file or another extension is a usage error (:class:`CliError`); content that is not a
-    1-D integer array is :class:`_SidecarError`."""
-    import numpy as np
-
-    check_input(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".npy", ".json"):
-        raise CliError("E_USAGE", f"--sampled takes a .npy or a .json file, not {str(path)!r}")
-    field = "sampled_token_ids"
-    try:
-        data = np.load(path, allow_pickle=False) if suffix == ".npy" else json.loads(path.read_bytes())
-    except OSError as exc:
-        raise CliError("E_IO", f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise _SidecarError("E_ENCODING", f"not a .npy array or JSON list: {exc}", field=field) from None
-    if isinstance(data, np.ndarray):
-        arr = data
-    elif isinstance(data, list) and all(map(is_int, data)):
-        too_big = next((v for v in data if not -(1 << 63) <= v < 1 << 63), None)
-        if too_big is not None:
-            raise _SidecarError("E_RANGE", "a sampled id does not fit int64", field=field, value=too_big)
-        arr = np.array(data, dtype=np.int64) if data else np.zeros(0, dtype=np.int64)
-    else:
-        raise _SidecarError("E_DTYPE", "must hold a JSON list of integers (the sampled ids)", field=field)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise _SidecarError("E_DTYPE", f"must hold a 1-D integer array, got {arr.dtype} {list(arr.shape)}", field=field)
-    return arr
 
 
 def _segment_of_row(cu_seqlens: np.ndarray, row: int) -> int | None:
@@ -96,9 +59,10 @@ def _unvalidated_segments(source: Source, batch_index: int) -> np.ndarray | None
         elif source.fmt == "json":
             import numpy as np
 
+            from ..codecs import _files
             from ..codecs import json as json_codec
 
-            doc = json_codec.parse(source.path.read_bytes())
+            doc = json_codec.parse(_files.read_bounded(source.path, source.limits.max_bytes), limits=source.limits)
             rows = doc.get("rows")
             cu = doc.get("cu_seqlens", [0, len(rows)] if isinstance(rows, list) else None)
             return np.asarray(cu, dtype=np.int64) if isinstance(cu, list) else None
@@ -133,7 +97,8 @@ def _error_report(
                 report["row_in_segment"] = exc.row - int(cu[local])
     if exc.segment is not None:
         report["segment"] = position.segments + exc.segment
-    if source.streaming:
+    # A fault in a batch names it; one in the file itself (its footer, its schema) does not.
+    if source.streaming and (position.batches or exc.row is not None or exc.segment is not None):
         report["record_batch"] = position.batches
     return report
 
@@ -160,7 +125,7 @@ def _check_file(
             if sampled is not None:
                 part = sampled[position.rows : position.rows + batch.num_rows]
                 if part.size != batch.num_rows:
-                    raise _SidecarError(
+                    raise SidecarError(
                         "E_SHAPE",
                         f"holds {sampled.size} sampled ids, but {str(source.path)!r} has more rows",
                         field="sampled_token_ids",
@@ -173,29 +138,39 @@ def _check_file(
             position.batches += 1
             batch = None
         if sampled is not None and sampled.size != position.rows:
-            raise _SidecarError(
+            raise SidecarError(
                 "E_SHAPE",
                 f"holds {sampled.size} sampled ids for the {position.rows} rows of {str(source.path)!r}",
                 field="sampled_token_ids",
                 value=sampled.size,
             )
-    except _SidecarError as exc:
+    except SidecarError as exc:
         return file_vocab, {"file": sidecar, **exc.to_dict()}
     except SamplingMaskError as exc:
         return file_vocab, _error_report(exc, source, position, batch)
     return file_vocab, None
 
 
+def _checks(fmt: str) -> list[str]:
+    """What a valid report says was checked in a file of ``fmt`` (every invariant of the spec)."""
+    checks = ["header", "offsets", "segments", "ids", "companions"]
+    if fmt in ROWS_ONLY_FORMATS:
+        checks = ["offsets", "ids"]
+    elif fmt in ("arrow", "arrows", "parquet"):
+        checks.append("user columns")
+    return checks
+
+
 def _validate(args: argparse.Namespace) -> dict[str, Any]:
     """The report on ``args.file``: {file, format, valid, checked} plus counts or the first error."""
     source = open_input(args)
-    checked = ["structure"] + (["vocab_size"] if args.vocab_size is not None else [])
+    checked = _checks(source.fmt) + (["vocab_size"] if args.vocab_size is not None else [])
     checked += ["sampled_token_ids"] if args.sampled is not None else []
     position = _Position()
     error: dict[str, Any] | None
     try:
-        sampled = _read_sampled(Path(args.sampled)) if args.sampled is not None else None
-    except _SidecarError as exc:
+        sampled = read_sampled(Path(args.sampled)) if args.sampled is not None else None
+    except SidecarError as exc:
         vocab, error = None, {"file": args.sampled, **exc.to_dict()}
     else:
         vocab, error = _check_file(source, args.vocab_size, sampled, args.sampled, position)
@@ -213,7 +188,8 @@ def _line(doc: dict[str, Any]) -> str:
     if error is None:
         return (
             f"valid: {doc['file']} ({doc['format']}, {plural(doc['rows'], 'row')}, "
-            f"{plural(doc['segments'], 'segment')}, {plural(doc['nnz'], 'id')}; checked {', '.join(doc['checked'])})"
+            f"{plural(doc['segments'], 'segment')}, {plural(doc['nnz'], 'id')}; "
+            f"checked every invariant of the spec: {', '.join(doc['checked'])})"
         )
     keys = ("record_batch", "segment", "row", "row_in_segment", "field")
     where = [f"{k.replace('_', ' ')} {error[k]}" for k in keys if k in error]
@@ -229,8 +205,8 @@ def run(args: argparse.Namespace) -> int:
     Streaming formats are checked record batch by record batch; rows and segments in the report are
     numbered across the whole file. A directory or glob is checked file by file, each reported.
     """
-    paths = input_paths(args.file)
-    if paths is None:
+    listed = input_files(args.file)
+    if listed is None:
         doc = _validate(args)
         if args.json:
             print_json(doc)
@@ -239,7 +215,13 @@ def run(args: argparse.Namespace) -> int:
         return 0 if doc["valid"] else 1
     if args.sampled is not None:
         raise CliError("E_USAGE", "--sampled checks one file, not a directory or glob")
+    paths, skipped = listed
     docs = []
+    for entry in skipped:  # in the directory, looking like mask files, but not read
+        doc = {**not_read(entry), "valid": False, "read": False}
+        docs.append(doc)
+        if not args.json:
+            out(f"not read: {entry.path}: {doc['error']['code']}: {doc['error']['message']}")
     for path in paths:
         try:
             doc = _validate(argparse.Namespace(**{**vars(args), "file": str(path)}))
@@ -252,7 +234,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"files": docs, "valid": invalid == 0, "invalid_files": invalid})
     else:
-        out(f"{plural(len(docs), 'file')} checked, {invalid} invalid")
+        unread = f" ({len(skipped)} not read)" if skipped else ""
+        out(f"{plural(len(docs), 'file')} checked, {invalid} invalid{unread}")
     return 0 if invalid == 0 else 1
 
 

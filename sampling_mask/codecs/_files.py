@@ -88,7 +88,15 @@ def read_head(path: str | os.PathLike[str], size: int) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise _not_regular(name, info.st_mode)
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read(size)
+            # In pieces: ``read(size)`` would allocate ``size`` up front (a limit of 2^38 bytes).
+            parts, left = [], size
+            while left > 0:
+                part = fh.read(min(left, 1 << 24))
+                if not part:
+                    break
+                parts.append(part)
+                left -= len(part)
+            return b"".join(parts)
     finally:
         os.close(fd)
 

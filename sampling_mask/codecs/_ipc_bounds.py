@@ -8,7 +8,9 @@ message metadata (FlatBuffers: ``Message`` -> ``RecordBatch`` / ``DictionaryBatc
 ``ARROW:experimental_compression`` key, which compresses a batch without the ``compression``
 field) of every complete message. The *cost* of a batch is what reading it may allocate: the
 uncompressed sizes its compressed buffers declare plus 16 bytes for every element of every field
-node (offsets widened to int64, ids, companions, and the validation's temporaries); :func:`check` compares a cost with
+node (offsets widened to int64, ids, companions, and the validation's temporaries) plus a fixed
+cost per batch and per field node (the objects every batch builds, however small: a file of
+one-row batches must not outgrow its bound); :func:`check` compares a cost with
 ``Limits.max_bytes`` (``E_LIMIT``). An IPC file footer listing one block twice, or blocks that
 overlap, is ``E_ENCODING`` (a 200 KB file could otherwise name one batch a thousand times). A
 stream that ends after a complete message without the end-of-stream marker is reported as not
@@ -38,6 +40,10 @@ _LEGACY_COMPRESSION_KEY = b"ARROW:experimental_compression"
 #: Bytes a reader may build per field-node element: an offset widened to int64 (or an id, a
 #: companion value) and the validation's temporaries over it.
 _NODE_ELEMENT_BYTES = 16
+#: Bytes every record batch costs whatever its size (pyarrow's batch and array objects, the mask
+#: object and its views: about 3 KB measured for a one-row batch of five columns), and per field node.
+BATCH_BYTES = 2048
+NODE_BYTES = 256
 
 
 class IpcCosts(NamedTuple):
@@ -46,6 +52,7 @@ class IpcCosts(NamedTuple):
     batches: list[int]  # cost of each record batch, in reading order
     dictionaries: int  # cost of all dictionary batches together
     complete: bool  # a stream ends with its end-of-stream marker (a file: always True)
+    rows: tuple[int, ...] = ()  # rows each record batch declares (RecordBatch.length), in reading order
 
 
 class _Malformed(Exception):
@@ -140,23 +147,24 @@ def _legacy_compressed(message: _Table) -> bool:
     return False
 
 
-def _cost(metadata: memoryview, body: memoryview) -> tuple[int, int]:
-    """(message header type, what reading the message may allocate); 0 for messages that are not batches."""
+def _cost_and_rows(metadata: memoryview, body: memoryview) -> tuple[int, int, int]:
+    """(message header type, what reading the message may allocate, the rows it declares)."""
     message = _Table(metadata, _u32(metadata, 0))
     kind = message.scalar(1, "<B", 0)
     if kind not in (_HEADER_DICTIONARY_BATCH, _HEADER_RECORD_BATCH):
-        return kind, 0
+        return kind, 0, 0
     batch = message.table(2)
     if batch is not None and kind == _HEADER_DICTIONARY_BATCH:
         batch = batch.table(1)  # DictionaryBatch.data
     if batch is None:
-        return kind, 0
-    total = 0
+        return kind, 0, 0
+    rows = max(batch.scalar(0, "<q", 0), 0)  # field 0: length
     first, count = batch.structs(1, 16)  # field 1: nodes, struct FieldNode {length: long, null_count: long}
+    total = BATCH_BYTES + NODE_BYTES * count
     for i in range(count):
         total += _NODE_ELEMENT_BYTES * max(_unpack("<q", metadata, first + 16 * i), 0)
     if batch.table(3) is None and not _legacy_compressed(message):  # field 3: compression (absent: none)
-        return kind, total
+        return kind, total, rows
     first, count = batch.structs(2, 16)  # field 2: buffers, struct Buffer {offset: long, length: long}
     for i in range(count):
         offset = _unpack("<q", metadata, first + 16 * i)
@@ -166,7 +174,7 @@ def _cost(metadata: memoryview, body: memoryview) -> tuple[int, int]:
         declared = _unpack("<q", body, offset)
         if declared > 0:
             total += declared
-    return kind, total
+    return kind, total, rows
 
 
 def check(total: int, limits: Limits, what: str) -> None:
@@ -213,18 +221,20 @@ def _messages(data: memoryview, pos: int, end: int) -> tuple[list[tuple[memoryvi
 
 def _stream_costs(view: memoryview) -> IpcCosts:
     batches: list[int] = []
+    rows: list[int] = []
     dictionaries = 0
     messages, complete = _messages(view, 0, len(view))
     for metadata, body in messages:
         try:
-            kind, total = _cost(metadata, body)
+            kind, total, length = _cost_and_rows(metadata, body)
         except _Malformed:
-            return IpcCosts(batches, dictionaries, False)
+            return IpcCosts(batches, dictionaries, False, tuple(rows))
         if kind == _HEADER_RECORD_BATCH:
             batches.append(total)
+            rows.append(length)
         else:
             dictionaries += total
-    return IpcCosts(batches, dictionaries, complete)
+    return IpcCosts(batches, dictionaries, complete, tuple(rows))
 
 
 def _check_blocks(blocks: list[tuple[int, int]]) -> None:
@@ -241,6 +251,7 @@ def _check_blocks(blocks: list[tuple[int, int]]) -> None:
 def _file_costs(view: memoryview) -> IpcCosts:
     size = len(view)
     batches: list[int] = []
+    rows: list[int] = []
     dictionaries = 0
     if size < 18 or bytes(view[:6]) != _FILE_MAGIC or bytes(view[size - 6 :]) != _FILE_MAGIC:
         return IpcCosts(batches, dictionaries, True)
@@ -261,21 +272,22 @@ def _file_costs(view: memoryview) -> IpcCosts:
                 offset = _unpack("<q", footer, at)
                 meta_length = _unpack("<i", footer, at + 8)
                 body_length = _unpack("<q", footer, at + 16)
-                total = 0
+                total = length = 0
                 end = offset + meta_length + body_length
                 if offset >= 0 and meta_length > 0 and body_length >= 0 and end <= size:
                     blocks.append((offset, end))
                     messages, _ = _messages(view, offset, end)
                     if messages:
-                        total = _cost(*messages[0])[1]
+                        total, length = _cost_and_rows(*messages[0])[1:]
                 if field == 2:
                     dictionaries += total
                 else:
                     batches.append(total)
+                    rows.append(length)
     except _Malformed:
         pass
     _check_blocks(blocks)
-    return IpcCosts(batches, dictionaries, True)
+    return IpcCosts(batches, dictionaries, True, tuple(rows))
 
 
 def batch_costs(data: Any, fmt: str) -> IpcCosts:

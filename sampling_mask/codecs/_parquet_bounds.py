@@ -4,9 +4,12 @@ A Parquet footer is a Thrift compact-protocol ``FileMetaData``. Its sizes are *e
 16M empty rows are a run-length encoded level run of a few bytes, so they bound nothing. What does
 bound the reader is the number of values each column chunk declares (``ColumnMetaData.num_values``,
 one per leaf slot: an id, or an empty list) and its pages' ``total_uncompressed_size``. The *cost*
-of a row group is 8 bytes per row plus, per column chunk, its uncompressed size and
-:data:`VALUE_BYTES` per declared value (Arrow C++ reads Parquet at about 35 bytes a value, levels,
-offsets and its own buffers included).
+of a row group is :data:`ROW_GROUP_BYTES` plus 8 bytes per row plus, per column chunk,
+:data:`CHUNK_BYTES`, its uncompressed size and :data:`VALUE_BYTES` per declared value (Arrow C++
+reads Parquet at about 35 bytes a value, levels, offsets and its own buffers included). The fixed
+parts are what every row group and column chunk costs however small (footer metadata, pyarrow's
+table, the mask object: about 2 KB for a one-row row group of one column, 3.8 KB of five, measured),
+so a valid file of one-row row groups cannot outgrow its bound.
 
 The footer is parsed here, not through ``pyarrow.parquet.FileMetaData``: pyarrow's column metadata
 accessor aborts the process on some malformed footers (a C++ exception thrown through ``noexcept``,
@@ -22,10 +25,13 @@ from typing import Any
 
 from ..core.errors import ErrorCode, SamplingMaskError
 
-__all__ = ["VALUE_BYTES", "row_group_costs"]
+__all__ = ["CHUNK_BYTES", "ROW_GROUP_BYTES", "VALUE_BYTES", "row_group_costs", "row_groups"]
 
 #: Bytes a reader may build per value a column chunk declares.
 VALUE_BYTES = 40
+#: Bytes every row group / column chunk costs however small it is.
+ROW_GROUP_BYTES = 2048
+CHUNK_BYTES = 1024
 _MAX_DEPTH = 16
 # Thrift compact types
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(13)
@@ -131,7 +137,7 @@ class _Reader:
 
 def _column_chunk_cost(r: _Reader) -> int:
     """ColumnChunk: field 3 is ColumnMetaData (5: num_values, 6: total_uncompressed_size)."""
-    cost = 0
+    cost = CHUNK_BYTES
     for field, kind in r.fields():
         if field == 3 and kind == _STRUCT:
             for meta_field, meta_kind in r.fields():
@@ -145,9 +151,10 @@ def _column_chunk_cost(r: _Reader) -> int:
     return cost
 
 
-def _row_group_cost(r: _Reader) -> int:
-    """RowGroup: field 1 is its ColumnChunks, field 3 its row count."""
-    cost = 0
+def _row_group(r: _Reader) -> tuple[int, int]:
+    """RowGroup: field 1 is its ColumnChunks, field 3 its row count; (cost, rows)."""
+    cost = ROW_GROUP_BYTES
+    rows = 0
     for field, kind in r.fields():
         if field == 1 and kind == _LIST:
             size, element = r.list_header()
@@ -156,35 +163,52 @@ def _row_group_cost(r: _Reader) -> int:
             for _ in range(size):
                 cost += _column_chunk_cost(r)
         elif field == 3 and kind in (_I16, _I32, _I64):
-            cost += 8 * max(r.int_field(kind), 0)
+            rows = max(r.int_field(kind), 0)
+            cost += 8 * rows
         else:
             r.skip(kind, 1)
-    return cost
+    return cost, rows
 
 
-def row_group_costs(data: Any) -> list[int]:
-    """The cost of each row group of Parquet file bytes ``data``, from its footer (``E_ENCODING`` when
-    the footer cannot be read: encrypted, cut, or not Thrift)."""
+def row_groups(data: Any) -> list[tuple[int, int]]:
+    """(cost, declared rows) of each row group of Parquet file bytes ``data``, from its footer
+    (``E_ENCODING`` when the footer cannot be read: encrypted, cut, or not Thrift)."""
     view = memoryview(data).cast("B")
     size = len(view)
     if size < 12 or bytes(view[size - 4 :]) != b"PAR1":
-        raise SamplingMaskError(ErrorCode.E_ENCODING, "not a Parquet file with a plain footer", field="footer")
+        cut = size >= 4 and bytes(view[:4]) == b"PAR1"
+        message = (
+            f"the Parquet file is truncated or its footer is damaged ({size} bytes, no PAR1 footer at its end)"
+            if cut
+            else "not a Parquet file (no PAR1 footer at its end)"
+        )
+        raise SamplingMaskError(ErrorCode.E_ENCODING, message, field="footer")
     (length,) = struct.unpack_from("<I", view, size - 8)
     if length > size - 12:
-        raise SamplingMaskError(ErrorCode.E_ENCODING, "the Parquet footer length runs outside the file", value=length)
+        raise SamplingMaskError(
+            ErrorCode.E_ENCODING,
+            f"the Parquet footer length ({length}) runs outside the file ({size} bytes): truncated or damaged",
+            field="footer",
+            value=length,
+        )
     reader = _Reader(view[size - 8 - length : size - 8])
-    costs: list[int] = []
+    found: list[tuple[int, int]] = []
     try:
         for field, kind in reader.fields():  # FileMetaData: field 4 is the row groups
             if field == 4 and kind == _LIST:
                 count, element = reader.list_header()
                 if element != _STRUCT:
                     raise _Malformed
-                costs.extend(_row_group_cost(reader) for _ in range(count))
+                found.extend(_row_group(reader) for _ in range(count))
             else:
                 reader.skip(kind, 0)
     except _Malformed:
         raise SamplingMaskError(
-            ErrorCode.E_ENCODING, "the Parquet footer is not valid Thrift", field="footer"
+            ErrorCode.E_ENCODING, "the Parquet footer is not valid Thrift (damaged or encrypted)", field="footer"
         ) from None
-    return costs
+    return found
+
+
+def row_group_costs(data: Any) -> list[int]:
+    """The cost of each row group of Parquet file bytes ``data`` (see :func:`row_groups`)."""
+    return [cost for cost, _rows in row_groups(data)]

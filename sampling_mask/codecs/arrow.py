@@ -20,7 +20,9 @@ Reading validates before trusting: buffer sizes (``E_ENCODING``), column types e
 / ``E_DTYPE``), no nulls (``E_SCHEMA``), the end offsets of every list inside its child, the segments'
 offsets monotonic (``E_SEGMENTS``), companions' offsets equal to the mask's (``E_SHAPE``), then the
 mask's checks, whose pass over the ids checks the rows' offsets first (``E_OFFSETS``), then Arrow's
-full validation of the other columns; pyarrow exceptions never escape. Ids and companions are
+full validation of every other column (user columns included); pyarrow exceptions never escape.
+All of it is the codecs' one batch reader (:mod:`._batch_reader`), which also reads for datasets,
+``torch_data`` and the command line; the functions here wrap it. Ids and companions are
 zero-copy views of the Arrow buffers, so a memory-mapped ``.arrow`` file gives ids that view the
 mapped file. User columns: :func:`read_table` returns the whole ``pyarrow.Table``;
 :func:`mask_from_table` builds the mask from it.
@@ -30,31 +32,34 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output
-from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask, concat
+from ..core.limits import DEFAULT_LIMITS, Limits
+from ..core.model import SamplingMask, as_sampling_mask
 from ..core.optional import require
-from . import _ipc_bounds, _parquet_bounds
-from ._buffers import input_view
-from ._common import (
-    SPEC_MAJOR,
-    check_id_order,
-    check_layout,
-    check_version,
-    id_order_of,
-    metadata_to_json,
-    metadata_value_from_json,
-    parse_id_order,
+from ._batch_reader import (
+    COMPACT_COLUMN,
+    COMPACT_NNZ_COLUMN,
+    COMPACT_ROWS_COLUMN,
+    MASK_COLUMN,
+    RESERVED_COLUMNS,
+    BatchReader,
+    MappedFile,
+    arrow_errors,
+    join,
+    mask_from_batch,
+    read_header,
 )
+from ._batch_reader import METADATA_PREFIX as METADATA_PREFIX
+from ._batch_reader import PREFIX as PREFIX
+from ._batch_reader import header_metadata as _header_metadata
+from ._buffers import input_view
+from ._common import check_layout, id_order_of
 from ._registry import own_format, sniff
 
 __all__ = [
@@ -72,111 +77,11 @@ __all__ = [
 ]
 
 FORMATS = ("arrow", "arrows", "parquet")
-MASK_COLUMN = "sampling_mask"
-COMPACT_COLUMN = "sampling_mask_compact"
-COMPACT_ROWS_COLUMN = "sampling_mask_num_rows"
-COMPACT_NNZ_COLUMN = "sampling_mask_nnz"
-RESERVED_COLUMNS = frozenset({MASK_COLUMN, COMPACT_COLUMN, COMPACT_ROWS_COLUMN, COMPACT_NNZ_COLUMN, *COMPANIONS})
-PREFIX = "sampling_mask."
-METADATA_PREFIX = PREFIX + "metadata."
 COMPRESSIONS = (None, "zstd", "lz4")
 #: Writer layouts: list columns (``"ragged"``) or one :mod:`~sampling_mask.codecs.compact` blob per segment.
 LAYOUTS = ("ragged", "compact")
 #: Largest offset a 32-bit ``list`` may hold; beyond it the level becomes ``large_list``.
 INT32_OFFSET_MAX = (1 << 31) - 1
-_DIGITS = re.compile(r"0|[1-9][0-9]{0,29}")  # more digits than any limit: E_LIMIT / E_VERSION follow
-_LEAF_TYPES = {
-    MASK_COLUMN: "int32",
-    "sampled_token_ids": "int32",
-    "sampled_logprobs": "float",
-    "temperature": "float",
-    "support_logprobs": "float",
-}
-
-
-@contextlib.contextmanager
-def _arrow_errors(context: str, *, batches: int | None = None) -> Iterator[None]:
-    """Turn pyarrow / I/O failures into ``E_ENCODING`` (``E_LIMIT`` for allocation failures)."""
-    import pyarrow as pa
-
-    where = f" after {batches} complete record batches" if batches is not None else ""
-    try:
-        yield
-    except SamplingMaskError as exc:
-        if batches is None:
-            raise
-        raise SamplingMaskError(
-            exc.code, f"{exc.message}{where}", row=exc.row, segment=exc.segment, field=exc.field, value=exc.value
-        ) from None
-    except MemoryError as exc:
-        raise SamplingMaskError(ErrorCode.E_LIMIT, f"{context}: allocation failed{where}: {exc}") from None
-    except (pa.ArrowException, OSError, EOFError, ValueError) as exc:  # ValueError: e.g. bad UTF-8 names
-        raise SamplingMaskError(ErrorCode.E_ENCODING, f"{context}: {exc}{where}"[:500], value=batches) from None
-
-
-# ---------------------------------------------------------------------------------------------- schema
-@dataclasses.dataclass(frozen=True)
-class _Header:
-    """What the schema metadata declares."""
-
-    vocab_size: int | None
-    id_order: str
-    compact: bool
-    metadata: dict[str, Any]
-
-
-def _decode_meta(raw: bytes, key: str) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SamplingMaskError(ErrorCode.E_ENCODING, "schema metadata is not UTF-8", field=key) from None
-
-
-def _parse_int(text: str, key: str) -> int:
-    if _DIGITS.fullmatch(text) is None:
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected a decimal integer", field=key, value=text[:80])
-    return int(text)
-
-
-def _read_header(schema: Any, limits: Limits) -> _Header:
-    raw = schema.metadata or {}
-    values: dict[str, str] = {}
-    for key_bytes, value_bytes in raw.items():
-        if key_bytes.startswith(PREFIX.encode()):
-            key = _decode_meta(key_bytes, "schema metadata")
-            values[key] = _decode_meta(value_bytes, key)
-    version_key = PREFIX + "version"
-    if version_key not in values:
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "schema metadata lacks the version", field=version_key)
-    check_version(_parse_int(values[version_key], version_key), field=version_key)
-    vocab_size = None
-    if PREFIX + "vocab_size" in values:
-        vocab_size = _parse_int(values[PREFIX + "vocab_size"], PREFIX + "vocab_size")
-        check_count(vocab_size, limits.max_vocab, "vocab_size", field="vocab_size")
-    id_order = parse_id_order(values.get(PREFIX + "id_order"), field=PREFIX + "id_order")
-    layout = values.get(PREFIX + "layout", "list")
-    if layout not in ("list", "compact"):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "layout must be list or compact", field=PREFIX + "layout")
-    metadata: dict[str, Any] = {}
-    for key, text in values.items():
-        if key.startswith(METADATA_PREFIX):
-            from . import json as json_codec
-
-            name = key[len(METADATA_PREFIX) :]
-            parsed = json_codec.parse(text, limits=limits)
-            metadata[name] = metadata_value_from_json(parsed, field=f"metadata.{name}")
-    return _Header(vocab_size, id_order, layout == "compact", metadata)
-
-
-def _header_metadata(mask: SamplingMask, *, compact: bool, id_order: str) -> dict[str, str]:
-    out = {PREFIX + "version": str(SPEC_MAJOR)}
-    if mask.vocab_size is not None:
-        out[PREFIX + "vocab_size"] = str(mask.vocab_size)
-    out[PREFIX + "id_order"] = id_order
-    out[PREFIX + "layout"] = "compact" if compact else "list"
-    for key, value in metadata_to_json(mask.metadata).items():
-        out[METADATA_PREFIX + key] = json.dumps(value, allow_nan=False)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- write
@@ -484,364 +389,32 @@ def encode(
 
 
 # ---------------------------------------------------------------------------------------------- read
-def _leaf_ok(arrow_type: Any, expected: str) -> bool:
-    import pyarrow as pa
-
-    return arrow_type == (pa.int32() if expected == "int32" else pa.float32())
-
-
-def _levels(arrow_type: Any, nested: bool, name: str) -> tuple[bool, ...]:
-    """Check a column type: ``(large_)list<leaf>`` or ``(large_)list<(large_)list<leaf>>``; return which levels are large."""
-    import pyarrow as pa
-
-    larges = []
-    current = arrow_type
-    for _ in range(2 if nested else 1):
-        if pa.types.is_list(current):
-            larges.append(False)
-        elif pa.types.is_large_list(current):
-            larges.append(True)
-        else:
-            leaf = _LEAF_TYPES[name]
-            expected = f"list<list<{leaf}>>" if nested else f"list<{leaf}>"
-            raise SamplingMaskError(ErrorCode.E_SCHEMA, f"column must be {expected}, got {arrow_type}", field=name)
-        current = current.value_type
-    if not _leaf_ok(current, _LEAF_TYPES[name]):
-        raise SamplingMaskError(
-            ErrorCode.E_DTYPE, f"values must be {_LEAF_TYPES[name]}, got {current}", field=name, value=str(current)
-        )
-    return tuple(larges)
-
-
-def _offsets_view(list_array: Any, *, code: ErrorCode, field: str, monotonic: bool = True) -> tuple[np.ndarray, Any]:
-    """Checked offsets (rebased to 0, int32 for ``list``, int64 for ``large_list``) of a list array and
-    its child sliced to what they cover.
-
-    The end points are always checked (O(1)); ``monotonic`` adds the O(rows) scan (validated reads).
-    Offsets that start at 0 (every column we write) are returned as they are: no copy, O(1).
-    """
-    child = list_array.values
-    if len(list_array) == 0:  # Arrow lets a zero-length list carry an empty offsets buffer
-        return np.zeros(1, np.int32), child.slice(0, 0)
-    raw = list_array.offsets.to_numpy(zero_copy_only=True)
-    if raw.size == 0:  # pragma: no cover - a validated array of length n has n + 1 offsets
-        raise SamplingMaskError(code, "missing offsets", field=field)
-    i = layouts.steps_scan(raw)[0] if monotonic else None
-    if i is not None:
-        where = {"segment": i} if code == ErrorCode.E_SEGMENTS else {"row": i}
-        raise SamplingMaskError(code, "offsets decrease", field=field, value=int(raw[i + 1]), **where)  # type: ignore[arg-type]
-    first, last = int(raw[0]), int(raw[-1])
-    if first < 0 or last > len(child):
-        raise SamplingMaskError(code, f"offsets run outside the child array of {len(child)}", field=field, value=last)
-    # Checked offsets lie in [first, last]: rebased in their own dtype they cannot wrap.
-    rebased = np.subtract(raw, first, dtype=raw.dtype if monotonic else np.int64) if first else raw
-    return rebased, child.slice(first, last - first)
-
-
-def _no_nulls(array: Any, field: str) -> None:
-    if array.null_count:
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "nulls are not allowed", field=field, value=array.null_count)
-
-
-def _values(array: Any, field: str) -> np.ndarray:
-    _no_nulls(array, field)
-    return array.to_numpy(zero_copy_only=True)  # type: ignore[no-any-return]
-
-
-def _column(batch: Any, name: str) -> Any:
-    """Column ``name`` of a record batch or table, or None; ``E_SCHEMA`` for a duplicate name or a
-    type pyarrow has no array class for (a forged type id, e.g. INTERVAL_MONTHS)."""
-    index = batch.schema.get_all_field_indices(name)
-    if len(index) > 1:
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "duplicate column", field=name)
-    if not index:
-        return None
-    try:
-        return batch.column(index[0])
-    except KeyError:  # pyarrow's get_array_class_from_type
-        kind = str(batch.schema.field(index[0]).type)[:80]
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unsupported Arrow type {kind}", field=name) from None
-
-
-def _compact_column(batch: Any, cu_rows: Any, limits: Limits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(ids, offsets, cu_seqlens) from the compact columns, decoding one blob per segment."""
-    import pyarrow as pa
-
-    from . import compact
-
-    blobs, rows, nnzs = cu_rows
-    if not (pa.types.is_binary(blobs.type) or pa.types.is_large_binary(blobs.type)):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "must be binary", field=COMPACT_COLUMN)
-    for column, name in ((rows, COMPACT_ROWS_COLUMN), (nnzs, COMPACT_NNZ_COLUMN)):
-        if column.type != pa.int64():
-            raise SamplingMaskError(ErrorCode.E_DTYPE, "must be int64", field=name)
-    for column, name in ((blobs, COMPACT_COLUMN), (rows, COMPACT_ROWS_COLUMN), (nnzs, COMPACT_NNZ_COLUMN)):
-        _no_nulls(column, name)
-    # Reading one blob follows the binary offsets: they must be checked first (a forged offset
-    # would read outside the buffer; found by fuzz/regressions/arrow/c87cf9c61cfee263.bin).
-    try:
-        blobs.validate(full=True)
-    except pa.ArrowException as exc:
-        raise SamplingMaskError(
-            ErrorCode.E_ENCODING, f"invalid Arrow data: {exc}"[:500], field=COMPACT_COLUMN
-        ) from None
-    row_counts = rows.to_numpy(zero_copy_only=True)
-    nnz_counts = nnzs.to_numpy(zero_copy_only=True)
-    if row_counts.size and min(int(row_counts.min()), int(nnz_counts.min())) < 0:
-        raise SamplingMaskError(ErrorCode.E_RANGE, "counts must be >= 0", field=COMPACT_ROWS_COLUMN)
-    # Python ints: the sums cannot overflow, and are checked before anything is allocated.
-    total_rows = check_count(sum(row_counts.tolist()), limits.max_rows, "row count", field=COMPACT_ROWS_COLUMN)
-    total_nnz = check_count(sum(nnz_counts.tolist()), limits.max_nnz, "id count", field=COMPACT_NNZ_COLUMN)
-    check_output(limits, total_rows, total_nnz, segments=len(row_counts), field=COMPACT_COLUMN)
-    # One segment: its arrays are the result. More: each is copied into the result at once and
-    # dropped, so the peak is the result plus one segment (not every part plus their concatenation).
-    ids: np.ndarray | None = None
-    offsets: np.ndarray | None = None
-    if len(blobs) != 1:
-        ids, offsets = np.empty(total_nnz, np.int32), np.zeros(total_rows + 1, np.int64)
-    row = nnz = 0
-    for b in range(len(blobs)):
-        buf = blobs[b].as_buffer()
-        seg_ids, seg_offsets = compact.decode_ragged(
-            memoryview(buf) if buf is not None else b"", int(row_counts[b]), int(nnz_counts[b]), limits=limits
-        )
-        if seg_offsets.size != int(row_counts[b]) + 1 or seg_ids.size != int(nnz_counts[b]):
-            raise SamplingMaskError(ErrorCode.E_SHAPE, "compact blob disagrees with its counts", segment=b)
-        if ids is None or offsets is None:
-            ids, offsets = seg_ids, seg_offsets
-            break
-        ids[nnz : nnz + seg_ids.size] = seg_ids
-        np.add(seg_offsets[1:], nnz, out=offsets[row + 1 : row + seg_offsets.size])
-        row += seg_offsets.size - 1
-        nnz += seg_ids.size
-        del seg_ids, seg_offsets
-    assert ids is not None and offsets is not None
-    cu = np.zeros(len(row_counts) + 1, np.int64)
-    np.cumsum(row_counts, out=cu[1:])
-    return ids.astype(np.int32, copy=False), offsets, cu
-
-
-def _mask_from_batch(batch: Any, header: _Header, limits: Limits, validate: bool) -> SamplingMask:
-    """The mask of one record batch; every check of the module docstring, in that order."""
-    import pyarrow as pa
-
-    try:
-        batch.validate()
-    except pa.ArrowException as exc:
-        raise SamplingMaskError(ErrorCode.E_ENCODING, f"invalid Arrow data: {exc}"[:500]) from None
-    check_count(batch.num_rows, limits.max_segments, "segment count", field=MASK_COLUMN)
-    # Decompressed buffers are only known after pyarrow read them: bound one batch at least.
-    check_count(batch.get_total_buffer_size(), limits.max_bytes, "record batch bytes", field=MASK_COLUMN)
-    checked: list[Any] = []
-    if header.compact:
-        parts = [_column(batch, n) for n in (COMPACT_COLUMN, COMPACT_ROWS_COLUMN, COMPACT_NNZ_COLUMN)]
-        if any(p is None for p in parts):
-            raise SamplingMaskError(
-                ErrorCode.E_SCHEMA, "the compact layout needs its three columns", field=COMPACT_COLUMN
-            )
-        ids, offsets, cu = _compact_column(batch, parts, limits)
-        checked += parts
-    else:
-        column = _column(batch, MASK_COLUMN)
-        if column is None:
-            raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing column", field=MASK_COLUMN)
-        _levels(column.type, True, MASK_COLUMN)
-        _no_nulls(column, MASK_COLUMN)
-        cu, inner = _offsets_view(column, code=ErrorCode.E_SEGMENTS, field=MASK_COLUMN, monotonic=validate)
-        check_count(len(inner), limits.max_rows, "row count", field=MASK_COLUMN)
-        _no_nulls(inner, MASK_COLUMN)
-        # The rows' order and widths are checked with the ids (SamplingMask._validate), which read
-        # the offsets once; that leaves nothing for pyarrow's full validation of this column.
-        offsets, leaf = _offsets_view(inner, code=ErrorCode.E_OFFSETS, field=MASK_COLUMN, monotonic=False)
-        check_count(len(leaf), limits.max_nnz, "id count", field=MASK_COLUMN)
-        ids = _values(leaf, MASK_COLUMN)
-    kwargs: dict[str, Any] = {}
-    for name in COMPANIONS:
-        column = _column(batch, name)
-        if column is None:
-            continue
-        nested = name == "support_logprobs"
-        _levels(column.type, nested, name)
-        _no_nulls(column, name)
-        # A companion's offsets must equal the mask's, whose order is checked: no scan of their own.
-        comp_cu, child = _offsets_view(column, code=ErrorCode.E_SHAPE, field=name, monotonic=False)
-        if not np.array_equal(comp_cu, cu):
-            raise SamplingMaskError(ErrorCode.E_SHAPE, "row counts per segment differ from the mask's", field=name)
-        if nested:
-            _no_nulls(child, name)
-            comp_offsets, child = _offsets_view(child, code=ErrorCode.E_SHAPE, field=name, monotonic=False)
-            if not np.array_equal(comp_offsets, offsets):
-                raise SamplingMaskError(ErrorCode.E_SHAPE, "row lengths differ from the mask's", field=name)
-        kwargs[name] = _values(child, name)
-        checked.append(column)
-    mask = SamplingMask(
-        ids,
-        offsets,
-        cu_seqlens=cu,
-        vocab_size=header.vocab_size,
-        metadata=header.metadata,
-        validate=False,
-        limits=limits,
-        **kwargs,
-    )
-    if not validate:
-        return mask
-    mask._validate(limits, rows_ascending=header.compact)  # compact.decode_ragged yields ascending rows
-    for column in checked:  # after the mask's checks, which name the row of a fault in the offsets
-        try:
-            column.validate(full=True)
-        except pa.ArrowException as exc:
-            raise SamplingMaskError(ErrorCode.E_ENCODING, f"invalid Arrow data: {exc}"[:500]) from None
-    return check_id_order(mask, header.id_order)
-
-
-def _empty_mask(header: _Header, schema: Any, limits: Limits) -> SamplingMask:
-    """The mask of a file with no record batches: zero segments, the declared companions (empty)."""
-    present: dict[str, Any] = {
-        name: np.zeros(0, dtype) for name, dtype in COMPANIONS.items() if schema.get_field_index(name) >= 0
-    }
-    return SamplingMask(
-        np.zeros(0, np.int32),
-        np.zeros(1, np.int64),
-        cu_seqlens=np.zeros(1, np.int64),
-        vocab_size=header.vocab_size,
-        metadata=header.metadata,
-        limits=limits,
-        **present,
-    )
+# Every read goes through the one batch reader (regular files only, costs checked before pyarrow
+# allocates, every column validated before a byte is handed out): see ._batch_reader.
 
 
 def mask_from_table(table: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True) -> SamplingMask:
     """The mask of a ``pyarrow.Table`` or ``RecordBatch`` read from (or shaped like) our files.
 
-    User columns are ignored here; select them from the table. A single-batch table gives views of
-    its buffers; several batches are concatenated.
+    User columns are ignored here (validated in full when ``validate``); select them from the
+    table. A single-batch table gives views of its buffers; several batches are concatenated.
     """
-    with _arrow_errors("Arrow table"):
-        header = _read_header(table.schema, limits)
+    with arrow_errors("Arrow table"):
+        header = read_header(table.schema.metadata, limits)
         batches = table.to_batches() if hasattr(table, "to_batches") else [table]
-        masks = [_mask_from_batch(batch, header, limits, validate) for batch in batches]
-        return _join(masks, header, table.schema, limits)
+        masks = [mask_from_batch(batch, header, limits, validate) for batch in batches]
+        return join(masks, header, table.schema, limits)
 
 
-def _join(masks: list[SamplingMask], header: _Header, schema: Any, limits: Limits) -> SamplingMask:
-    if not masks:
-        return _empty_mask(header, schema, limits)
-    return masks[0] if len(masks) == 1 else concat(masks)
-
-
-def _source(data: Any, *, copy: bool = False) -> Any:
+def _buffer(data: Any, *, copy: bool = False) -> Any:
     import pyarrow as pa
 
-    buf = data if isinstance(data, pa.Buffer) and not copy else pa.py_buffer(input_view(data, copy=copy))
-    return pa.BufferReader(buf)
+    return data if isinstance(data, pa.Buffer) and not copy else pa.py_buffer(input_view(data, copy=copy))
 
 
-def _map_file(path: Any) -> Any:
-    """The file memory-mapped. Missing / unreadable files raise the usual ``OSError``."""
-    import pyarrow as pa
-
-    from ._files import check_regular
-
-    path = os.fspath(path)
-    if check_regular(path).st_size == 0:
-        raise SamplingMaskError(ErrorCode.E_ENCODING, "empty file", field=str(path)[-80:])
-    with _arrow_errors("memory map"):
-        return pa.memory_map(path)
-
-
-def _whole(source: Any) -> Any:
-    """All bytes of a ``BufferReader`` / memory map as a ``pyarrow.Buffer`` (zero-copy), position kept."""
-    position = source.tell()
-    source.seek(0)
-    whole = source.read_buffer()
-    source.seek(position)
-    return whole
-
-
-def _empty_batch(schema: Any) -> Any:
-    import pyarrow as pa
-
-    return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
-
-
-class _BatchSource:
-    """Opens an IPC file / IPC stream / Parquet source and hands out its record batches in order.
-
-    ``costs``: what reading each batch may allocate, known before it is read (:mod:`._ipc_bounds`,
-    :mod:`._parquet_bounds`); ``complete``: False for an IPC stream without its end-of-stream marker.
-    """
-
-    def __init__(self, source: Any, fmt: str, limits: Limits, batch_size: int | None) -> None:
-        import pyarrow as pa
-
-        self.fmt = fmt
-        self._limits = limits
-        self.costs: list[int] = []
-        self.complete = True
-        if fmt in ("arrow", "arrows"):
-            costs = _ipc_bounds.batch_costs(_whole(source), fmt)
-            _ipc_bounds.check(costs.dictionaries, limits, "the dictionary batches")
-            self.costs, self.complete = costs.batches, costs.complete
-        with _arrow_errors(f"{fmt} input"):
-            if fmt == "arrow":
-                self._reader = pa.ipc.open_file(source)
-                self.schema = self._reader.schema
-            elif fmt == "arrows":
-                self._reader = pa.ipc.open_stream(source)
-                self.schema = self._reader.schema
-            else:
-                import pyarrow.parquet as pq
-
-                # Costs first, from our own reading of the footer (see _parquet_bounds).
-                self.costs = _parquet_bounds.row_group_costs(_whole(source))
-                self._reader = pq.ParquetFile(source)
-                self.schema = self._reader.schema_arrow
-                if len(self.costs) != self._reader.num_row_groups:  # pragma: no cover - one footer, two readers
-                    raise SamplingMaskError(ErrorCode.E_ENCODING, "the Parquet footer's row groups disagree")
-                if batch_size is not None:
-                    for index, cost in enumerate(self.costs):
-                        _ipc_bounds.check(cost, limits, f"row group {index}")
-                self._pieces = None if batch_size is None else self._reader.iter_batches(batch_size=batch_size)
-            self.header = _read_header(self.schema, limits)
-
-    def batch(self, index: int) -> Any:
-        """Batch ``index`` (called with 0, 1, 2, ...), or None after the last one."""
-        if index < len(self.costs) and (self.fmt != "parquet" or self._pieces is None):
-            what = f"row group {index}" if self.fmt == "parquet" else f"record batch {index}"
-            _ipc_bounds.check(self.costs[index], self._limits, what)
-        if self.fmt == "arrow":
-            return self._reader.get_batch(index) if index < self._reader.num_record_batches else None
-        if self.fmt == "arrows":
-            try:
-                return self._reader.read_next_batch()
-            except StopIteration:
-                return None
-        if self._pieces is not None:
-            return next(self._pieces, None)
-        if index >= self._reader.num_row_groups:
-            return None
-        batches = self._reader.read_row_group(index).combine_chunks().to_batches()
-        return batches[0] if batches else _empty_batch(self.schema)
-
-
-def _masks(reader: _BatchSource, limits: Limits, validate: bool) -> Iterator[SamplingMask]:
-    done = 0
-    while True:
-        with _arrow_errors(f"{reader.fmt} input", batches=done):
-            batch = reader.batch(done)
-            if batch is None:
-                if not reader.complete:
-                    raise SamplingMaskError(
-                        ErrorCode.E_ENCODING,
-                        "the stream ends without its end-of-stream marker (cut short?)",
-                        field="end-of-stream",
-                        value=done,
-                    )
-                return
-            mask = _mask_from_batch(batch, reader.header, limits, validate)
-        done += 1
-        yield mask
+def _check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{fmt!r} is not an Arrow format", value=fmt)
 
 
 def iter_masks(
@@ -854,15 +427,18 @@ def iter_masks(
 ) -> Iterator[SamplingMask]:
     """One mask per record batch (Parquet: per row group, or per ``batch_size`` segments).
 
-    ``source``: a path (memory-mapped) or bytes. An error after some batches says how many complete
-    batches came before it (``value``); those were already yielded. A stream without its
-    end-of-stream marker is such an error, after its last complete batch (it was cut).
+    ``source``: a path (memory-mapped; the pages of a batch are dropped from memory once the next
+    one is asked for, so a large file never sits in memory whole) or bytes. An error after some
+    batches says how many complete batches came before it (``value``); those were already yielded.
+    A stream without its end-of-stream marker is such an error, after its last complete batch.
     """
-    if fmt not in FORMATS:
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{fmt!r} is not an Arrow format", value=fmt)
-    stream = _map_file(source) if isinstance(source, (str, os.PathLike)) else _source(source)
-    with stream:
-        yield from _masks(_BatchSource(stream, fmt, limits, batch_size), limits, validate)
+    _check_format(fmt)
+    if isinstance(source, (str, os.PathLike)):
+        mapped = MappedFile(source)
+        reader = BatchReader(mapped.buffer, fmt, limits, batch_size=batch_size)
+        yield from reader.masks(validate, after_each=mapped.release)
+    else:
+        yield from BatchReader(_buffer(source), fmt, limits, batch_size=batch_size).masks(validate)
 
 
 def decode(
@@ -880,46 +456,37 @@ def decode(
     if fmt is None:
         fmt = own_format(sniff(data), "arrow")
     require("pyarrow", what="Arrow decoding")
-    return _read_all(_source(data, copy=copy), fmt, limits, validate)
+    return _read_all(_buffer(data, copy=copy), fmt, limits, validate)
 
 
 def load(path: Any, fmt: str = "arrow", *, limits: Limits = DEFAULT_LIMITS, validate: bool = True) -> SamplingMask:
     """A mask from a file, memory-mapped: with an uncompressed IPC file the ids view the mapping."""
-    if fmt not in FORMATS:
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{fmt!r} is not an Arrow format", value=fmt)
-    return _read_all(_map_file(path), fmt, limits, validate)
+    _check_format(fmt)
+    return _read_all(MappedFile(path).buffer, fmt, limits, validate)
 
 
-def _read_all(source: Any, fmt: str, limits: Limits, validate: bool) -> SamplingMask:
-    reader = _BatchSource(source, fmt, limits, None)
+def _read_all(data: Any, fmt: str, limits: Limits, validate: bool) -> SamplingMask:
+    reader = BatchReader(data, fmt, limits)
     # The batches are joined into one mask: together they are one decode's output.
-    _ipc_bounds.check(sum(reader.costs), limits, "all record batches together")
-    return _join(list(_masks(reader, limits, validate)), reader.header, reader.schema, limits)
+    reader.check_all()
+    return join(list(reader.masks(validate)), reader.header, reader.schema, limits)
 
 
 def read_table(source: Any, fmt: str | None = None, *, limits: Limits = DEFAULT_LIMITS) -> Any:
-    """The whole ``pyarrow.Table`` (user columns included), unvalidated: pass it to :func:`mask_from_table`.
-
-    ``source``: a path (memory-mapped) or bytes; ``fmt`` defaults to the one the bytes show. What
-    the batches declare they decompress to is checked against ``limits.max_bytes`` first (``E_LIMIT``).
-    """
+    """The whole ``pyarrow.Table`` (user columns included): pass it to :func:`mask_from_table`, which
+    validates it. ``source``: a path (memory-mapped) or bytes; ``fmt`` defaults to the one the bytes
+    show. What the batches declare they decompress to is checked against ``limits.max_bytes`` first
+    (``E_LIMIT``), and the file is read through the one batch reader."""
     import pyarrow as pa
 
-    stream = _map_file(source) if isinstance(source, (str, os.PathLike)) else _source(source)
+    data = MappedFile(source).buffer if isinstance(source, (str, os.PathLike)) else _buffer(source)
     if fmt is None:
-        fmt = sniff(stream.read_at(32, 0))
-    if fmt in ("arrow", "arrows"):
-        costs = _ipc_bounds.batch_costs(_whole(stream), fmt)
-        _ipc_bounds.check(costs.dictionaries + sum(costs.batches), limits, "the table")
-    elif fmt == "parquet":
-        _ipc_bounds.check(sum(_parquet_bounds.row_group_costs(_whole(stream))), limits, "the table")
-    with _arrow_errors(f"{fmt} input"):
-        if fmt == "arrow":
-            return pa.ipc.open_file(stream).read_all()
-        if fmt == "arrows":
-            return pa.ipc.open_stream(stream).read_all()
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            return pq.read_table(stream)
-    raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{fmt!r} is not an Arrow format", value=fmt)
+        fmt = own_format(sniff(bytes(memoryview(data)[:32])), "arrow")
+    _check_format(fmt)
+    reader = BatchReader(data, fmt, limits)
+    reader.check_all("the table")
+    with arrow_errors(f"{fmt} input"):
+        batches: list[Any] = []
+        while (batch := reader.read(len(batches))) is not None:
+            batches.append(batch)
+        return pa.Table.from_batches(batches, schema=reader.schema)

@@ -1,30 +1,36 @@
 """Datasets of many mask files: Parquet or Arrow IPC files, hive partitions, projection and filters.
 
-Built on ``pyarrow.dataset``. A dataset is a directory (searched recursively), a glob or a list of
-paths, all of one format (``"parquet"`` or ``"arrow"``: IPC *files*; streams cannot be scanned in
-place). Directory names ``key=value`` (hive partitioning, e.g. ``step=12/worker=3/``) become columns.
+A dataset is a directory (searched recursively), a glob or a list of paths, all of one format
+(``"parquet"`` or ``"arrow"``: IPC *files*; streams cannot be indexed). Directory names
+``key=value`` (hive partitioning, e.g. ``step=12/worker=3/``) become columns.
 
 Invariants:
 
-* Every file is one of our files (spec section ``arrow``): its schema header (version, vocab size,
-  id order, layout, metadata) is checked before any of its batches is trusted, and each batch is
-  validated like :func:`sampling_mask.codecs.arrow.iter_masks` validates it.
+* Every file is read through the codecs' one batch reader (``._batch_reader``), as
+  :func:`sampling_mask.codecs.arrow.iter_masks` reads it: a regular file only, its schema header
+  (version, vocab size, id order, layout, metadata) checked before any batch is trusted, each
+  batch's size bounded before it is read, the mask and every user column validated before a value
+  is handed out. ``pyarrow.dataset`` is not used.
+* Files are found by ``._walk``: nothing is opened to find them, symlinks to directories are never
+  followed, FIFOs / devices / dangling or looping links / links to files outside the root (unless
+  ``follow_symlinks=True``) are reported by path, not read.
 * One table row is one segment (sequence), so a row filter keeps or drops whole sequences: filters on
-  user or partition columns (``step``, ``reward``, ``request_id``, ...) never cut a sequence.
-* Each file is scanned with its own schema (plus the partition columns), so a file's companions are
+  user or partition columns (``step``, ``reward``, ``request_id``, ...) never cut a sequence. A
+  filter on partition columns only leaves files out unopened; another is evaluated per batch read.
+* Each file is read with its own schema (plus the partition columns), so a file's companions are
   never dropped because another file lacks them.
-* With ``on_error="report"`` a file of another spec version or a corrupt file is recorded in
-  :attr:`MaskDataset.errors` by path and skipped; the other files' batches still arrive. With
-  ``on_error="raise"`` (the default) the first such error is raised, its message naming the path.
+* With ``on_error="report"`` every bad entry is recorded in :attr:`MaskDataset.errors` by path with a
+  code and skipped: one the walk refused, a file of the other format (the format most files have
+  wins), a file whose partition keys differ from most files' or name a mask column
+  (``sampling_mask=7/``), a file of another spec version or a corrupt file; the other files'
+  sequences still arrive. With ``on_error="raise"`` (the default) the first such error is raised,
+  its message naming the path.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import glob
-import operator
 import os
 import re
 import secrets
@@ -38,6 +44,19 @@ from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask
 from . import arrow
+from ._batch_reader import (
+    PREFIX,
+    RESERVED_COLUMNS,
+    BatchReader,
+    MappedFile,
+    arrow_errors,
+    check_columns,
+    column_of,
+    mask_from_batch,
+    read_schema,
+    user_values,
+)
+from ._walk import find_files, located, split_by_format
 
 __all__ = [
     "FileError",
@@ -50,8 +69,6 @@ __all__ = [
 ]
 
 _EXTENSIONS = {"parquet": (".parquet",), "arrow": (".arrow",)}
-_ROWS = 1 << 24  # sequences per scanned batch unless batch_size says fewer
-_MASK_COLUMNS = (arrow.MASK_COLUMN, arrow.COMPACT_COLUMN, arrow.COMPACT_ROWS_COLUMN, arrow.COMPACT_NNZ_COLUMN)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,40 +104,8 @@ class MaskBatch:
             yield MaskSequence(self.mask.segment(i), {k: v[i] for k, v in values.items()}, self.path)
 
 
-def _format_of(paths: Sequence[str], format: str | None) -> str:
-    if format is not None:
-        if format not in _EXTENSIONS:
-            raise SamplingMaskError(
-                ErrorCode.E_SCHEMA, f"a dataset is 'parquet' or 'arrow' files, not {format!r}", value=format
-            )
-        return format
-    found = {fmt for path in paths for fmt, exts in _EXTENSIONS.items() if path.endswith(exts)}
-    if len(found) != 1:
-        raise SamplingMaskError(
-            ErrorCode.E_SCHEMA,
-            "cannot tell the dataset's format from its files' extensions (.parquet or .arrow): pass format=",
-            value=sorted(found) or None,
-        )
-    return found.pop()
-
-
-def _expand(source: Any, format: str | None) -> tuple[list[str], str | None]:
-    """The files of ``source`` (sorted within a directory or glob) and the root of their partitions."""
-    if isinstance(source, (str, os.PathLike)):
-        source = os.fspath(source)
-        if os.path.isdir(source):
-            exts = _EXTENSIONS[format] if format in _EXTENSIONS else sum(_EXTENSIONS.values(), ())
-            found = [
-                os.path.join(top, name)
-                for top, _dirs, names in os.walk(source)
-                for name in names
-                if name.endswith(exts) and not name.startswith((".", "_"))
-            ]
-            return sorted(found), source
-        if glob.has_magic(source):
-            return sorted(p for p in glob.glob(source, recursive=True) if os.path.isfile(p)), None
-        return [source], None
-    return [os.fspath(p) for p in source], None
+def _file_error(path: str, exc: BaseException) -> FileError:
+    return FileError(path, located(path, exc))
 
 
 class MaskDataset:
@@ -134,40 +119,62 @@ class MaskDataset:
         partitioning: str | None = "hive",
         limits: Limits = DEFAULT_LIMITS,
         validate: bool = True,
+        follow_symlinks: bool = False,
     ) -> None:
-        import pyarrow.dataset as ds
-
-        files, root = _expand(source, format)
-        if not files:
-            raise FileNotFoundError(f"no .parquet or .arrow files in {source!r}")
-        self.format = _format_of(files, format)
-        self.files = files
-        self.limits = limits
-        self.validate = validate
-        self.errors: list[FileError] = []
         if partitioning not in ("hive", None):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "partitioning is 'hive' or None", value=partitioning)
-        self.partition_schema, partitions = _partitions(files, root if partitioning == "hive" else None)
-        self._dataset = ds.FileSystemDataset.from_paths(
-            files,
-            schema=self.partition_schema,
-            format=ds.IpcFileFormat() if self.format == "arrow" else ds.ParquetFileFormat(),
-            filesystem=_local_filesystem(),
-            partitions=partitions,
-        )
+        exts = _EXTENSIONS[format] if format in _EXTENSIONS else sum(_EXTENSIONS.values(), ())
+        found = find_files(source, exts, follow_outside=follow_symlinks)
+        #: Files not read: at construction the entries the walk refused (FIFOs, dangling links, files
+        #: of another format or partition layout); each ``batches(on_error="report")`` adds the files
+        #: whose content it rejected.
+        self.errors: list[FileError] = [FileError(s.path, s.error) for s in found.skipped]
+        if not found.files:
+            if self.errors:
+                raise self.errors[0].error
+            raise FileNotFoundError(f"no .parquet or .arrow files in {source!r}")
+        self.format, others = split_by_format(found.files, format, _EXTENSIONS)
+        for path in others:
+            error = SamplingMaskError(
+                ErrorCode.E_SCHEMA, f"{path}: not a {self.format} file, as the rest of the dataset", field="path"
+            )
+            self.errors.append(FileError(path, error))
+        other = set(others)
+        files = [p for p in found.files if p not in other]
+        self.limits = limits
+        self.validate = validate
+        root = found.root if partitioning == "hive" else None
+        self.partition_schema, self._partitions, bad = _partitions(files, root)
+        self.errors += bad
+        rejected = {e.path for e in bad}
+        self.files = [p for p in files if p not in rejected]
+        self._construction_errors = len(self.errors)
 
-    def _fragments(self, expr: Any) -> tuple[list[Any], bool]:
-        """The files to scan, and whether ``expr`` names partition columns only. Files whose partition
+    def _fragments(self, expr: Any) -> tuple[list[str], bool]:
+        """The files to read, and whether ``expr`` names partition columns only. Files whose partition
         values cannot satisfy ``expr`` are left out unopened; an expression on other columns cannot
-        prune and keeps every file (its rows are filtered while scanning)."""
+        prune and keeps every file (its rows are filtered as each batch is read)."""
         import pyarrow as pa
 
         if expr is None:
-            return list(self._dataset.get_fragments()), True
-        try:
-            return list(self._dataset.get_fragments(filter=expr)), True
-        except (pa.ArrowInvalid, TypeError):
-            return list(self._dataset.get_fragments()), False
+            return list(self.files), True
+        keep = []
+        verdicts: dict[tuple[tuple[str, Any], ...], bool] = {}  # files of one directory share values
+        for path in self.files:
+            values = self._partitions[path]
+            key = tuple(values.items())
+            if key not in verdicts:
+                table = pa.table(
+                    {f.name: pa.array([values.get(f.name)], type=f.type) for f in self.partition_schema}
+                    or {"_": pa.array([0])}
+                )
+                try:
+                    verdicts[key] = table.filter(expr).num_rows > 0
+                except (pa.ArrowException, TypeError, ValueError):
+                    return list(self.files), False
+            if verdicts[key]:
+                keep.append(path)
+        return keep, True
 
     def batches(
         self,
@@ -182,32 +189,30 @@ class MaskDataset:
         ``columns``: user / partition columns to carry (default: all); the mask and its companions
         always come. ``filter``: a ``pyarrow.compute.Expression`` or a mapping ``{column: value or
         [values]}``; it selects sequences. ``batch_size``: at most this many sequences per batch.
-        With no filter or one on partition columns only, each remaining file is read batch by batch
-        through the codec's own reader (as :func:`sampling_mask.codecs.arrow.iter_masks`: each
-        batch's size bounded before it is read); a filter on other columns goes through
-        ``pyarrow.dataset``'s scanner, which bounds a batch only after reading it.
+        Every file is read batch by batch through the codecs' one reader (each batch's size bounded
+        before it is read, every column validated before it is used); a filter on partition
+        columns leaves files out unopened, one on other columns selects rows of each batch read.
+        ``on_error="report"``: a bad file is recorded in :attr:`errors` and skipped; ``"raise"``:
+        the first bad file (including those the walk refused) is raised, naming its path.
         """
         if on_error not in ("raise", "report"):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "on_error is 'raise' or 'report'", value=on_error)
+        if on_error == "raise" and self._construction_errors:
+            raise self.errors[0].error
         expr = _expression(filter)
-        fragments, partition_only = self._fragments(expr)
-        for fragment in fragments:
+        files, partition_only = self._fragments(expr)
+        for path in files:
             try:
-                if partition_only:
-                    yield from self._read_file(fragment, columns, batch_size)
-                else:
-                    yield from self._scan_file(fragment, columns, expr, batch_size)
-            except SamplingMaskError as exc:
-                error = SamplingMaskError(
-                    exc.code, f"{fragment.path}: {exc.message}", **{k: getattr(exc, k) for k in _LOCATION}
-                )
+                yield from self._read_file(path, columns, None if partition_only else expr, batch_size)
+            except (SamplingMaskError, OSError) as exc:
+                error = _file_error(path, exc)
                 if on_error == "raise":
-                    raise error from None
-                self.errors.append(FileError(fragment.path, error))
+                    raise error.error from None
+                self.errors.append(error)
 
     def _user_columns(self, physical: Any, columns: Sequence[str] | None) -> list[str]:
         """The user and partition columns to return for a file of schema ``physical``."""
-        names = [n for n in physical.names if n not in arrow.RESERVED_COLUMNS]
+        names = [n for n in physical.names if n not in RESERVED_COLUMNS]
         names += [n for n in self.partition_schema.names if n not in names]
         if columns is None:
             return names
@@ -216,55 +221,63 @@ class MaskDataset:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "no such user or partition column", field=unknown[0])
         return list(columns)
 
-    def _read_file(self, fragment: Any, columns: Sequence[str] | None, batch_size: int | None) -> Iterator[MaskBatch]:
-        """Every batch of one file, with its partition values as constant columns."""
-        import pyarrow.dataset as pads
-
-        keys = pads.get_partition_keys(fragment.partition_expression)
-        with arrow._map_file(fragment.path) as stream:
-            reader = arrow._BatchSource(stream, self.format, self.limits, batch_size)
-            extra = self._user_columns(reader.schema, columns)
-            index = 0
-            while True:
-                with arrow._arrow_errors("dataset file", batches=index):
-                    batch = reader.batch(index)
-                    if batch is None:
-                        return
-                    mask = arrow._mask_from_batch(batch, reader.header, self.limits, self.validate)
-                index += 1
-                values = {
-                    name: np.full(batch.num_rows, keys[name], self.partition_schema.field(name).type.to_pandas_dtype())
-                    if name in keys and batch.schema.get_field_index(name) < 0
-                    else arrow._column(batch, name).to_numpy(zero_copy_only=False)
-                    for name in extra
-                }
-                yield MaskBatch(mask, values, fragment.path)
-
-    def _scan_file(
-        self, fragment: Any, columns: Sequence[str] | None, expr: Any, batch_size: int | None
+    def _read_file(
+        self, path: str, columns: Sequence[str] | None, expr: Any, batch_size: int | None
     ) -> Iterator[MaskBatch]:
-        """The batches of one file that ``expr`` selects rows of (pyarrow's scanner)."""
+        """Every batch of one file (the rows ``expr`` selects), partition values as constant columns."""
+        keys = self._partitions[path]
+        mapped = MappedFile(path)
+        reader = BatchReader(mapped.buffer, self.format, self.limits, batch_size=batch_size)
+        extra = self._user_columns(reader.schema, columns)
+        index = 0
+        while True:
+            with arrow_errors("dataset file", batches=index):
+                batch = reader.read(index)
+                if batch is None:
+                    return
+                mask = mask_from_batch(batch, reader.header, self.limits, self.validate)
+                values = {name: self._values(batch, name, keys) for name in extra}
+                if expr is not None:
+                    rows = self._selected(batch, keys, expr)
+                    if rows.size == 0:
+                        index += 1
+                        continue
+                    if rows.size < batch.num_rows:
+                        mask = mask.take(rows)
+                        values = {name: column[rows] for name, column in values.items()}
+            index += 1
+            step = batch_size or max(mask.num_segments, 1)  # IPC batches are as written: split them
+            for start in range(0, mask.num_segments, step):
+                stop = min(start + step, mask.num_segments)
+                part = mask if stop - start == mask.num_segments else mask.take(np.arange(start, stop))
+                yield MaskBatch(part, {name: column[start:stop] for name, column in values.items()}, path)
+            mapped.release()
+
+    def _values(self, batch: Any, name: str, keys: Mapping[str, Any]) -> np.ndarray:
+        if name in keys and batch.schema.get_field_index(name) < 0:
+            dtype = self.partition_schema.field(name).type.to_pandas_dtype()
+            return np.full(batch.num_rows, keys[name], dtype)
+        return user_values(batch, name)
+
+    def _selected(self, batch: Any, keys: Mapping[str, Any], expr: Any) -> np.ndarray:
+        """The rows of ``batch`` that ``expr`` keeps (evaluated on its user and partition columns,
+        each validated first)."""
         import pyarrow as pa
 
-        with arrow._arrow_errors("dataset file"):
-            physical = fragment.physical_schema
-        header = arrow._read_header(physical, self.limits)
-        schema = physical
+        names = [n for n in batch.schema.names if n not in RESERVED_COLUMNS]
+        check_columns(batch, names)
+        table = pa.table({n: column_of(batch, n) for n in names})
         for field in self.partition_schema:
-            if physical.get_field_index(field.name) < 0:
-                schema = schema.append(field)
-        mask_columns = [name for name in (*_MASK_COLUMNS, *arrow.COMPANIONS) if physical.get_field_index(name) >= 0]
-        extra = self._user_columns(physical, columns)
-        # pyarrow's default scan batch (2^17 rows) re-slices nested lists: at most a row group per batch instead.
-        options = {"schema": schema, "columns": mask_columns + extra, "filter": expr, "batch_size": batch_size or _ROWS}
-        with arrow._arrow_errors("dataset file"):
-            for batch in fragment.to_batches(**options):
-                if batch.num_rows == 0:
-                    continue
-                batch = pa.RecordBatch.from_arrays(batch.columns, schema=batch.schema.with_metadata(physical.metadata))
-                mask = arrow._mask_from_batch(batch, header, self.limits, self.validate)
-                values = {name: arrow._column(batch, name).to_numpy(zero_copy_only=False) for name in extra}
-                yield MaskBatch(mask, values, fragment.path)
+            if field.name in keys and field.name not in names:
+                table = table.append_column(field, pa.array(np.full(batch.num_rows, keys[field.name]), type=field.type))
+        table = table.append_column("__sampling_mask_row__", pa.array(np.arange(batch.num_rows, dtype=np.int64)))
+        try:
+            kept = table.filter(expr)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA, f"the filter cannot be applied: {exc}"[:300], field="filter"
+            ) from None
+        return kept.column("__sampling_mask_row__").to_numpy()
 
     def sequences(self, **options: Any) -> Iterator[MaskSequence]:
         """The dataset one sequence at a time (same options as :meth:`batches`)."""
@@ -283,40 +296,53 @@ class MaskDataset:
         return MaskBatch(concat([p.mask for p in parts]), columns, os.path.commonpath([p.path for p in parts]))
 
 
-_LOCATION = ("row", "segment", "field", "value")
-
-
-def _local_filesystem() -> Any:
-    import pyarrow.fs
-
-    return pyarrow.fs.LocalFileSystem()
-
-
-def _partitions(files: Sequence[str], root: str | None) -> tuple[Any, list[Any]]:
-    """The hive partition columns (int32 where every value is a small integer, else string) and each
-    file's partition expression, from the ``key=value`` directories below ``root`` alone."""
+def _partitions(files: Sequence[str], root: str | None) -> tuple[Any, dict[str, dict[str, Any]], list[FileError]]:
+    """The hive partition columns (int32 where every value is a small integer, else string), each
+    file's partition values, from the ``key=value`` directories below ``root`` alone, and the files
+    whose directories do not fit: keys other than most files have (in order), a key that is a mask
+    column, or a directory name that does not decode."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     prefix = os.path.join(root, "") if root is not None else None
-    found: list[dict[str, str]] = []
+    found: dict[str, dict[str, str]] = {}
+    errors: list[FileError] = []
     for path in files:
         relative = os.path.dirname(path[len(prefix) :]) if prefix and path.startswith(prefix) else ""
-        pairs = (part.partition("=") for part in relative.split(os.sep) if "=" in part)
-        found.append({key: urllib.parse.unquote(value) for key, _, value in pairs})
-    names = list(dict.fromkeys(key for keys in found for key in keys))
-    integer = {name: all(re.fullmatch(r"-?[0-9]{1,9}", keys[name]) for keys in found if name in keys) for name in names}
-    schema = pa.schema([(name, pa.int32() if integer[name] else pa.string()) for name in names])
-    always = pc.scalar(True)
-    expressions = []
-    cache: dict[tuple[tuple[str, str], ...], Any] = {}  # files of one directory share one expression
-    for keys in found:
-        key = tuple(keys.items())
-        if key not in cache:
-            terms = [pc.field(n) == (int(v) if integer[n] else v) for n, v in key]
-            cache[key] = functools.reduce(operator.and_, terms) if terms else always
-        expressions.append(cache[key])
-    return schema, expressions
+        pairs = [part.partition("=") for part in relative.split(os.sep) if "=" in part]
+        keys = {urllib.parse.unquote(key): urllib.parse.unquote(value) for key, _, value in pairs}
+        reserved = [key for key in keys if key in RESERVED_COLUMNS or not key]
+        if reserved or len(keys) != len(pairs):
+            bad = reserved[0] if reserved else "a repeated key"
+            error = SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"{path}: the partition directory {bad!r} names a column of the mask, or none, or twice",
+                field=bad,
+            )
+            errors.append(FileError(path, error))
+            continue
+        found[path] = keys
+    layouts_seen: dict[tuple[str, ...], int] = {}
+    for keys in found.values():
+        layouts_seen[tuple(keys)] = layouts_seen.get(tuple(keys), 0) + 1
+    layout = max(layouts_seen, key=lambda k: layouts_seen[k]) if layouts_seen else ()
+    for path, keys in list(found.items()):
+        if tuple(keys) != layout:
+            error = SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"{path}: partition keys {list(keys)} differ from the dataset's {list(layout)}",
+                field="partitioning",
+            )
+            errors.append(FileError(path, error))
+            del found[path]
+    integer = {name: all(re.fullmatch(r"-?[0-9]{1,9}", keys[name]) for keys in found.values()) for name in layout}
+    schema = pa.schema([(name, pa.int32() if integer[name] else pa.string()) for name in layout])
+    values = {
+        path: {name: int(value) if integer[name] else value for name, value in keys.items()}
+        for path, keys in found.items()
+    }
+    for path in files:
+        values.setdefault(path, {})
+    return schema, values, errors
 
 
 def _expression(filter: Any) -> Any:
@@ -324,7 +350,6 @@ def _expression(filter: Any) -> Any:
     if filter is None:
         return None
     import pyarrow.compute as pc
-    import pyarrow.dataset as ds
 
     if isinstance(filter, pc.Expression):
         return filter
@@ -335,9 +360,9 @@ def _expression(filter: Any) -> Any:
     expr = None
     for name, value in filter.items():
         if isinstance(value, (list, tuple, set, frozenset, np.ndarray)):
-            term = ds.field(name).isin(list(value))
+            term = pc.field(name).isin(list(value))
         else:
-            term = ds.field(name) == value
+            term = pc.field(name) == value
         expr = term if expr is None else expr & term
     return expr
 
@@ -351,7 +376,8 @@ def batch_from_table(
     ``.arrow()``, Polars ``.to_arrow()``) or a Hugging Face ``datasets.Dataset``. Tools that drop the
     schema metadata (Hugging Face ``datasets`` does) lose the header: pass ``like``, one of the
     dataset's files (path) or its ``pyarrow.Schema``, whose header (version, vocab size, id order,
-    metadata) is then used. The mask is read by :func:`sampling_mask.codecs.arrow.mask_from_table`.
+    metadata) is then used. The mask is read by :func:`sampling_mask.codecs.arrow.mask_from_table`;
+    the user columns are validated in full before they are converted.
     """
     import pyarrow as pa
 
@@ -363,25 +389,17 @@ def batch_from_table(
             ErrorCode.E_SCHEMA, "expected a pyarrow Table or RecordBatch", value=type(table).__name__
         )
     declared = {bytes(k) for k in table.schema.metadata or {}}
-    if like is not None and (arrow.PREFIX + "version").encode() not in declared:
-        schema = _file_schema(os.fspath(like)) if isinstance(like, (str, os.PathLike)) else like
+    if like is not None and (PREFIX + "version").encode() not in declared:
+        if isinstance(like, (str, os.PathLike)):
+            path = os.fspath(like)
+            schema = read_schema(path, "parquet" if path.endswith(".parquet") else "arrow", limits)
+        else:
+            schema = like
         table = table.replace_schema_metadata(schema.metadata)
     mask = arrow.mask_from_table(table, limits=limits, validate=validate)
-    extra = [name for name in table.schema.names if name not in arrow.RESERVED_COLUMNS]
-    columns = {name: arrow._column(table, name).to_numpy(zero_copy_only=False) for name in extra}
+    extra = [name for name in table.schema.names if name not in RESERVED_COLUMNS]
+    columns = {name: user_values(table, name) for name in extra}
     return MaskBatch(mask, columns, "")
-
-
-def _file_schema(path: str) -> Any:
-    """The schema (with its metadata) of one of our Parquet or Arrow IPC files."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    with arrow._arrow_errors("schema of " + path):
-        if path.endswith(".parquet"):
-            return pq.read_schema(path)
-        with pa.memory_map(path) as source:
-            return pa.ipc.open_file(source).schema
 
 
 def open_dataset(
@@ -391,9 +409,20 @@ def open_dataset(
     partitioning: str | None = "hive",
     limits: Limits = DEFAULT_LIMITS,
     validate: bool = True,
+    follow_symlinks: bool = False,
 ) -> MaskDataset:
-    """A :class:`MaskDataset` over a directory (recursive), a glob or a list of ``.parquet`` / ``.arrow`` files."""
-    return MaskDataset(source, format=format, partitioning=partitioning, limits=limits, validate=validate)
+    """A :class:`MaskDataset` over a directory (recursive), a glob or a list of ``.parquet`` / ``.arrow``
+    files. ``follow_symlinks=True`` also reads symlinks to files outside the directory (by default
+    they are reported in :attr:`MaskDataset.errors`, not read); symlinks to directories are never
+    followed."""
+    return MaskDataset(
+        source,
+        format=format,
+        partitioning=partitioning,
+        limits=limits,
+        validate=validate,
+        follow_symlinks=follow_symlinks,
+    )
 
 
 #: The longest file or folder name written (bytes of its UTF-8), what POSIX file systems allow.

@@ -426,5 +426,5 @@ def decode(
     rows_ascending = layout == "compact"
     mask = SamplingMask(ids, offsets, vocab_size=vocab_size, metadata=metadata, validate=False, limits=limits, **kwargs)
     if validate:
-        mask._validate(limits, rows_ascending=rows_ascending, widest=widest)
+        mask.validate(limits, rows_ascending=rows_ascending, widest=widest)
     return check_id_order(mask, id_order) if validate else mask

@@ -6,26 +6,46 @@ name (``sampled_token_ids`` int32, ``sampled_logprobs`` / ``temperature`` / ``su
 float32). The file's ``__metadata__`` holds the Arrow schema-metadata keys of spec section ``arrow``
 (``sampling_mask.version``, ``sampling_mask.vocab_size``, ``sampling_mask.id_order``,
 ``sampling_mask.metadata.<key>``), so a file names its version and vocab size as our Arrow files do.
-Other tensors in the file are ignored. Reading validates the mask like every decoder (the
-``safetensors`` package checks the header and offsets of the file itself). Needs ``safetensors``.
+Other tensors in the file are ignored. Writing needs ``safetensors``; reading does not: the file is
+read by :func:`read_tensors` (a regular file only, memory-mapped; the header length, JSON, dtypes,
+shapes and data offsets checked against the file and ``limits`` before a tensor is viewed), then the
+mask is validated like every decoder's. The command line reads ``audit --logits`` files with it too.
 """
 
 from __future__ import annotations
 
 import os
-import types
-from collections.abc import Mapping
+import struct
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
-from . import arrow
+from ._batch_reader import PREFIX, MappedFile, header_metadata, read_header
 from ._common import check_id_order, id_order_of
 
-__all__ = ["from_tensors", "load_file", "save_file", "to_tensors"]
+__all__ = ["DTYPES", "from_tensors", "load_file", "read_tensors", "save_file", "tensor_dtypes", "to_tensors"]
+
+#: safetensors dtype names read and their numpy storage (``BF16`` as raw 16-bit words).
+DTYPES = {
+    "F64": "<f8",
+    "F32": "<f4",
+    "F16": "<f2",
+    "BF16": "<u2",
+    "I64": "<i8",
+    "I32": "<i4",
+    "I16": "<i2",
+    "I8": "i1",
+    "U64": "<u8",
+    "U32": "<u4",
+    "U16": "<u2",
+    "U8": "u1",
+    "BOOL": "?",
+}
+_MAX_HEADER = 100 * 1024 * 1024  # the safetensors package's own bound
 
 IDS, OFFSETS, CU_SEQLENS = "sampling_mask.ids", "sampling_mask.offsets", "sampling_mask.cu_seqlens"
 
@@ -40,8 +60,8 @@ def to_tensors(mask: SamplingMask) -> tuple[dict[str, np.ndarray], dict[str, str
     }
     for name, values in mask.companions.items():
         tensors[name] = np.ascontiguousarray(values, COMPANIONS[name])
-    header = arrow._header_metadata(mask, compact=False, id_order=id_order_of(mask))
-    header.pop(arrow.PREFIX + "layout", None)
+    header = header_metadata(mask, compact=False, id_order=id_order_of(mask))
+    header.pop(PREFIX + "layout", None)
     return tensors, header
 
 
@@ -53,7 +73,7 @@ def from_tensors(
         if name not in tensors:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing tensor", field=name)
     raw = {str(k).encode(): str(v).encode() for k, v in (metadata or {}).items()}
-    header = arrow._read_header(types.SimpleNamespace(metadata=raw), limits)
+    header = read_header(raw, limits)
     companions: dict[str, Any] = {name: _host(tensors[name], name) for name in COMPANIONS if name in tensors}
     mask = SamplingMask(
         _host(tensors[IDS], IDS),
@@ -64,7 +84,7 @@ def from_tensors(
         limits=limits,
         **companions,
     )
-    return check_id_order(mask, header.id_order, field=arrow.PREFIX + "id_order")
+    return check_id_order(mask, header.id_order, field=PREFIX + "id_order")
 
 
 def _host(value: Any, name: str) -> np.ndarray:
@@ -83,19 +103,85 @@ def save_file(mask: SamplingMask, path: str | os.PathLike[str]) -> None:
     write(tensors, os.fspath(path), metadata=header)
 
 
-def load_file(path: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
-    """Read a mask written by :func:`save_file` (or by anyone using the same names); validated."""
-    from safetensors import safe_open
+def read_tensors(
+    path: str | os.PathLike[str], names: Sequence[str] | None = None, *, limits: Limits = DEFAULT_LIMITS
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The tensors ``names`` (default: all) of a safetensors file as read-only numpy views of its
+    mapping, and its ``__metadata__``. Only a regular file is read (``E_ENCODING`` for a FIFO or a
+    device, without blocking); the header must be a JSON object within the file (``E_ENCODING``),
+    each entry ``{"dtype", "shape", "data_offsets"}`` (``E_SCHEMA``), of a known dtype
+    (``E_DTYPE``), its offsets inside the data and equal to its shape's bytes (``E_BYTES``). A
+    missing tensor is ``E_SCHEMA``. Nothing sized by the header is allocated."""
+    data, start, header, metadata = _open(path, limits)
+    wanted = list(header) if names is None else list(names)
+    tensors: dict[str, np.ndarray] = {}
+    for name in wanted:
+        entry = header.get(name)
+        if not isinstance(entry, dict):
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, f"no tensor {name!r} (it has {list(header)[:8]})", field=name)
+        tensors[name] = _tensor(data, start, name, entry)
+    return tensors, metadata
 
-    path = os.fspath(path)
-    size = os.stat(path).st_size
-    if size > limits.max_bytes:
-        raise SamplingMaskError(ErrorCode.E_LIMIT, "file larger than max_bytes", field="file", value=size)
+
+def tensor_dtypes(path: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS) -> dict[str, str]:
+    """Each tensor's name and dtype name as the header declares them (nothing else is checked)."""
+    _data, _start, header, _metadata = _open(path, limits)
+    return {name: str(entry.get("dtype")) if isinstance(entry, dict) else "" for name, entry in header.items()}
+
+
+def _open(path: str | os.PathLike[str], limits: Limits) -> tuple[memoryview, int, dict[str, Any], dict[str, str]]:
+    """(the mapped file, where its data starts, the header without ``__metadata__``, the metadata)."""
+    from . import json as json_codec
+
+    data = memoryview(MappedFile(path).buffer)
+    check_count(len(data), limits.max_bytes, "file size", field="file")
+    if len(data) < 8:
+        raise SamplingMaskError(ErrorCode.E_ENCODING, "too short for a safetensors file", field="file")
+    (size,) = struct.unpack_from("<Q", data, 0)
+    if size > min(_MAX_HEADER, len(data) - 8):
+        raise SamplingMaskError(
+            ErrorCode.E_ENCODING, f"the header size {size} runs past the file ({len(data)} bytes)", field="file"
+        )
+    header = json_codec.parse(bytes(data[8 : 8 + size]), limits=limits)
+    if not isinstance(header, dict):
+        raise SamplingMaskError(ErrorCode.E_ENCODING, "the safetensors header is not a JSON object", field="file")
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "__metadata__ must map strings to strings", field="__metadata__")
+    return data, 8 + size, header, metadata
+
+
+def _tensor(data: memoryview, start: int, name: str, entry: Mapping[str, Any]) -> np.ndarray:
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in DTYPES:
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"unknown dtype {str(dtype)[:20]!r}", field=name)
+    ok_shape = isinstance(shape, list) and all(type(v) is int and v >= 0 for v in shape)
+    ok_offsets = isinstance(offsets, list) and len(offsets) == 2 and all(type(v) is int for v in offsets)
+    if not ok_shape or not ok_offsets:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "shape must be a list of sizes, data_offsets [begin, end]", field=name
+        )
+    storage = np.dtype(DTYPES[dtype])
+    count = 1
+    for dim in shape:  # type: ignore[union-attr]
+        count *= dim  # Python ints: no overflow; compared with the file below before any use
+    begin, end = offsets  # type: ignore[misc]
+    if not 0 <= begin <= end <= len(data) - start or end - begin != count * storage.itemsize:
+        raise SamplingMaskError(
+            ErrorCode.E_BYTES, f"data_offsets {offsets} disagree with shape {shape} or the file", field=name
+        )
+    return np.frombuffer(data, dtype=storage, count=count, offset=start + begin).reshape(shape)
+
+
+def load_file(path: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
+    """Read a mask written by :func:`save_file` (or by anyone using the same names); validated.
+    Read by :func:`read_tensors`: the safetensors package is not needed."""
     try:
-        with safe_open(path, framework="numpy") as handle:
-            metadata = handle.metadata()
-            names = [n for n in handle.keys() if n in (IDS, OFFSETS, CU_SEQLENS) or n in COMPANIONS]
-            tensors = {name: handle.get_tensor(name) for name in names}
-    except Exception as exc:  # safetensors' SafetensorError derives from Exception alone; OSError too
-        raise SamplingMaskError(ErrorCode.E_ENCODING, f"not a safetensors file: {exc}"[:300], field="file") from None
+        data, start, header, metadata = _open(path, limits)
+    except SamplingMaskError as exc:
+        if exc.code is ErrorCode.E_LIMIT:
+            raise
+        raise SamplingMaskError(exc.code, f"not a safetensors file: {exc.message}", field=exc.field) from None
+    names = [n for n in header if n in (IDS, OFFSETS, CU_SEQLENS) or n in COMPANIONS]
+    tensors = {name: _tensor(data, start, name, header[name]) for name in names if isinstance(header[name], dict)}
     return from_tensors(tensors, metadata, limits=limits)

@@ -471,9 +471,14 @@ class SamplingMask:
         return cls(ids, offsets, **_forwarded(locals()))
 
     # ------------------------------------------------------------------ validation
-    def validate(self, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
-        """Check every invariant of the spec; raise :class:`SamplingMaskError` or return ``self``."""
-        return self._validate(limits, rows_ascending=False)
+    def validate(
+        self, limits: Limits = DEFAULT_LIMITS, *, rows_ascending: bool = False, widest: int | None = None
+    ) -> SamplingMask:
+        """Check every invariant of the spec; raise :class:`SamplingMaskError` or return ``self``.
+
+        ``rows_ascending`` / ``widest`` are for decoders that built the arrays themselves and so
+        know part of the answer (see :meth:`_validate`); left at their defaults everything is checked."""
+        return self._validate(limits, rows_ascending=rows_ascending, widest=widest)
 
     def _validate(self, limits: Limits, *, rows_ascending: bool = False, widest: int | None = None) -> SamplingMask:
         """:meth:`validate`. ``rows_ascending``: the caller built every row strictly ascending (a decoder
