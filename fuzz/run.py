@@ -71,6 +71,23 @@ def _escape(token: bytes) -> str:
     return "".join(chr(b) if 0x20 <= b < 0x7F and b not in (0x22, 0x5C) else f"\\x{b:02x}" for b in token)
 
 
+def _fresh_peak_rss() -> None:
+    """Go on in a fork of this process; the parent waits and exits with the fork's status.
+
+    libFuzzer's ``-rss_limit_mb`` checks the peak RSS (``ru_maxrss``), and Linux carries a parent's
+    peak over ``exec``: started from a test runner that once held 1.5 GB (the trainer tests), a
+    target would start "over the limit". A fork's peak starts at its own size, so the limit is this
+    target's again."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        return
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
+
+
 def fuzz(name: str, args: argparse.Namespace, extra: list[str]) -> int:
     import atheris
 
@@ -135,6 +152,7 @@ def fuzz(name: str, args: argparse.Namespace, extra: list[str]) -> int:
     if args.runs is not None:
         flags.append(f"-runs={args.runs}")
     print(f"fuzzing {name}: corpus {corpus}, artifacts {artifacts}", flush=True)
+    _fresh_peak_rss()
     atheris.Setup([sys.argv[0], *flags, *extra, str(corpus)], test_one_input)
     atheris.Fuzz()  # ends the process
     return 0  # pragma: no cover

@@ -85,3 +85,16 @@ def test_fuzz_target_finds_nothing(runs: dict[str, tuple[int, str, list[str]]], 
     executed = re.search(r"stat::number_of_executed_units:\s*(\d+)", log)
     assert executed is not None, f"{name}: no libFuzzer stats\n{tail}"
     assert int(executed.group(1)) >= MIN_EXECUTIONS, f"{name}: only {executed.group(1)} inputs ran\n{tail}"
+
+
+def test_a_parents_peak_memory_does_not_count_against_a_target() -> None:
+    """Linux carries a parent's peak RSS over exec, and libFuzzer's ``-rss_limit_mb`` reads the peak:
+    run.py fuzzes in a fork, so a target started by a process that once held more than the limit runs."""
+    code = (
+        "import subprocess, sys, numpy as np\n"
+        "held = np.ones(1 << 28); del held  # a 2 GiB peak in the parent\n"
+        f"args = [sys.executable, {str(RUNNER)!r}, 'dense', '--seconds=1', '--rss-limit-mb=1536', '--timeout=20']\n"
+        "sys.exit(subprocess.run(args, capture_output=True).returncode)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=180)
+    assert proc.returncode == 0
