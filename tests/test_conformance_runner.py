@@ -165,7 +165,9 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
         (["-k", "nomatch*"], "no case selected"),
         (["--form", "dense", "--class", "ragged reader"], "no case selected of the classes ['ragged reader']"),
         (["--class", "json-rows reeder"], "unknown class 'json-rows reeder'; did you mean 'json-rows reader'?"),
-        (["--list", "-k", "nomatch*"], "no case selected: check --form, -k and --level"),
+        (["--list", "-k", "nomatch*"], "no case selected: check --form, -k, --level, --class and --release"),
+        (["--list", "--form", "dense", "--class", "ragged reader"], "no case selected"),
+        (["--profile-1.0", "x.msgpack", "--form", "dense"], "unknown form 'dense'"),
     ):
         out = io.StringIO()
         assert runner.main(argv, out=out) == 2, argv
