@@ -748,6 +748,12 @@ def _whole(source: Any) -> Any:
     return whole
 
 
+def _check_leading_magic(source: Any, fmt: str) -> None:
+    """SPEC 9.5: an IPC file starts with ``ARROW1`` (pyarrow checks only the trailing magic)."""
+    if fmt == "arrow" and source.read_at(6, 0) != b"ARROW1":
+        raise SamplingMaskError(ErrorCode.E_ENCODING, "the file does not start with the magic ARROW1", field="magic")
+
+
 def _empty_batch(schema: Any) -> Any:
     import pyarrow as pa
 
@@ -769,6 +775,7 @@ class _BatchSource:
         self.costs: list[int] = []
         self.complete = True
         if fmt in ("arrow", "arrows"):
+            _check_leading_magic(source, fmt)
             costs = _ipc_bounds.batch_costs(_whole(source), fmt)
             _ipc_bounds.check(costs.dictionaries, limits, "the dictionary batches")
             self.costs, self.complete = costs.batches, costs.complete
@@ -892,6 +899,7 @@ def read_table(source: Any, fmt: str | None = None, *, limits: Limits = DEFAULT_
     if fmt is None:
         fmt = _sniff(stream.read_at(32, 0))
     if fmt in ("arrow", "arrows"):
+        _check_leading_magic(stream, fmt)
         costs = _ipc_bounds.batch_costs(_whole(stream), fmt)
         _ipc_bounds.check(costs.dictionaries + sum(costs.batches), limits, "the table")
     elif fmt == "parquet":

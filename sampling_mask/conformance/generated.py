@@ -9,6 +9,8 @@ classes when it declares none), hypothesis draws N cases with the exported strat
   whose verdict must agree with the reference: both accept the same mask, or both reject (the codes
   may differ: a mutation can make several faults, SPEC 7);
 - ``<form> writer``: N masks whose encoding the reference decodes back to the mask;
+- ``model operations``: N concatenate / slice / take requests (compatible and incompatible masks,
+  zero masks, bounds and segment indices in and out of range) answered as the reference answers;
 - ``scorer``: N scorer payloads scored within 1e-6 of the reference.
 
 A disagreement is shrunk by hypothesis to a minimal case, printed with the seed as a vector ready to
@@ -34,8 +36,10 @@ __all__ = ["GENERATED_CLASSES", "Disagreement", "mutated_payloads", "run_generat
 GENERATED_CLASSES = tuple(
     [f"{form} reader" for form in FORMS if form != "scorer"]
     + [f"{form} writer" for form in FORMS if form not in ("scorer", "model")]
-    + ["scorer"]
+    + ["model operations", "scorer"]
 )
+#: Ops whose ``ok`` answer is a model mask, compared with the reference's in canonical form.
+_MASK_OPS = ("decode", "concatenate", "slice", "take")
 _TOLERANCE = 1e-6
 
 
@@ -165,7 +169,7 @@ def _agree(request: dict[str, Any], implementation: Implementation, reference: R
         why = compare_masks(mask_to_json(_input_mask(request)), decoded)
         if why is not None:
             raise Disagreement(f"round trip: {why}", request, expected)
-    elif request["op"] == "decode":
+    elif request["op"] in _MASK_OPS:
         why = compare_masks(want, got)
         if why is not None:
             raise Disagreement(why, request, expected)
@@ -180,10 +184,12 @@ def _input_mask(request: dict[str, Any]) -> Any:
 # ------------------------------------------------------------------------------------------ running
 def _strategies(name: str) -> list[tuple[str, Any]]:
     """``(kind, strategy of requests)`` for one class."""
-    from .strategies import masks_for, payloads, scorer_inputs
+    from .strategies import masks_for, operation_requests, payloads, scorer_inputs
 
     if name == "scorer":
         return [("payload", scorer_inputs().map(lambda p: {"op": "score", "form": "scorer", "input": p}))]
+    if name == "model operations":
+        return [("operation", operation_requests())]
     form, role = name.rsplit(" ", 1)
     if role == "writer":
         return [("mask", masks_for(form).map(lambda m: {"op": "encode", "form": form, "input": mask_to_json(m)}))]
@@ -259,7 +265,7 @@ def as_vector(failure: Disagreement, seed: int) -> dict[str, Any]:
         ok = expected["ok"]
         case["expected"] = (
             {"mask": ok}
-            if request["op"] == "decode"
+            if request["op"] in _MASK_OPS
             else {"roundtrip": True}
             if request["op"] == "encode"
             else {"valid": True}
@@ -320,6 +326,13 @@ def _unsupported(implementation: Implementation, name: str) -> bool:
             "logits": {"dtype": "float64", "shape": [1, 1], "values": [[0.0]]},
         }
         request = {"id": "probe", "op": "score", "form": "scorer", "input": payload}
+    elif name == "model operations":
+        request = {
+            "id": "probe",
+            "op": "slice",
+            "form": "model",
+            "input": {"mask": {"rows": [[1]]}, "start": 0, "stop": 1},
+        }
     else:
         form, role = name.rsplit(" ", 1)
         model = {"rows": [[1]], "vocab_size": 4}

@@ -19,6 +19,7 @@ __all__ = [
     "PAYLOAD_FORMS",
     "masks",
     "masks_for",
+    "operation_requests",
     "payloads",
     "rows_lists",
     "scorer_inputs",
@@ -200,6 +201,74 @@ def payloads(draw: Any, form: str, *, mask: SamplingMask | None = None) -> tuple
 
     data = sampling_mask.encode(stored, form)
     return ({"text": data.decode("utf-8")} if form == "json" else {"hex": data.hex()}), m
+
+
+# ------------------------------------------------------------------------------------------ model operations
+#: What :func:`operation_requests` may change in one of the masks it concatenates (SPEC 3.6).
+_CONCAT_CHANGES = ("none", "none", "drop-vocab", "other-vocab", "drop-companion", "metadata-float", "other-metadata")
+
+
+@st.composite
+def operation_requests(draw: Any, *, max_rows: int = 6) -> dict[str, Any]:
+    """A ``concatenate``, ``slice`` or ``take`` request of class ``model operations`` (SPEC 3.6):
+    compatible masks and ones that differ in V, companions or metadata (a float metadata value equal
+    to an integer one is the same metadata, 3.5), zero masks, slice bounds negative, reversed or
+    beyond T, and segment indices inside and outside ``[-B, B)``."""
+    from .payloads import mask_to_json
+
+    op = draw(st.sampled_from(["concatenate", "slice", "take"]))
+    vocab = draw(st.integers(1, 40))
+    companions = draw(st.booleans())
+    metadata = draw(st.sampled_from([None, {"seed": 4}, {"seed": 4, "producer": "test", "top_p": 0.5}]))
+
+    def one() -> dict[str, Any]:
+        doc = mask_to_json(draw(masks(vocab_size=vocab, max_rows=max_rows, companions=companions, metadata=False)))
+        if metadata is not None:
+            doc["metadata"] = dict(metadata)
+        return doc
+
+    if op == "concatenate":
+        docs = [one() for _ in range(draw(st.integers(0, 3)))]
+        if docs:
+            at = draw(st.integers(0, len(docs) - 1))
+            change = draw(st.sampled_from(_CONCAT_CHANGES))
+            doc = docs[at]
+            if change == "drop-vocab":
+                doc["vocab_size"] = None  # adopts V; E_RANGE when an id of it is not below another's V
+                if draw(st.booleans()):
+                    doc["rows"] = [*doc["rows"][:-1], [vocab + draw(st.integers(0, 3))]] if doc["rows"] else [[vocab]]
+                    _fit_companions(doc)
+            elif change == "other-vocab":
+                doc["vocab_size"] = vocab + 1
+            elif change == "drop-companion" and companions:
+                del doc[draw(st.sampled_from(["sampled_token_ids", "temperature", "support_logprobs"]))]
+            elif change == "metadata-float" and metadata is not None:
+                doc["metadata"] = {**metadata, "seed": 4.0}  # equal by value (3.5): the same metadata
+            elif change == "other-metadata":
+                doc["metadata"] = {**(metadata or {}), "seed": draw(st.sampled_from([5, True, "4"]))}
+        return {"op": "concatenate", "form": "model", "input": {"masks": docs}}
+    doc = one()
+    num_rows = len(doc["rows"])
+    if op == "slice":
+        start = draw(st.integers(-2, num_rows + 2))
+        stop = draw(st.integers(-2, num_rows + 2))
+        return {"op": "slice", "form": "model", "input": {"mask": doc, "start": start, "stop": stop}}
+    num_segments = len(doc["cu_seqlens"]) - 1
+    segments = draw(st.lists(st.integers(-num_segments - 2, num_segments + 1), max_size=4))
+    return {"op": "take", "form": "model", "input": {"mask": doc, "segments": segments}}
+
+
+def _fit_companions(doc: dict[str, Any]) -> None:
+    """After the last row of a model mask changed: its companions made to fit again."""
+    rows = doc["rows"]
+    doc["cu_seqlens"] = [min(c, len(rows)) for c in doc["cu_seqlens"][:-1]] + [len(rows)]
+    if "sampled_token_ids" in doc:
+        doc["sampled_token_ids"] = [r[0] if r else -1 for r in rows]
+    for name in ("sampled_logprobs", "temperature"):
+        if name in doc:
+            doc[name] = (doc[name] + [1.0])[: len(rows)]
+    if "support_logprobs" in doc:
+        doc["support_logprobs"] = [[-1.0] * len(r) for r in rows]
 
 
 # ------------------------------------------------------------------------------------------ scorer inputs

@@ -486,6 +486,11 @@ class SamplingMask:
         check_count(ids.size, limits.max_nnz, "id count", field="ids")
         layouts.check_offset_ends(offsets, ids.size)
         layouts.check_segments(self._cu_seqlens, num_rows, limits)
+        # SPEC 8.1: what the mask takes, 4 bytes per companion value (support_logprobs: one per id).
+        per_id = 4 * ("support_logprobs" in self._companions)
+        per_row = 4 * len(self._companions) - per_id
+        segments = self._cu_seqlens.size - 1
+        check_output(limits, num_rows, ids.size, segments=segments, per_row=per_row, per_id=per_id, field="max_bytes")
         if widest is not None:
             layouts.check_width(offsets, widest, limits.max_width)
         sampled = self._companions.get("sampled_token_ids")
