@@ -131,8 +131,12 @@ def _nest(flat: list[Any], shape: list[int]) -> Any:
 
 # ------------------------------------------------------------------------------------------ checks
 def _ask(implementation: Implementation, request: dict[str, Any]) -> tuple[str, Any]:
+    from .runner import RunStopped
+
     try:
         return response_kind(implementation.handle(request), request["id"])
+    except RunStopped:
+        raise
     except Exception as exc:  # noqa: BLE001 - a crash is a disagreement, not the runner's
         return "error", f"{type(exc).__name__}: {exc}"
 
@@ -205,8 +209,11 @@ def _check_kind(name: str, strategy: Any, implementation: Implementation, n: int
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
+    from .runner import RunStopped
+
     reference = ReferenceImplementation()
     last: list[Disagreement] = []
+    stopped: list[RunStopped] = []  # kept out of hypothesis, which would shrink or group it
     counter = [0]
 
     @hypothesis_seed(seed)
@@ -221,16 +228,27 @@ def _check_kind(name: str, strategy: Any, implementation: Implementation, n: int
     def check(request: dict[str, Any]) -> None:
         counter[0] += 1
         request = {"id": f"generated.{name.replace(' ', '-')}.{counter[0]}", **request}
+        if stopped:
+            return
         try:
             _agree(request, implementation, reference)
+        except RunStopped as exc:
+            stopped.append(exc)
         except Disagreement as exc:
             last[:] = [exc]  # the last failure hypothesis replays is the shrunk one
             raise
 
     try:
         check()
-    except Disagreement:
-        return last[0]
+    except Exception as exc:  # noqa: BLE001 - a Disagreement, or hypothesis' group of several
+        if stopped:
+            raise stopped[0] from None
+        group = getattr(exc, "exceptions", None)
+        if isinstance(exc, Disagreement) or (group and all(isinstance(e, Disagreement) for e in group)):
+            return last[0]
+        raise
+    if stopped:
+        raise stopped[0]
     return None
 
 
@@ -277,6 +295,28 @@ def as_vector(failure: Disagreement, seed: int) -> dict[str, Any]:
     return case
 
 
+class _CrashGuard:
+    """``implementation`` that raises :class:`~.runner.RunStopped` after ``max_crashes`` consecutive
+    crashes (the program died, hung or wrote no JSON), and at once on every request after that."""
+
+    def __init__(self, implementation: Implementation, max_crashes: int) -> None:
+        self.implementation = implementation
+        self.max_crashes = max_crashes
+        self.crashes = 0
+        self.name = getattr(implementation, "name", type(implementation).__name__)
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        from .runner import RunStopped
+
+        if self.crashes >= self.max_crashes:
+            raise RunStopped(f"stopped after {self.crashes} consecutive crashes")
+        response = self.implementation.handle(request)
+        self.crashes = self.crashes + 1 if getattr(self.implementation, "crashed", False) else 0
+        if self.crashes >= self.max_crashes:
+            raise RunStopped(f"stopped after {self.crashes} consecutive crashes; the last: {response!r:.300}")
+        return response
+
+
 def run_generated(
     implementation: Implementation,
     n: int,
@@ -285,9 +325,13 @@ def run_generated(
     classes: Sequence[str] | None = None,
     forms: Sequence[str] = (),
     out: TextIO,
+    max_crashes: int | None = None,
 ) -> int:
     """Check ``n`` generated cases (and ``n`` mutated payloads) per claimed class; 0 when every one
-    agrees with the reference, 1 otherwise, 2 when nothing could be checked."""
+    agrees with the reference, 1 otherwise, 2 when nothing could be checked. With ``max_crashes``,
+    that many consecutive crashes raise :class:`~.runner.RunStopped` (the CLI: exit status 2)."""
+    if max_crashes is not None:
+        implementation = _CrashGuard(implementation, max_crashes)
     seed = random.randrange(2**32) if seed is None else seed
     out.write(f"sampling-mask conformance --generated {n} --seed {seed}\n")
     names = [

@@ -331,7 +331,8 @@ def run(
 def declared_classes(implementation: Implementation) -> list[str] | None:
     """The classes the implementation declares in answer to ``describe`` (``None``: it declares none).
 
-    Raises :class:`RunStopped` when a program cannot be started.
+    Raises :class:`RunStopped` when a program cannot be started, or answers ``describe`` with
+    something that is not a JSON object (it does not speak the protocol: every case would fail).
     """
     try:
         response = implementation.handle(dict(DESCRIBE))
@@ -339,6 +340,11 @@ def declared_classes(implementation: Implementation) -> list[str] | None:
         raise RunStopped(str(exc)) from None
     except Exception:  # noqa: BLE001 - an implementation that cannot describe itself declares nothing
         return None
+    if getattr(implementation, "garbled", False) or not isinstance(response, Mapping):
+        what = response.get("error") if isinstance(response, Mapping) else f"{response!r:.200}"
+        raise RunStopped(
+            f"the answer to describe is not a JSON object, so the program does not speak the protocol: {what}"
+        )
     kind, value = response_kind(response, DESCRIBE["id"])
     if kind != "ok" or not isinstance(value, Mapping):
         return None
@@ -570,7 +576,15 @@ def _generated(implementation: Implementation, args: argparse.Namespace, claimed
         ) from None
     if args.generated < 1:
         raise _UsageError("--generated N needs N >= 1")
-    return run_generated(implementation, args.generated, seed=args.seed, classes=claimed, forms=args.form, out=out)
+    return run_generated(
+        implementation,
+        args.generated,
+        seed=args.seed,
+        classes=claimed,
+        forms=args.form,
+        out=out,
+        max_crashes=args.max_crashes,
+    )
 
 
 def _profile(paths: Sequence[Path], forms: Sequence[str], out: TextIO) -> int:
