@@ -4051,6 +4051,191 @@ def v1_2_cases(book: Book) -> None:
     )
 
 
+def v1_2_teeth_cases(book: Book) -> None:
+    """Second angles for the MUSTs of 3.6, 4, 8.1-8.4 and 13.2 (spec 1.2): each case fails a planted
+    bug that one other case fails too (tests/test_conformance_teeth.py plants them)."""
+    bad_model = book.file("invalid/model.json", "model")
+    ops = book.file("model/operations.json", "model")
+    # 3.6 concatenation: V, companions, segments.
+    bad_model.add(
+        "concatenate-vocab-size-disagrees-after-one-without",
+        "The masks that carry V must agree on it, whatever comes first: [none, 10, 12] is E_SCHEMA.",
+        "3.6",
+        {"masks": [model([[1]]), model([[2]], vocab_size=10), model([[3]], vocab_size=12)]},
+        err("E_SCHEMA"),
+        op="concatenate",
+    )
+    bad_model.add(
+        "concatenate-adopted-vocab-size-first-mask-without",
+        "The first mask has no V and adopts the second's V = 5: its id 7 is not below it, E_RANGE.",
+        "3.6",
+        {"masks": [model([[7]]), model([[1]], vocab_size=5)]},
+        err("E_RANGE"),
+        op="concatenate",
+    )
+    ops.add(
+        "concatenate-adopts-vocab-size-first-without",
+        "The first mask has no V: the result carries the V of the others.",
+        "3.6",
+        {"masks": [model([[2]]), model([[1]], vocab_size=10)]},
+        ok(mask([[2], [1]], cu=[0, 1, 2], vocab=10)),
+        op="concatenate",
+    )
+    bad_model.add(
+        "concatenate-companions-same-count-different-names",
+        "One companion each, but not the same one (temperature, sampled_logprobs): E_SCHEMA.",
+        "3.6",
+        {"masks": [model([[1]], temperature=[1.0]), model([[2]], sampled_logprobs=[-0.5])]},
+        err("E_SCHEMA"),
+        op="concatenate",
+    )
+    ops.add(
+        "concatenate-with-empty-parts",
+        "A mask of one empty segment and one of no segment are joined too: cu = [0, 1, 2, 2, 3].",
+        "3.6",
+        {
+            "masks": [
+                model([[1], [2, 3]], cu_seqlens=[0, 1, 2], vocab_size=10),
+                model([], cu_seqlens=[0, 0], vocab_size=10),
+                model([], cu_seqlens=[0], vocab_size=10),
+                model([[4]], vocab_size=10),
+            ]
+        },
+        ok(mask([[1], [2, 3], [4]], cu=[0, 1, 2, 2, 3], vocab=10)),
+        op="concatenate",
+    )
+    four = model([[1], [2], [3], [4]], cu_seqlens=[0, 2, 2, 4], vocab_size=10)
+    ops.add(
+        "take-repeats-one-segment",
+        "take([2, 2]): a segment taken twice appears twice.",
+        "3.6",
+        {"mask": four, "segments": [2, 2]},
+        ok(mask([[3], [4], [3], [4]], cu=[0, 2, 4], vocab=10)),
+        op="take",
+    )
+    ops.add(
+        "take-negative-and-positive",
+        "take([-1, 0]): -1 is the last segment (B - 1), then segment 0.",
+        "3.6",
+        {"mask": four, "segments": [-1, 0]},
+        ok(mask([[3], [4], [1], [2]], cu=[0, 2, 4], vocab=10)),
+        op="take",
+    )
+
+    # 8.1: a size at its limit is within it.
+    book.file("model/validate.json", "model").add(
+        "rows-at-limit",
+        "T = max_rows is within the limit (limits are inclusive maxima).",
+        "limits",
+        model([[1], [2]]),
+        {"valid": True},
+        op="validate",
+        limits={"max_rows": 2},
+    )
+    book.file("ragged/decode.json", "ragged").add(
+        "nnz-and-width-at-limit",
+        "nnz = max_nnz and a row as wide as max_width are within the limits.",
+        "limits",
+        {"ids": arr([1, 5, 7]), "offsets": arr([0, 2, 2, 3], "int64")},
+        ok(mask(ISSUE_ROWS)),
+        limits={"max_nnz": 3, "max_width": 2},
+    )
+    # 8.1: companion bytes in the layout forms too.
+    full = _f32_mask_bytes([[3, 5, 9], []], 1, 1, True)
+    book.file("invalid/ragged.json", "ragged").add(
+        "companions-over-max-bytes",
+        f"ids, offsets, temperature and support_logprobs take {full} bytes (8.1); max_bytes {full - 1} is E_LIMIT.",
+        "limits",
+        {
+            "ids": arr([3, 5, 9]),
+            "offsets": arr([0, 3, 3], "int64"),
+            "temperature": arr([0.5, 1.0], "float32"),
+            "support_logprobs": arr([-1.0, -2.0, -3.0], "float32"),
+        },
+        err("E_LIMIT"),
+        limits={"max_bytes": full - 1},
+    )
+
+    # 13.2: second angles.
+    z = np.round(np.random.default_rng(20261202).normal(0.0, 2.0, size=(2, 6)), 3)
+    logits = arr(z.tolist(), "float64")
+    bad_score = book.file("invalid/scorer.json", "scorer")
+    bad_score.add(
+        "minus-one-target-on-non-empty-row-excluded",
+        "A target of -1 on a non-empty row is E_RANGE under empty_rows = exclude too.",
+        "scoring-policies",
+        {"mask": model([[0, 1], []]), "targets": arr([-1, 2], "int64"), "empty_rows": "exclude", "logits": logits},
+        err("E_RANGE"),
+        op="score",
+    )
+    h = np.round(np.random.default_rng(20261203).normal(0.0, 1.0, size=(2, 3)), 3)
+    w = np.round(np.random.default_rng(20261204).normal(0.0, 1.0, size=(6, 3)), 3)
+    hidden = {"hidden": arr(h.tolist(), "float64"), "weight": arr(w.tolist(), "float64")}
+    bad_score.add(
+        "target-not-in-support-hidden",
+        "From hidden states too, a target outside its row's support is E_MISSING_SAMPLED by default.",
+        "scoring-policies",
+        {"mask": model([[0, 1], [2, 3]]), "targets": arr([0, 5], "int64"), "temperature": 1.0, **hidden},
+        err("E_MISSING_SAMPLED"),
+        op="score",
+    )
+    bad_score.add(
+        "support-id-beyond-weight-rows",
+        "An id of the mask at or beyond V' (the rows of the lm-head weight) is E_RANGE.",
+        "scoring-policies",
+        {
+            "mask": model([[0, 6]]),
+            "targets": arr([0], "int64"),
+            "temperature": 1.0,
+            "hidden": arr(h[:1].tolist(), "float64"),
+            "weight": hidden["weight"],
+        },
+        err("E_RANGE"),
+        op="score",
+    )
+    score = book.file("scorer/score.json", "scorer")
+    padded = np.concatenate([z, np.full((2, 2), 0.25)], axis=1)  # V' = 8 > V = 6, finite padding
+    rows, targets = [[0, 3], [1, 2]], [3, 5]
+    score.add(
+        "missing-target-full-over-padded-vocabulary",
+        "missing_target = full scores over all V' = 8 logits, padded columns included, not over V = 6.",
+        "scoring-policies",
+        {
+            "mask": model(rows, vocab_size=6),
+            "targets": arr(targets, "int64"),
+            "temperature": 1.0,
+            "empty_rows": "full",
+            "missing_target": "full",
+            "logits": arr(padded.tolist(), "float64"),
+        },
+        {
+            "scores": stable_scores(float64_scores(padded, rows, targets, 1.0, "full", "full")),
+            "tolerance": 1e-6,
+        },
+        op="score",
+        level=REC,
+    )
+    zh = h @ w.T
+    score.add(
+        "empty-row-excluded-hidden",
+        "With empty_rows = exclude an empty row has no score (null), from hidden states too.",
+        "scoring-policies",
+        {
+            "mask": model([[0, 4], []]),
+            "targets": arr([4, 1], "int64"),
+            "temperature": 1.0,
+            "empty_rows": "exclude",
+            **hidden,
+        },
+        {
+            "scores": stable_scores(float64_scores(zh, [[0, 4], []], [4, 1], 1.0, "exclude")),
+            "tolerance": 1e-6,
+        },
+        op="score",
+        level=REC,
+    )
+
+
 BUILDERS: list[Callable[[Book], None]] = [
     dense_cases,
     packed_cases,
@@ -4067,6 +4252,7 @@ BUILDERS: list[Callable[[Book], None]] = [
     scorer_cases,
     teeth_cases,
     v1_2_cases,
+    v1_2_teeth_cases,
 ]
 
 
