@@ -844,3 +844,31 @@ def test_each_must_has_two_cases_that_fail_its_planted_bug(
         assert result.status == "FAIL", (cid, result.status, result.detail)
         assert why in result.detail, (cid, result.detail)
     assert runner.run(ReferenceImplementation(), cases).ok  # the failures are the bug's, not the cases'
+
+
+@pytest.mark.parametrize(
+    ("broken", "name", "kind"),
+    [
+        (SliceLikePython, "model operations", "operation"),
+        (TakeWrapsAround, "model operations", "operation"),
+        (ConcatIgnoresMetadata, "model operations", "operation"),
+        (LimitsAreExclusive, "ragged reader", "payload at its limits"),
+        (NanTemperatureIsOne, "scorer", "edge-row payload"),
+        (PadsLogitsToTheIds, "scorer", "edge-row payload"),
+    ],
+)
+def test_generated_cases_catch_planted_bugs_of_3_6_8_1_and_13_2(
+    broken: type[ReferenceImplementation], name: str, kind: str
+) -> None:
+    """The generated strategies of model operations, limits and scoring rows find these bugs too,
+    and agree with the reference itself."""
+    import io
+
+    from sampling_mask.conformance.generated import run_generated
+
+    out = io.StringIO()
+    n = 150 if name == "model operations" else 60
+    assert run_generated(broken(), n, seed=3, classes=[name], out=out) == 1
+    assert f"FAIL        {name}: {kind}:" in out.getvalue()
+    out = io.StringIO()
+    assert run_generated(ReferenceImplementation(), n, seed=3, classes=[name], out=out) == 0, out.getvalue()

@@ -5,13 +5,15 @@ classes when it declares none), hypothesis draws N cases with the exported strat
 (:mod:`sampling_mask.conformance.strategies`) and sends them as ordinary requests:
 
 - ``<form> reader``: N valid payloads (any row order, padding, values / hex spelling) that must
-  decode to their mask, and N *mutated* payloads (a byte or value changed, dropped or inserted)
-  whose verdict must agree with the reference: both accept the same mask, or both reject (the codes
-  may differ: a mutation can make several faults, SPEC 7);
+  decode to their mask, N *mutated* payloads (a byte or value changed, dropped or inserted) whose
+  verdict must agree with the reference: both accept the same mask, or both reject (the codes may
+  differ: a mutation can make several faults, SPEC 7), and N payloads under limits drawn at and
+  just below their own sizes (SPEC 8.1);
 - ``<form> writer``: N masks whose encoding the reference decodes back to the mask;
 - ``model operations``: N concatenate / slice / take requests (compatible and incompatible masks,
   zero masks, bounds and segment indices in and out of range) answered as the reference answers;
-- ``scorer``: N scorer payloads scored within 1e-6 of the reference.
+- ``scorer``: N scorer payloads scored within 1e-6 of the reference, and N with a row of SPEC 13.2
+  (targets of -1 or outside the support, bad temperatures, the exclude policy, ids beyond the logits).
 
 A disagreement is shrunk by hypothesis to a minimal case, printed with the seed as a vector ready to
 paste into a case file. Needs ``hypothesis`` (the ``test`` extra).
@@ -188,10 +190,20 @@ def _input_mask(request: dict[str, Any]) -> Any:
 # ------------------------------------------------------------------------------------------ running
 def _strategies(name: str) -> list[tuple[str, Any]]:
     """``(kind, strategy of requests)`` for one class."""
-    from .strategies import masks_for, operation_requests, payloads, scorer_inputs
+    from .strategies import (
+        limited_payloads,
+        masks_for,
+        operation_requests,
+        payloads,
+        scorer_edge_inputs,
+        scorer_inputs,
+    )
 
     if name == "scorer":
-        return [("payload", scorer_inputs().map(lambda p: {"op": "score", "form": "scorer", "input": p}))]
+        return [
+            ("payload", scorer_inputs().map(lambda p: {"op": "score", "form": "scorer", "input": p})),
+            ("edge-row payload", scorer_edge_inputs().map(lambda p: {"op": "score", "form": "scorer", "input": p})),
+        ]
     if name == "model operations":
         return [("operation", operation_requests())]
     form, role = name.rsplit(" ", 1)
@@ -201,6 +213,10 @@ def _strategies(name: str) -> list[tuple[str, Any]]:
     return [
         ("valid payload", payloads(form).map(lambda pm: {"op": op, "form": form, "input": pm[0]})),
         ("mutated payload", mutated_payloads(form).map(lambda p: {"op": op, "form": form, "input": p})),
+        (
+            "payload at its limits",
+            limited_payloads(form).map(lambda pl: {"op": op, "form": form, "input": pl[0], "limits": pl[1]}),
+        ),
     ]
 
 

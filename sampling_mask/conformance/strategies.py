@@ -18,10 +18,12 @@ from .suite import FORMS
 __all__ = [
     "PAYLOAD_FORMS",
     "masks",
+    "limited_payloads",
     "masks_for",
     "operation_requests",
     "payloads",
     "rows_lists",
+    "scorer_edge_inputs",
     "scorer_inputs",
     "shuffled_rows",
     "typed_arrays",
@@ -203,9 +205,23 @@ def payloads(draw: Any, form: str, *, mask: SamplingMask | None = None) -> tuple
     return ({"text": data.decode("utf-8")} if form == "json" else {"hex": data.hex()}), m
 
 
+@st.composite
+def limited_payloads(draw: Any, form: str) -> tuple[dict[str, Any], dict[str, int]]:
+    """``(payload, limits)``: a payload of ``form`` with limits drawn at and just below its own sizes
+    (SPEC 8.1: inclusive maxima, so ``T`` rows pass ``max_rows = T`` and fail ``T - 1``). ``max_bytes``
+    is not drawn: a reader MAY count more than 8.1's bytes where it builds more on the way."""
+    payload, m = draw(payloads(form))
+    widest = int(m.row_lengths.max()) if m.num_rows else 0
+    sizes = {"max_rows": m.num_rows, "max_nnz": m.nnz, "max_width": widest, "max_segments": m.num_segments}
+    if m.vocab_size is not None and form != "bitmask":
+        sizes["max_vocab"] = m.vocab_size
+    names = draw(st.lists(st.sampled_from(sorted(sizes)), min_size=1, max_size=2, unique=True))
+    return payload, {name: max(sizes[name] - draw(st.integers(0, 1)), 0) for name in names}
+
+
 # ------------------------------------------------------------------------------------------ model operations
 #: What :func:`operation_requests` may change in one of the masks it concatenates (SPEC 3.6).
-_CONCAT_CHANGES = ("none", "none", "drop-vocab", "other-vocab", "drop-companion", "metadata-float", "other-metadata")
+_CONCAT_CHANGES = ("none", "drop-vocab", "other-vocab", "drop-companion", "metadata-float", "other-metadata")
 
 
 @st.composite
@@ -306,4 +322,49 @@ def scorer_inputs(
     else:
         z = [[draw(finite) for _ in range(vocab)] for _ in range(num_rows)]
         payload["logits"] = {"dtype": "float64", "shape": [num_rows, vocab], "values": z}
+    return payload
+
+
+@st.composite
+def scorer_edge_inputs(draw: Any) -> dict[str, Any]:
+    """A :func:`scorer_inputs` payload with one of the rows 13.2 covers: a target of -1 (on an empty or
+    a non-empty row), a target outside its row's support under a drawn ``missing_target`` policy, a
+    NaN, zero or negative temperature on one row, the ``exclude`` policy, an id or target at or
+    beyond the logits' width, or a temperature companion in the mask instead of the caller's."""
+    payload = draw(scorer_inputs(hidden=False))
+    rows = payload["mask"]["rows"]
+    targets = list(payload["targets"]["values"])
+    vocab = payload["logits"]["shape"][1]
+    how = draw(
+        st.sampled_from(
+            ["minus-one", "outside", "temperature", "exclude", "beyond", "companion", "companion-nan", "none"]
+        )
+    )
+    if rows and how in ("minus-one", "outside", "temperature", "beyond", "companion-nan"):
+        t = draw(st.integers(0, len(rows) - 1))
+        if how == "minus-one":
+            targets[t] = -1
+        elif how == "outside":
+            outside = [j for j in range(vocab) if j not in rows[t]]
+            if outside:
+                targets[t] = draw(st.sampled_from(outside))
+            payload["missing_target"] = draw(st.sampled_from(["error", "full", "neg_inf"]))
+        elif how == "temperature":
+            values = [1.0] * len(rows)
+            values[t] = draw(st.sampled_from(["NaN", 0.0, -1.0, 0.5]))
+            payload["temperature"] = {"dtype": "float64", "shape": [len(rows)], "values": values}
+        elif how == "beyond":
+            targets[t] = vocab + draw(st.integers(0, 2))
+        else:
+            payload.pop("temperature")
+            values = [1.0] * len(rows)
+            values[t] = "NaN"
+            payload["mask"] = {**payload["mask"], "temperature": values}
+    elif how == "exclude":
+        payload["empty_rows"] = "exclude"
+    elif how == "companion":
+        payload.pop("temperature")
+        temps = st.floats(0.25, 2.0, allow_nan=False, width=32)
+        payload["mask"] = {**payload["mask"], "temperature": [draw(temps) for _ in rows]}
+    payload["targets"] = {**payload["targets"], "values": targets}
     return payload
