@@ -473,3 +473,19 @@ def test_generated_cases_that_check_nothing_are_not_green(monkeypatch: pytest.Mo
     assert runner.main(["--impl", f"{__name__}:supports_nothing", "--generated", "5", "--form", "dense"], out=out) == 2
     assert "SKIP        dense reader: unsupported" in out.getvalue()
     assert "nothing checked" in out.getvalue()
+
+
+def test_generated_cases_agree_with_the_reference_over_the_protocol_for_seeds_1_to_5() -> None:
+    """The reference served over --command agrees with itself on generated cases of every class
+    (model operations included; CI-sized: the full run is `--generated 200 --seed 1..5`)."""
+    from sampling_mask.conformance.generated import GENERATED_CLASSES, run_generated
+
+    assert "model operations" in GENERATED_CLASSES
+    served = CommandImplementation(f"{sys.executable} -m sampling_mask.conformance.reference", timeout=60)
+    try:
+        for seed in range(1, 6):
+            out = io.StringIO()
+            assert run_generated(served, 3, seed=seed, out=out, max_crashes=2) == 0, out.getvalue()[-2000:]
+            assert f"OK: {len(GENERATED_CLASSES)} class(es)" in out.getvalue()
+    finally:
+        served.close()

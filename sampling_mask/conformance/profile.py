@@ -52,6 +52,7 @@ _V1_0_ARRAY_DTYPES = {
 _V1_0_REQUIRED = {"ragged": ("ids", "offsets"), "dense": ("dense",), "compact": ("compact", "num_rows", "nnz")}
 #: Keys whose value 1.0 lets be nil / null (10.1 and 11.2 of 1.0: ``vocab_size`` "int or nil").
 _NIL_KEYS = ("vocab_size",)
+#: The document keys of 1.0 (11.2): frozen here, not taken from the JSON codec, which follows the newest revision.
 _JSON_KEYS = (
     "sampling_mask",
     "vocab_size",

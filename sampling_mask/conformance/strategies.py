@@ -350,16 +350,16 @@ def scorer_edge_inputs(draw: Any) -> dict[str, Any]:
                 targets[t] = draw(st.sampled_from(outside))
             payload["missing_target"] = draw(st.sampled_from(["error", "full", "neg_inf"]))
         elif how == "temperature":
-            values = [1.0] * len(rows)
+            values: list[Any] = [1.0] * len(rows)
             values[t] = draw(st.sampled_from(["NaN", 0.0, -1.0, 0.5]))
             payload["temperature"] = {"dtype": "float64", "shape": [len(rows)], "values": values}
         elif how == "beyond":
             targets[t] = vocab + draw(st.integers(0, 2))
         else:
             payload.pop("temperature")
-            values = [1.0] * len(rows)
-            values[t] = "NaN"
-            payload["mask"] = {**payload["mask"], "temperature": values}
+            companion: list[Any] = [1.0] * len(rows)
+            companion[t] = "NaN"
+            payload["mask"] = {**payload["mask"], "temperature": companion}
     elif how == "exclude":
         payload["empty_rows"] = "exclude"
     elif how == "companion":
