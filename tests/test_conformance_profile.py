@@ -60,6 +60,7 @@ WRITERS = {
     "arrow": ("arrow", lambda m: sm.encode(m, "arrow")),
     "arrow-compact": ("arrow", lambda m: sm.encode(m, "arrow", layout="compact")),
     "arrows": ("arrows", lambda m: sm.encode(m, "arrows")),
+    "arrows-compact": ("arrows", lambda m: sm.encode(m, "arrows", layout="compact")),
     "parquet": ("parquet", lambda m: sm.encode(m, "parquet")),
     "parquet-compact": ("parquet", lambda m: sm.encode(m, "parquet", layout="compact")),
     "msgpack": ("msgpack", lambda m: sm.encode(m, "msgpack")),
