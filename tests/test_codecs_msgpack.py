@@ -80,18 +80,29 @@ def test_decode_is_zero_copy() -> None:
     assert trusted == mask
 
 
-def test_default_ragged_wire_writes_the_narrowest_counts() -> None:
+def test_default_ragged_wire_writes_int32_offsets_valid_under_spec_1_0() -> None:
     mask = sample_mask()
     env = envelope_dict(mask)
+    assert "counts" not in env and env["offsets"]["dtype"] == "int32"
+    assert np.frombuffer(env["offsets"]["data"], "<i4").tolist() == [0, 2, 2, 3, 6]
+    assert codecs.decode(pack(env)) == mask
+    with pytest.raises(SamplingMaskError) as info:
+        codecs.encode(mask, "msgpack", counts=True, offsets_dtype="int64")
+    assert info.value.code is ErrorCode.E_SCHEMA
+
+
+def test_counts_option_writes_the_narrowest_counts() -> None:
+    mask = sample_mask()
+    env = envelope_dict(mask, counts=True)
     assert "offsets" not in env and env["counts"]["dtype"] == "uint8"
     assert np.frombuffer(env["counts"]["data"], np.uint8).tolist() == [2, 0, 1, 3]
     assert np.frombuffer(env["cu_seqlens"]["data"], "<i4").tolist() == [0, 2, 2, 4]
     assert codecs.decode(pack(env)) == mask
     wide = SamplingMask.from_rows([list(range(300)), [7]], vocab_size=400)
-    env = envelope_dict(wide)
+    env = envelope_dict(wide, counts=True)
     assert env["counts"]["dtype"] == "uint16" and len(env["counts"]["data"]) == 4
     assert codecs.decode(pack(env)) == wide
-    whole = np.frombuffer(codecs.encode(wide, "msgpack"), np.uint8)
+    whole = np.frombuffer(codecs.encode(wide, "msgpack", counts=True), np.uint8)
     assert np.shares_memory(codecs.decode(whole).ids, whole)  # ids are still read in place
     # Old payloads (offsets) still decode; offsets and counts together are refused.
     both = envelope_dict(mask, offsets_dtype="int64")
@@ -99,7 +110,7 @@ def test_default_ragged_wire_writes_the_narrowest_counts() -> None:
     with pytest.raises(SamplingMaskError) as info:
         codecs.decode(pack(both))
     assert (info.value.code, info.value.field) == (ErrorCode.E_SCHEMA, "counts")
-    env = envelope_dict(mask)
+    env = envelope_dict(mask, counts=True)
     env["counts"]["data"] = np.array([2, 0, 1, 2], np.uint8).tobytes()  # sums to 5, not 6
     with pytest.raises(SamplingMaskError) as info:
         codecs.decode(pack(env))
@@ -304,12 +315,20 @@ def test_float32_scalars_and_big_ints() -> None:
 
 # ---------------------------------------------------------------------------------------------- frames
 @pytest.mark.parametrize(
-    "opts", [{"offsets_dtype": "int64"}, {"offsets_dtype": None}, {"offsets_dtype": "int32"}, {"layout": "compact"}]
+    "opts",
+    [
+        {"offsets_dtype": "int64"},
+        {"offsets_dtype": None},
+        {"offsets_dtype": "int32"},
+        {"counts": True},
+        {"layout": "compact"},
+    ],
 )
 def test_frames_concatenate_to_the_envelope_and_decode_back(opts: dict) -> None:
     mask = sample_mask()
     frames = codecs.encode_frames(mask, **opts)
-    assert b"".join(frames) == codecs.encode(mask, "msgpack", **{"offsets_dtype": "int64", **opts})
+    expected = opts if "counts" in opts else {"offsets_dtype": "int64", **opts}
+    assert b"".join(frames) == codecs.encode(mask, "msgpack", **expected)
     assert codecs.decode(frames) == mask
     assert codecs.decode(tuple(frames), format="msgpack", validate=False) == mask
 
@@ -368,18 +387,19 @@ def _large_mask(num_rows: int = 3000) -> SamplingMask:
     )
 
 
-@pytest.mark.parametrize("offsets_dtype", [None, "int32", "int64"])
+@pytest.mark.parametrize("offsets_dtype", [None, "int32", "int64", "counts"])
 def test_arrays_of_4_kib_and_more_are_padded_to_64_bytes(offsets_dtype) -> None:
     mask = _large_mask()
-    data = codecs.encode(mask, "msgpack", offsets_dtype=offsets_dtype)
-    assert b"".join(bytes(f) for f in codecs.encode_frames(mask, offsets_dtype=offsets_dtype)) == data
+    opts = {"counts": True} if offsets_dtype == "counts" else {"offsets_dtype": offsets_dtype}
+    data = codecs.encode(mask, "msgpack", **opts)
+    assert b"".join(bytes(f) for f in codecs.encode_frames(mask, **opts)) == data
     env = msgpack.unpackb(data, raw=False)
     base = np.frombuffer(data, np.uint8).ctypes.data
     decoded = envelope.decode(data)
     assert decoded == mask
     views = {"ids": decoded.ids, "support_logprobs": decoded.companions["support_logprobs"]}
     views["sampled_token_ids"] = decoded.companions["sampled_token_ids"]
-    if offsets_dtype is not None:
+    if offsets_dtype != "counts":
         views["offsets"] = decoded.stored_offsets
     padded = set()
     for key, value in env.items():
@@ -408,7 +428,7 @@ def test_readers_ignore_any_pad() -> None:
 def test_counts_wider_than_the_limit_name_the_widest_row() -> None:
     # Offsets summed from counts need no scan: the widest row is the largest count.
     rows = [[1], [0, 1, 2, 3], [5], [0, 1, 2, 3, 4, 5], []]
-    data = codecs.encode(SamplingMask.from_rows(rows), "msgpack")
+    data = codecs.encode(SamplingMask.from_rows(rows), "msgpack", counts=True)
     assert "counts" in msgpack.unpackb(data, raw=False)
     with pytest.raises(SamplingMaskError) as info:
         codecs.decode(data, limits=DEFAULT_LIMITS.replace(max_width=3))

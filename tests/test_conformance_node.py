@@ -51,4 +51,4 @@ def test_node_example_passes_200_generated_cases_per_class() -> None:
     assert code == 0, text[-3000:]
     for name in CLAIMS:
         assert f"PASS        {name}: 200 generated" in text
-    assert text.count("PASS        ") == 6  # readers: valid + mutated payloads; writers: masks
+    assert text.count("PASS        ") == 8  # readers: valid, mutated and limited payloads; writers: masks

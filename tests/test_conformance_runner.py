@@ -165,7 +165,9 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
         (["-k", "nomatch*"], "no case selected"),
         (["--form", "dense", "--class", "ragged reader"], "no case selected of the classes ['ragged reader']"),
         (["--class", "json-rows reeder"], "unknown class 'json-rows reeder'; did you mean 'json-rows reader'?"),
-        (["--list", "-k", "nomatch*"], "no case selected: check --form, -k and --level"),
+        (["--list", "-k", "nomatch*"], "no case selected: check --form, -k, --level, --class and --release"),
+        (["--list", "--form", "dense", "--class", "ragged reader"], "no case selected"),
+        (["--profile-1.0", "x.msgpack", "--form", "dense"], "unknown form 'dense'"),
     ):
         out = io.StringIO()
         assert runner.main(argv, out=out) == 2, argv
@@ -322,6 +324,54 @@ def test_command_that_crashes_or_hangs_is_an_error_not_a_verdict(tmp_path: Path)
     assert outcome.status == "ERROR" and "not JSON" in outcome.detail
 
 
+#: Answers ``describe`` with its classes, then a line that is not JSON to every request.
+_GARBLER = (
+    "import json, sys\n"
+    "for line in sys.stdin:\n"
+    "    if json.loads(line)['op'] == 'describe':\n"
+    "        print(json.dumps({'ok': {'classes': ['dense reader']}}), flush=True)\n"
+    "    else:\n"
+    "        print('hello', flush=True)\n"
+)
+
+
+def test_describe_answered_with_no_json_is_exit_2_and_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    garbage = f"{sys.executable} -c 'import sys; [print(\"Usage: impl FILE\", flush=True) for _ in sys.stdin]'"
+    out = io.StringIO()
+    assert runner.main(["--command", garbage], out=out) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sampling-mask: error: E_IMPLEMENTATION: the answer to describe is not a JSON object")
+    assert "Usage: impl FILE" in err and err.count("\n") == 1
+    assert "PASS" not in out.getvalue() and "ERROR" not in out.getvalue()  # no case was run
+    assert runner.main(["--command", garbage, "--generated", "2", "--seed", "1"], out=io.StringIO()) == 2
+    assert "not a JSON object" in capsys.readouterr().err
+
+
+def test_max_crashes_stops_a_program_that_answers_no_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "garbler.py"
+    script.write_text(_GARBLER)
+    command = f"{sys.executable} {script}"
+    out = io.StringIO()
+    assert runner.main(["--command", command, "--max-crashes", "3"], out=out) == 2
+    err = capsys.readouterr().err
+    assert "E_IMPLEMENTATION: stopped after 3 consecutive crashes" in err and err.count("\n") == 1
+    assert out.getvalue().count("ERROR") == 3  # three cases, then the stop
+    assert runner.main(["--command", command, "--max-crashes", "2", "--generated", "5", "--seed", "1"], out=out) == 2
+    assert "stopped after 2 consecutive crashes" in capsys.readouterr().err
+
+
+def test_list_with_class_lists_only_that_class() -> None:
+    out = io.StringIO()
+    assert runner.main(["--list", "--class", "dense reader"], out=out) == 0
+    classes = {line.split("\t")[3] for line in out.getvalue().splitlines()}
+    assert classes == {"dense reader"}
+    out = io.StringIO()
+    assert runner.main(["--list", "--class", "model *", "--form", "model"], out=out) == 0
+    listed = [line.split("\t") for line in out.getvalue().splitlines()]
+    assert {c for _, _, _, c, _ in listed} == {"model reader", "model operations"}
+    assert {op for _, op, _, _, _ in listed} >= {"validate", "concatenate", "slice", "take"}
+
+
 def test_pytest_pyargs_entry_point_runs_the_cases() -> None:
     """`pytest --pyargs sampling_mask.conformance` runs every vector against the implementation named in
     the environment (here: the reference over --command, as an implementer would)."""
@@ -423,3 +473,19 @@ def test_generated_cases_that_check_nothing_are_not_green(monkeypatch: pytest.Mo
     assert runner.main(["--impl", f"{__name__}:supports_nothing", "--generated", "5", "--form", "dense"], out=out) == 2
     assert "SKIP        dense reader: unsupported" in out.getvalue()
     assert "nothing checked" in out.getvalue()
+
+
+def test_generated_cases_agree_with_the_reference_over_the_protocol_for_seeds_1_to_5() -> None:
+    """The reference served over --command agrees with itself on generated cases of every class
+    (model operations included; CI-sized: the full run is `--generated 200 --seed 1..5`)."""
+    from sampling_mask.conformance.generated import GENERATED_CLASSES, run_generated
+
+    assert "model operations" in GENERATED_CLASSES
+    served = CommandImplementation(f"{sys.executable} -m sampling_mask.conformance.reference", timeout=60)
+    try:
+        for seed in range(1, 6):
+            out = io.StringIO()
+            assert run_generated(served, 3, seed=seed, out=out, max_crashes=2) == 0, out.getvalue()[-2000:]
+            assert f"OK: {len(GENERATED_CLASSES)} class(es)" in out.getvalue()
+    finally:
+        served.close()

@@ -371,3 +371,35 @@ def test_vllm_fixture_layouts_agree() -> None:
         doc["sampling_mask"], vocab_size=doc["vocab_size"], sampled_token_ids=doc["token_ids"]
     )
     assert rows.is_canonical and rows.num_rows == len(doc["token_ids"])
+
+
+def test_validation_counts_the_bytes_of_spec_8_1_companions_included() -> None:
+    """4 nnz + 8 (T + 1) + 8 (B + 1), plus 4 bytes per companion value: within is valid, one byte less is E_LIMIT."""
+    from sampling_mask import DEFAULT_LIMITS
+
+    rows = [[5, 1], [], [7]]
+    plain = SamplingMask.from_rows(rows, cu_seqlens=[0, 2, 3])
+    full = SamplingMask.from_rows(
+        rows, cu_seqlens=[0, 2, 3], temperature=[1.0, 0.5, 2.0], support_logprobs=[-0.5, -1.5, 0.0]
+    )
+    for mask, nbytes in ((plain, 4 * 3 + 8 * 4 + 8 * 3), (full, 4 * 3 + 8 * 4 + 8 * 3 + 4 * 3 + 4 * 3)):
+        assert mask.validate(DEFAULT_LIMITS.replace(max_bytes=nbytes)) is mask
+        with pytest.raises(SamplingMaskError) as info:
+            mask.validate(DEFAULT_LIMITS.replace(max_bytes=nbytes - 1))
+        assert info.value.code is ErrorCode.E_LIMIT and info.value.value == nbytes
+
+
+def test_derived_masks_keep_what_is_known_of_their_order() -> None:
+    """Slices, takes, concatenations and unpickled masks are built through one constructor path that
+    keeps the known row order, the arrays read-only and the metadata a fresh mapping."""
+    mask = SamplingMask.from_rows([[1, 5], [], [7], [2]], cu_seqlens=[0, 2, 4], metadata={"top_k": 2})
+    assert mask.is_canonical
+    unsorted = SamplingMask.from_rows([[5, 1]], metadata={"top_k": 2})
+    for derived in (mask[1:3], mask.take([1, 0]), concat([mask, mask]), pickle.loads(pickle.dumps(mask))):
+        assert derived.__getstate__().ascending is True  # known without a new scan
+        assert not derived.ids.flags.writeable and derived.metadata == {"top_k": 2}
+    joined = concat([mask, unsorted])
+    assert joined.__getstate__().ascending is False and not joined.is_canonical
+    assert joined.to_rows() == [[1, 5], [], [7], [2], [5, 1]]
+    unknown = SamplingMask(np.array([3], np.int32), np.array([0, 1]), metadata={"top_k": 2}, validate=False)
+    assert concat([mask, unknown]).__getstate__().ascending is None  # not known: not guessed

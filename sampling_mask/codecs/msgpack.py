@@ -19,10 +19,12 @@ Wire format (spec/v1/SPEC.md, section ``msgpack``)::
 
 The encoder writes the version key first (that is how :func:`sampling_mask.decode` recognises the
 envelope), pads every ARRAY of :data:`PAD_FROM` bytes or more (an envelope in an aligned buffer,
-such as a ``bytes`` object, then decodes to aligned arrays) and, by default, writes row lengths as
-``counts`` in the narrowest of uint8 / uint16 / int32 that holds the widest row (the smallest wire:
-2 bytes per row for rows up to 65535 ids); ``offsets_dtype="int64"`` or ``"int32"`` writes offsets
-that decode in O(1) (int32 offsets stay int32 in the mask: :attr:`SamplingMask.stored_offsets`).
+such as a ``bytes`` object, then decodes to aligned arrays; a 1.0 reader ignores ``pad`` as an
+unknown key) and, by default, writes ``offsets`` (int32 when they fit, else int64), which every
+1.x reader reads (spec 6: the default output is valid under 1.0) and which decode in O(1) (int32
+offsets stay int32 in the mask: :attr:`SamplingMask.stored_offsets`). ``counts=True`` writes row
+lengths as ``counts`` in the narrowest of uint8 / uint16 / int32 that holds the widest row instead
+(spec 1.1: the smallest wire, 1-2 bytes per row, but only for readers of 1.1 or later).
 The decoder reads ``bin`` values in place: ids, offsets and companions are read-only
 views of the payload (no copy). Declared dtype / shape are checked against a per-field whitelist,
 ``Limits`` and the real ``bin`` length before any view is made. Unknown keys are ignored.
@@ -179,17 +181,22 @@ def encode(
     layout: str = "ragged",
     offsets_dtype: str | None = None,
     width: int | None = None,
+    counts: bool = False,
 ) -> bytes:
     """The envelope bytes (each array copied once, straight into the result). ``layout``:
     ``"ragged"`` (default, ids decode in place), ``"dense"`` (``width`` defaults to the widest row)
-    or ``"compact"`` (rows stored ascending). Ragged row index: by default ``counts`` in the
-    narrowest dtype that fits (the smallest wire; one O(T) sum on read); ``offsets_dtype="int64"``
-    or ``"int32"`` (offsets decode in place, O(1)). ``format``: ``"msgpack"`` (the codec contract)."""
+    or ``"compact"`` (rows stored ascending). Ragged row index: by default ``offsets``, int32 when
+    they fit, else int64 (``offsets_dtype="int64"`` or ``"int32"`` to choose; they decode in place,
+    O(1); valid under spec 1.0). ``counts=True``: narrow ``counts`` instead (the smallest wire, one
+    O(T) sum on read; spec 1.1, so only for readers of 1.1 or later). ``format``: ``"msgpack"``
+    (the codec contract)."""
     own_format(format, "msgpack")
-    return b"".join(encode_frames(mask, layout=layout, offsets_dtype=offsets_dtype, width=width))
+    return b"".join(_frames(_envelope(mask, layout=layout, offsets_dtype=offsets_dtype, width=width, counts=counts)))
 
 
-def _envelope(mask: SamplingMask, *, layout: str, offsets_dtype: str | None, width: int | None) -> dict[str, Any]:
+def _envelope(
+    mask: SamplingMask, *, layout: str, offsets_dtype: str | None, width: int | None, counts: bool
+) -> dict[str, Any]:
     """The envelope as a dict of msgpack values and :class:`_Array` views, in wire order."""
     mask = as_sampling_mask(mask)
     if layout not in LAYOUTS:
@@ -197,6 +204,10 @@ def _envelope(mask: SamplingMask, *, layout: str, offsets_dtype: str | None, wid
     if offsets_dtype is not None and offsets_dtype not in _INDEX_DTYPES:
         raise SamplingMaskError(
             ErrorCode.E_DTYPE, f"offsets_dtype must be None or one of {list(_INDEX_DTYPES)}", value=offsets_dtype
+        )
+    if counts and offsets_dtype is not None:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "counts=True writes no offsets: give offsets_dtype or counts, not both", field="counts"
         )
     if layout == "compact":
         mask = mask.canonical()
@@ -214,7 +225,7 @@ def _envelope(mask: SamplingMask, *, layout: str, offsets_dtype: str | None, wid
     }
     if layout == "ragged":
         env["ids"] = _array(mask.ids)
-        if offsets_dtype is None:
+        if counts:
             env["counts"] = _array(_narrow_counts(mask))
         else:
             env["offsets"] = _array(mask.stored_offsets.astype(index, copy=False))
@@ -242,22 +253,30 @@ def _narrow_counts(mask: SamplingMask) -> np.ndarray:
 
 
 def encode_frames(
-    mask: SamplingMask, *, layout: str = "ragged", offsets_dtype: str | None = "int64", width: int | None = None
+    mask: SamplingMask,
+    *,
+    layout: str = "ragged",
+    offsets_dtype: str | None = "int64",
+    width: int | None = None,
+    counts: bool = False,
 ) -> list[Any]:
     """The envelope of :func:`encode` as a list of frames (``bytes`` headers and memoryviews of the
     mask's arrays), for ZMQ multipart, ``socket.sendmsg`` or a streaming HTTP body: nothing is
-    copied, and with the default ragged layout and offsets in the dtype the mask stores
-    (:attr:`SamplingMask.stored_offsets`; int64 unless decoded from int32) the cost is O(1) in rows
-    (``offsets_dtype=None`` writes the narrow ``counts`` of :func:`encode`'s default, O(T)).
-    ``b"".join(frames) == encode(mask, ...)``; :func:`decode` accepts the frames as a list."""
-    return _frames(_envelope(mask, layout=layout, offsets_dtype=offsets_dtype, width=width))
+    copied, and with the default ragged layout and int64 offsets (the dtype a mask stores unless
+    decoded from int32: :attr:`SamplingMask.stored_offsets`) the cost is O(1) in rows
+    (``offsets_dtype=None``: int32 when they fit, as :func:`encode`'s default; ``counts=True``: the
+    narrow ``counts`` of spec 1.1, O(T)). ``b"".join(frames) == encode(mask, ...)``;
+    :func:`decode` accepts the frames as a list."""
+    if counts and offsets_dtype == "int64":
+        offsets_dtype = None  # the default: counts replace the offsets
+    return _frames(_envelope(mask, layout=layout, offsets_dtype=offsets_dtype, width=width, counts=counts))
 
 
 def encode_into(mask: SamplingMask, buffer: Any, **opts: Any) -> int:
     """Write the envelope of :func:`encode` into ``buffer`` (any writable bytes-like object, e.g. a
     numpy or shared-memory buffer) from its start; returns the bytes written. ``E_LIMIT`` when the
     buffer is too small (nothing is written then). ``opts`` as for :func:`encode`."""
-    frames = encode_frames(mask, **{"offsets_dtype": None, **opts})
+    frames = encode_frames(mask, **{"offsets_dtype": None, **opts})  # the dtypes of encode's default
     out = memoryview(buffer).cast("B")
     if out.readonly:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "the buffer is read-only", field="buffer")

@@ -3771,6 +3771,471 @@ def teeth_cases(book: Book) -> None:
 
 # ------------------------------------------------------------------------------------------ book
 #: Builders of the suite, one per form; :func:`build` runs them in this order.
+# ------------------------------------------------------------------------------------------ v1.2
+def _f32_mask_bytes(rows: list[list[int]], segments: int, per_row_companions: int, support: bool) -> int:
+    """SPEC 8.1: what a mask takes, 4 bytes per companion value (support_logprobs: one per id)."""
+    nnz = sum(map(len, rows))
+    return 4 * nnz + 8 * (len(rows) + 1) + 8 * (segments + 1) + 4 * per_row_companions * len(rows) + 4 * nnz * support
+
+
+def v1_2_cases(book: Book) -> None:
+    """Cases added with spec 1.2: the two reference bugs found by generated cases, and one case (or
+    two) for each choice 1.1 left to guess (Change log, 1.2)."""
+    bins = _arrow_source()
+    bad_model = book.file("invalid/model.json", "model")
+    ops = book.file("model/operations.json", "model")
+    # A null among integers is E_DTYPE, never a crash (section 7, 4.6).
+    bad_model.add(
+        "cu-seqlens-null-entry",
+        "A null inside cu_seqlens is not an integer: E_DTYPE.",
+        "segments",
+        {"rows": [], "cu_seqlens": [None, 0]},
+        err("E_DTYPE"),
+        op="validate",
+    )
+    bad_model.add(
+        "sampled-id-null",
+        "A null inside sampled_token_ids is not an integer: E_DTYPE.",
+        "companions",
+        model([[1]], sampled_token_ids=[None]),
+        err("E_DTYPE"),
+        op="validate",
+    )
+    book.file("invalid/ragged.json", "ragged").add(
+        "ids-null-value",
+        "A null among the values of a typed int32 array: E_DTYPE.",
+        "layouts",
+        {"ids": {"dtype": "int32", "shape": [2], "values": [1, None]}, "offsets": arr([0, 2], "int64")},
+        err("E_DTYPE"),
+    )
+
+    # 3.6: slice bounds, zero masks, "the same metadata", take of no segment.
+    four = model([[1], [2], [3], [4]], cu_seqlens=[0, 2, 2, 4], vocab_size=10)
+    for slug, start, stop, why in (
+        ("slice-negative-start", -1, 2, "A negative bound is E_RANGE: it is not counted from the end."),
+        ("slice-reversed-bounds", 3, 1, "start > stop is E_RANGE: never an empty slice."),
+        ("slice-stop-beyond-rows", 2, 5, "A bound beyond T is E_RANGE: it is not clipped."),
+    ):
+        bad_model.add(slug, why, "3.6", {"mask": four, "start": start, "stop": stop}, err("E_RANGE"), op="slice")
+    bad_model.add(
+        "concatenate-zero-masks",
+        "Concatenating no mask at all is E_SCHEMA: nothing gives the result its V, companions, metadata.",
+        "3.6",
+        {"masks": []},
+        err("E_SCHEMA"),
+        op="concatenate",
+    )
+    bad_model.add(
+        "concatenate-boolean-against-integer-metadata",
+        "true and 1 are different metadata values (3.5: a boolean is not a number): E_SCHEMA.",
+        "3.6",
+        {"masks": [model([[1]], metadata={"flag": 1}), model([[2]], metadata={"flag": True})]},
+        err("E_SCHEMA"),
+        op="concatenate",
+    )
+    ops.add(
+        "concatenate-metadata-equal-by-value",
+        "4 and 4.0 are the same metadata (3.5: numbers compare by value); the first mask's values are kept.",
+        "3.6",
+        {"masks": [model([[1]], metadata={"seed": 4}), model([[2]], metadata={"seed": 4.0})]},
+        ok(mask([[1], [2]], cu=[0, 1, 2], metadata={"seed": 4})),
+        op="concatenate",
+    )
+    ops.add(
+        "concatenate-one-mask",
+        "Concatenating one mask gives that mask.",
+        "3.6",
+        {"masks": [four]},
+        ok(mask([[1], [2], [3], [4]], cu=[0, 2, 2, 4], vocab=10)),
+        op="concatenate",
+    )
+    ops.add(
+        "take-no-segment",
+        "take([]) gives T = 0 and B = 0, with the mask's V.",
+        "3.6",
+        {"mask": four, "segments": []},
+        ok(mask([], cu=[0], vocab=10)),
+        op="take",
+    )
+    ops.add(
+        "slice-at-the-end",
+        "M[T:T] is valid: no row, and the segments that are empty at T.",
+        "3.6",
+        {"mask": four, "start": 4, "stop": 4},
+        ok(mask([], cu=[0], vocab=10)),
+        op="slice",
+    )
+
+    # 4: an absent required array is E_SCHEMA (ids, the dense array, the rows of a document).
+    book.file("invalid/counts.json", "counts").add(
+        "ids-missing",
+        "A counts payload without ids: a missing required array is E_SCHEMA (section 4).",
+        "layouts",
+        {"counts": arr([0], "int32")},
+        err("E_SCHEMA"),
+    )
+    book.file("invalid/msgpack.json", "msgpack").add(
+        "ids-missing",
+        "A ragged envelope without ids: a missing required array is E_SCHEMA (section 4).",
+        "msgpack",
+        _mhex({"layout": "ragged", "offsets": _marray([0], "int64")}),
+        err("E_SCHEMA"),
+    )
+
+    # 8.1: the bytes a mask takes, 4 per companion value; 8.4: Arrow batches counted from their nodes.
+    every = roundtrip_model()
+    rows_every = every["rows"]
+    full = _f32_mask_bytes(rows_every, 2, 3, True)
+    bad_model.add(
+        "companions-over-max-bytes",
+        f"Every companion: the mask takes {full} bytes (4 per companion value, 8.1); max_bytes {full - 1} is E_LIMIT.",
+        "limits",
+        every,
+        err("E_LIMIT"),
+        op="validate",
+        limits={"max_bytes": full - 1},
+    )
+    book.file("model/validate.json", "model").add(
+        "companions-at-max-bytes",
+        f"Every companion: the mask takes exactly {full} bytes (8.1), which max_bytes {full} allows.",
+        "limits",
+        every,
+        {"valid": True},
+        op="validate",
+        limits={"max_bytes": full},
+    )
+    plain = _f32_mask_bytes(ISSUE_ROWS, 2, 0, False)
+    book.file("invalid/ragged.json", "ragged").add(
+        "segments-over-max-bytes",
+        f"ids, offsets and cu_seqlens of B = 2 take {plain} bytes (8.1); max_bytes {plain - 1} is E_LIMIT.",
+        "limits",
+        {"ids": arr([5, 1, 7]), "offsets": arr([0, 2, 2, 3], "int64"), "cu_seqlens": arr([0, 2, 3], "int64")},
+        err("E_LIMIT"),
+        limits={"max_bytes": plain - 1},
+    )
+    sample = companions_mask()
+    arrow_bytes = _f32_mask_bytes(sample["rows"], 1, 3, True)
+    for form, spec in (("arrow", "8.4"), ("parquet", "8.4")):
+        book.file(f"invalid/{form}.json", form).add(
+            "companions-over-max-bytes",
+            f"A batch of every companion produces at least {arrow_bytes} bytes (8.1 from its declared "
+            f"counts, 8.4); max_bytes {arrow_bytes - 1} is E_LIMIT before anything is read.",
+            spec,
+            {"hex": bins[f"{form}.companions"].hex()},
+            err("E_LIMIT"),
+            limits={"max_bytes": arrow_bytes - 1},
+        )
+
+    # 9.5: the leading magic of an IPC file (pyarrow checks only the trailing one).
+    issue = bins["arrow.issue-example"]
+    bad_arrow = book.file("invalid/arrow.json", "arrow")
+    bad_arrow.add(
+        "leading-magic-damaged",
+        "An IPC file whose first byte is not the A of ARROW1 (the trailing magic intact): E_ENCODING.",
+        "arrow-reading",
+        {"hex": (b"B" + issue[1:]).hex()},
+        err("E_ENCODING"),
+    )
+    bad_arrow.add(
+        "leading-magic-last-byte",
+        "An IPC file starting ARROW2 (the trailing magic intact): E_ENCODING.",
+        "arrow-reading",
+        {"hex": (issue[:5] + b"2" + issue[6:]).hex()},
+        err("E_ENCODING"),
+    )
+
+    # 9.x: zero-length buffers read nothing, whatever their offset; user keys of any bytes are ignored.
+    pattern = np.array([0, 0, 0, 12], "<i8").tobytes()  # validity buffer (empty), then the offsets
+    for form, offset in (("arrow", 1 << 40), ("arrows", 1000)):
+        data = bins[f"{form}.issue-example"]
+        assert data.count(pattern) == 1, form
+        book.file(f"{form}/decode.json", form).add(
+            "zero-length-buffer-past-body",
+            f"A buffer of length 0 whose offset ({offset}) lies past the message body reads nothing: valid.",
+            "arrow-reading",
+            {"hex": data.replace(pattern, np.array([offset, 0, 0, 12], "<i8").tobytes()).hex()},
+            ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        )
+    key = b"sampling_mask.id_order"
+    for form in ("arrow", "arrows"):
+        data = bins[f"{form}.issue-example"]
+        book.file(f"{form}/decode.json", form).add(
+            "user-key-not-utf8",
+            "A schema-metadata key that is not UTF-8 and does not start with sampling_mask. is the "
+            "user's: ignored, whatever its bytes (9.2).",
+            "arrow-metadata",
+            {"hex": data.replace(key, b"\xff\xfe" + key[2:]).hex()},
+            ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        )
+    producer = b"sampling_mask.metadata.producer"
+    bad_arrow.add(
+        "metadata-key-not-utf8",
+        "A metadata entry's key sampling_mask.metadata.<key> whose bytes are not UTF-8: E_ENCODING (9.2).",
+        "arrow-metadata",
+        {"hex": bins["arrow.companions"].replace(producer, producer[:-2] + b"\xff\xfe").hex()},
+        err("E_ENCODING"),
+    )
+
+    # 9.4: writers name the layouts by their schema-metadata values, list and compact.
+    for form, layout in (("arrows", "compact"), ("arrow", "list"), ("parquet", "list")):
+        book.file(f"{form}/encode.json", form).add(
+            f"encode-layout-option-{layout}",
+            f"The encode option layout = {layout} (the sampling_mask.layout value, 9.4) selects that layout.",
+            "9.4",
+            roundtrip_model(),
+            {"roundtrip": True, "properties": {"layout": layout}},
+            op="encode",
+            options={"layout": layout},
+        )
+
+    # 10.1: nil inside an ARRAY map is that entry missing.
+    ragged = {"layout": "ragged", "vocab_size": 10, "offsets": _marray([0, 2, 2, 3], "int64")}
+    ids = _marray([5, 1, 7], "int32")
+    bad_mp = book.file("invalid/msgpack.json", "msgpack")
+    for entry, code in (("dtype", "E_DTYPE"), ("data", "E_SCHEMA")):
+        bad_mp.add(
+            f"array-{entry}-nil",
+            f"nil under an ARRAY's {entry} is that entry missing, answered as a wrong one: {code} (10.1).",
+            "msgpack",
+            _mhex({**ragged, "ids": {**ids, entry: None}}),
+            err(code),
+        )
+    book.file("msgpack/decode.json", "msgpack").add(
+        "array-unknown-key-nil",
+        "nil under an ARRAY key the reader does not know (pad) is ignored like the key itself (10.1).",
+        "msgpack",
+        _mhex({**ragged, "ids": {"dtype": "int32", "shape": [3], "pad": None, "data": ids["data"]}}),
+        ok(mask(ISSUE_ROWS, vocab=10)),
+    )
+
+    # 11.3 / 11.4: a rows-only writer refuses B = 0 (it would read back as one empty segment).
+    for form in ("json-rows", "base64"):
+        book.file(f"invalid/{form}.json", form).add(
+            "encode-zero-segments",
+            "B = 0 (cu_seqlens [0]): the rows-only form reads back as one segment, so the writer refuses.",
+            "json",
+            model([], cu_seqlens=[0]),
+            err("E_SCHEMA"),
+            op="encode",
+        )
+
+    # 13.1 / 13.2: the caller's temperature replaces the companion; a NaN that reaches a scored row is E_RANGE.
+    z = np.round(np.random.default_rng(20261201).normal(0.0, 3.0, size=(2, 5)), 3)
+    rows, targets = [[0, 2, 4], [1, 3]], [2, 3]
+    logits = arr(z.tolist(), "float64")
+    score = book.file("scorer/score.json", "scorer")
+    base = {"targets": arr(targets, "int64"), "empty_rows": "full", "logits": logits}
+    score.add(
+        "temperature-from-companion",
+        "No temperature in the request: each row's temperature companion scales it (13.1).",
+        "scoring",
+        {"mask": model(rows, temperature=[0.5, 2.0]), **base},
+        {"scores": stable_scores(float64_scores(z, rows, targets, [0.5, 2.0])), "tolerance": 1e-6},
+        op="score",
+    )
+    score.add(
+        "caller-temperature-replaces-nan-companion",
+        "The caller's temperature replaces a companion holding NaN (unknown) on every row (13.1).",
+        "scoring",
+        {"mask": model(rows, temperature=["NaN", 2.0]), **base, "temperature": 0.75},
+        {"scores": stable_scores(float64_scores(z, rows, targets, 0.75)), "tolerance": 1e-6},
+        op="score",
+    )
+    book.file("invalid/scorer.json", "scorer").add(
+        "nan-companion-temperature-without-caller-value",
+        "A NaN temperature companion on a scored row and no temperature from the caller: E_RANGE (13.2), not 1.",
+        "scoring-policies",
+        {"mask": model(rows, temperature=["NaN", 2.0]), **base},
+        err("E_RANGE"),
+        op="score",
+    )
+
+
+def v1_2_teeth_cases(book: Book) -> None:
+    """Second angles for the MUSTs of 3.6, 4, 8.1-8.4 and 13.2 (spec 1.2): each case fails a planted
+    bug that one other case fails too (tests/test_conformance_teeth.py plants them)."""
+    bad_model = book.file("invalid/model.json", "model")
+    ops = book.file("model/operations.json", "model")
+    # 3.6 concatenation: V, companions, segments.
+    bad_model.add(
+        "concatenate-vocab-size-disagrees-after-one-without",
+        "The masks that carry V must agree on it, whatever comes first: [none, 10, 12] is E_SCHEMA.",
+        "3.6",
+        {"masks": [model([[1]]), model([[2]], vocab_size=10), model([[3]], vocab_size=12)]},
+        err("E_SCHEMA"),
+        op="concatenate",
+    )
+    bad_model.add(
+        "concatenate-adopted-vocab-size-first-mask-without",
+        "The first mask has no V and adopts the second's V = 5: its id 7 is not below it, E_RANGE.",
+        "3.6",
+        {"masks": [model([[7]]), model([[1]], vocab_size=5)]},
+        err("E_RANGE"),
+        op="concatenate",
+    )
+    ops.add(
+        "concatenate-adopts-vocab-size-first-without",
+        "The first mask has no V: the result carries the V of the others.",
+        "3.6",
+        {"masks": [model([[2]]), model([[1]], vocab_size=10)]},
+        ok(mask([[2], [1]], cu=[0, 1, 2], vocab=10)),
+        op="concatenate",
+    )
+    bad_model.add(
+        "concatenate-companions-same-count-different-names",
+        "One companion each, but not the same one (temperature, sampled_logprobs): E_SCHEMA.",
+        "3.6",
+        {"masks": [model([[1]], temperature=[1.0]), model([[2]], sampled_logprobs=[-0.5])]},
+        err("E_SCHEMA"),
+        op="concatenate",
+    )
+    ops.add(
+        "concatenate-with-empty-parts",
+        "A mask of one empty segment and one of no segment are joined too: cu = [0, 1, 2, 2, 3].",
+        "3.6",
+        {
+            "masks": [
+                model([[1], [2, 3]], cu_seqlens=[0, 1, 2], vocab_size=10),
+                model([], cu_seqlens=[0, 0], vocab_size=10),
+                model([], cu_seqlens=[0], vocab_size=10),
+                model([[4]], vocab_size=10),
+            ]
+        },
+        ok(mask([[1], [2, 3], [4]], cu=[0, 1, 2, 2, 3], vocab=10)),
+        op="concatenate",
+    )
+    four = model([[1], [2], [3], [4]], cu_seqlens=[0, 2, 2, 4], vocab_size=10)
+    ops.add(
+        "take-repeats-one-segment",
+        "take([2, 2]): a segment taken twice appears twice.",
+        "3.6",
+        {"mask": four, "segments": [2, 2]},
+        ok(mask([[3], [4], [3], [4]], cu=[0, 2, 4], vocab=10)),
+        op="take",
+    )
+    ops.add(
+        "take-negative-and-positive",
+        "take([-1, 0]): -1 is the last segment (B - 1), then segment 0.",
+        "3.6",
+        {"mask": four, "segments": [-1, 0]},
+        ok(mask([[3], [4], [1], [2]], cu=[0, 2, 4], vocab=10)),
+        op="take",
+    )
+
+    # 8.1: a size at its limit is within it.
+    book.file("model/validate.json", "model").add(
+        "rows-at-limit",
+        "T = max_rows is within the limit (limits are inclusive maxima).",
+        "limits",
+        model([[1], [2]]),
+        {"valid": True},
+        op="validate",
+        limits={"max_rows": 2},
+    )
+    book.file("ragged/decode.json", "ragged").add(
+        "nnz-and-width-at-limit",
+        "nnz = max_nnz and a row as wide as max_width are within the limits.",
+        "limits",
+        {"ids": arr([1, 5, 7]), "offsets": arr([0, 2, 2, 3], "int64")},
+        ok(mask(ISSUE_ROWS)),
+        limits={"max_nnz": 3, "max_width": 2},
+    )
+    # 8.1: companion bytes in the layout forms too.
+    full = _f32_mask_bytes([[3, 5, 9], []], 1, 1, True)
+    book.file("invalid/ragged.json", "ragged").add(
+        "companions-over-max-bytes",
+        f"ids, offsets, temperature and support_logprobs take {full} bytes (8.1); max_bytes {full - 1} is E_LIMIT.",
+        "limits",
+        {
+            "ids": arr([3, 5, 9]),
+            "offsets": arr([0, 3, 3], "int64"),
+            "temperature": arr([0.5, 1.0], "float32"),
+            "support_logprobs": arr([-1.0, -2.0, -3.0], "float32"),
+        },
+        err("E_LIMIT"),
+        limits={"max_bytes": full - 1},
+    )
+
+    # 13.2: second angles.
+    z = np.round(np.random.default_rng(20261202).normal(0.0, 2.0, size=(2, 6)), 3)
+    logits = arr(z.tolist(), "float64")
+    bad_score = book.file("invalid/scorer.json", "scorer")
+    bad_score.add(
+        "minus-one-target-on-non-empty-row-excluded",
+        "A target of -1 on a non-empty row is E_RANGE under empty_rows = exclude too.",
+        "scoring-policies",
+        {"mask": model([[0, 1], []]), "targets": arr([-1, 2], "int64"), "empty_rows": "exclude", "logits": logits},
+        err("E_RANGE"),
+        op="score",
+    )
+    h = np.round(np.random.default_rng(20261203).normal(0.0, 1.0, size=(2, 3)), 3)
+    w = np.round(np.random.default_rng(20261204).normal(0.0, 1.0, size=(6, 3)), 3)
+    hidden = {"hidden": arr(h.tolist(), "float64"), "weight": arr(w.tolist(), "float64")}
+    bad_score.add(
+        "target-not-in-support-hidden",
+        "From hidden states too, a target outside its row's support is E_MISSING_SAMPLED by default.",
+        "scoring-policies",
+        {"mask": model([[0, 1], [2, 3]]), "targets": arr([0, 5], "int64"), "temperature": 1.0, **hidden},
+        err("E_MISSING_SAMPLED"),
+        op="score",
+    )
+    bad_score.add(
+        "support-id-beyond-weight-rows",
+        "An id of the mask at or beyond V' (the rows of the lm-head weight) is E_RANGE.",
+        "scoring-policies",
+        {
+            "mask": model([[0, 6]]),
+            "targets": arr([0], "int64"),
+            "temperature": 1.0,
+            "hidden": arr(h[:1].tolist(), "float64"),
+            "weight": hidden["weight"],
+        },
+        err("E_RANGE"),
+        op="score",
+    )
+    score = book.file("scorer/score.json", "scorer")
+    padded = np.concatenate([z, np.full((2, 2), 0.25)], axis=1)  # V' = 8 > V = 6, finite padding
+    rows, targets = [[0, 3], [1, 2]], [3, 5]
+    score.add(
+        "missing-target-full-over-padded-vocabulary",
+        "missing_target = full scores over all V' = 8 logits, padded columns included, not over V = 6.",
+        "scoring-policies",
+        {
+            "mask": model(rows, vocab_size=6),
+            "targets": arr(targets, "int64"),
+            "temperature": 1.0,
+            "empty_rows": "full",
+            "missing_target": "full",
+            "logits": arr(padded.tolist(), "float64"),
+        },
+        {
+            "scores": stable_scores(float64_scores(padded, rows, targets, 1.0, "full", "full")),
+            "tolerance": 1e-6,
+        },
+        op="score",
+        level=REC,
+    )
+    zh = h @ w.T
+    score.add(
+        "empty-row-excluded-hidden",
+        "With empty_rows = exclude an empty row has no score (null), from hidden states too.",
+        "scoring-policies",
+        {
+            "mask": model([[0, 4], []]),
+            "targets": arr([4, 1], "int64"),
+            "temperature": 1.0,
+            "empty_rows": "exclude",
+            **hidden,
+        },
+        {
+            "scores": stable_scores(float64_scores(zh, [[0, 4], []], [4, 1], 1.0, "exclude")),
+            "tolerance": 1e-6,
+        },
+        op="score",
+        level=REC,
+    )
+
+
 BUILDERS: list[Callable[[Book], None]] = [
     dense_cases,
     packed_cases,
@@ -3786,6 +4251,8 @@ BUILDERS: list[Callable[[Book], None]] = [
     model_cases,
     scorer_cases,
     teeth_cases,
+    v1_2_cases,
+    v1_2_teeth_cases,
 ]
 
 

@@ -5,11 +5,15 @@ classes when it declares none), hypothesis draws N cases with the exported strat
 (:mod:`sampling_mask.conformance.strategies`) and sends them as ordinary requests:
 
 - ``<form> reader``: N valid payloads (any row order, padding, values / hex spelling) that must
-  decode to their mask, and N *mutated* payloads (a byte or value changed, dropped or inserted)
-  whose verdict must agree with the reference: both accept the same mask, or both reject (the codes
-  may differ: a mutation can make several faults, SPEC 7);
+  decode to their mask, N *mutated* payloads (a byte or value changed, dropped or inserted) whose
+  verdict must agree with the reference: both accept the same mask, or both reject (the codes may
+  differ: a mutation can make several faults, SPEC 7), and N payloads under limits drawn at and
+  just below their own sizes (SPEC 8.1);
 - ``<form> writer``: N masks whose encoding the reference decodes back to the mask;
-- ``scorer``: N scorer payloads scored within 1e-6 of the reference.
+- ``model operations``: N concatenate / slice / take requests (compatible and incompatible masks,
+  zero masks, bounds and segment indices in and out of range) answered as the reference answers;
+- ``scorer``: N scorer payloads scored within 1e-6 of the reference, and N with a row of SPEC 13.2
+  (targets of -1 or outside the support, bad temperatures, the exclude policy, ids beyond the logits).
 
 A disagreement is shrunk by hypothesis to a minimal case, printed with the seed as a vector ready to
 paste into a case file. Needs ``hypothesis`` (the ``test`` extra).
@@ -34,8 +38,10 @@ __all__ = ["GENERATED_CLASSES", "Disagreement", "mutated_payloads", "run_generat
 GENERATED_CLASSES = tuple(
     [f"{form} reader" for form in FORMS if form != "scorer"]
     + [f"{form} writer" for form in FORMS if form not in ("scorer", "model")]
-    + ["scorer"]
+    + ["model operations", "scorer"]
 )
+#: Ops whose ``ok`` answer is a model mask, compared with the reference's in canonical form.
+_MASK_OPS = ("decode", "concatenate", "slice", "take")
 _TOLERANCE = 1e-6
 
 
@@ -127,8 +133,12 @@ def _nest(flat: list[Any], shape: list[int]) -> Any:
 
 # ------------------------------------------------------------------------------------------ checks
 def _ask(implementation: Implementation, request: dict[str, Any]) -> tuple[str, Any]:
+    from .runner import RunStopped
+
     try:
         return response_kind(implementation.handle(request), request["id"])
+    except RunStopped:
+        raise
     except Exception as exc:  # noqa: BLE001 - a crash is a disagreement, not the runner's
         return "error", f"{type(exc).__name__}: {exc}"
 
@@ -165,7 +175,7 @@ def _agree(request: dict[str, Any], implementation: Implementation, reference: R
         why = compare_masks(mask_to_json(_input_mask(request)), decoded)
         if why is not None:
             raise Disagreement(f"round trip: {why}", request, expected)
-    elif request["op"] == "decode":
+    elif request["op"] in _MASK_OPS:
         why = compare_masks(want, got)
         if why is not None:
             raise Disagreement(why, request, expected)
@@ -180,10 +190,22 @@ def _input_mask(request: dict[str, Any]) -> Any:
 # ------------------------------------------------------------------------------------------ running
 def _strategies(name: str) -> list[tuple[str, Any]]:
     """``(kind, strategy of requests)`` for one class."""
-    from .strategies import masks_for, payloads, scorer_inputs
+    from .strategies import (
+        limited_payloads,
+        masks_for,
+        operation_requests,
+        payloads,
+        scorer_edge_inputs,
+        scorer_inputs,
+    )
 
     if name == "scorer":
-        return [("payload", scorer_inputs().map(lambda p: {"op": "score", "form": "scorer", "input": p}))]
+        return [
+            ("payload", scorer_inputs().map(lambda p: {"op": "score", "form": "scorer", "input": p})),
+            ("edge-row payload", scorer_edge_inputs().map(lambda p: {"op": "score", "form": "scorer", "input": p})),
+        ]
+    if name == "model operations":
+        return [("operation", operation_requests())]
     form, role = name.rsplit(" ", 1)
     if role == "writer":
         return [("mask", masks_for(form).map(lambda m: {"op": "encode", "form": form, "input": mask_to_json(m)}))]
@@ -191,6 +213,10 @@ def _strategies(name: str) -> list[tuple[str, Any]]:
     return [
         ("valid payload", payloads(form).map(lambda pm: {"op": op, "form": form, "input": pm[0]})),
         ("mutated payload", mutated_payloads(form).map(lambda p: {"op": op, "form": form, "input": p})),
+        (
+            "payload at its limits",
+            limited_payloads(form).map(lambda pl: {"op": op, "form": form, "input": pl[0], "limits": pl[1]}),
+        ),
     ]
 
 
@@ -199,8 +225,11 @@ def _check_kind(name: str, strategy: Any, implementation: Implementation, n: int
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
+    from .runner import RunStopped
+
     reference = ReferenceImplementation()
     last: list[Disagreement] = []
+    stopped: list[RunStopped] = []  # kept out of hypothesis, which would shrink or group it
     counter = [0]
 
     @hypothesis_seed(seed)
@@ -215,16 +244,27 @@ def _check_kind(name: str, strategy: Any, implementation: Implementation, n: int
     def check(request: dict[str, Any]) -> None:
         counter[0] += 1
         request = {"id": f"generated.{name.replace(' ', '-')}.{counter[0]}", **request}
+        if stopped:
+            return
         try:
             _agree(request, implementation, reference)
+        except RunStopped as exc:
+            stopped.append(exc)
         except Disagreement as exc:
             last[:] = [exc]  # the last failure hypothesis replays is the shrunk one
             raise
 
     try:
         check()
-    except Disagreement:
-        return last[0]
+    except Exception as exc:  # noqa: BLE001 - a Disagreement, or hypothesis' group of several
+        if stopped:
+            raise stopped[0] from None
+        group = getattr(exc, "exceptions", None)
+        if isinstance(exc, Disagreement) or (group and all(isinstance(e, Disagreement) for e in group)):
+            return last[0]
+        raise
+    if stopped:
+        raise stopped[0]
     return None
 
 
@@ -259,7 +299,7 @@ def as_vector(failure: Disagreement, seed: int) -> dict[str, Any]:
         ok = expected["ok"]
         case["expected"] = (
             {"mask": ok}
-            if request["op"] == "decode"
+            if request["op"] in _MASK_OPS
             else {"roundtrip": True}
             if request["op"] == "encode"
             else {"valid": True}
@@ -271,6 +311,28 @@ def as_vector(failure: Disagreement, seed: int) -> dict[str, Any]:
     return case
 
 
+class _CrashGuard:
+    """``implementation`` that raises :class:`~.runner.RunStopped` after ``max_crashes`` consecutive
+    crashes (the program died, hung or wrote no JSON), and at once on every request after that."""
+
+    def __init__(self, implementation: Implementation, max_crashes: int) -> None:
+        self.implementation = implementation
+        self.max_crashes = max_crashes
+        self.crashes = 0
+        self.name = getattr(implementation, "name", type(implementation).__name__)
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        from .runner import RunStopped
+
+        if self.crashes >= self.max_crashes:
+            raise RunStopped(f"stopped after {self.crashes} consecutive crashes")
+        response = self.implementation.handle(request)
+        self.crashes = self.crashes + 1 if getattr(self.implementation, "crashed", False) else 0
+        if self.crashes >= self.max_crashes:
+            raise RunStopped(f"stopped after {self.crashes} consecutive crashes; the last: {response!r:.300}")
+        return response
+
+
 def run_generated(
     implementation: Implementation,
     n: int,
@@ -279,9 +341,13 @@ def run_generated(
     classes: Sequence[str] | None = None,
     forms: Sequence[str] = (),
     out: TextIO,
+    max_crashes: int | None = None,
 ) -> int:
     """Check ``n`` generated cases (and ``n`` mutated payloads) per claimed class; 0 when every one
-    agrees with the reference, 1 otherwise, 2 when nothing could be checked."""
+    agrees with the reference, 1 otherwise, 2 when nothing could be checked. With ``max_crashes``,
+    that many consecutive crashes raise :class:`~.runner.RunStopped` (the CLI: exit status 2)."""
+    if max_crashes is not None:
+        implementation = _CrashGuard(implementation, max_crashes)
     seed = random.randrange(2**32) if seed is None else seed
     out.write(f"sampling-mask conformance --generated {n} --seed {seed}\n")
     names = [
@@ -320,9 +386,16 @@ def _unsupported(implementation: Implementation, name: str) -> bool:
             "logits": {"dtype": "float64", "shape": [1, 1], "values": [[0.0]]},
         }
         request = {"id": "probe", "op": "score", "form": "scorer", "input": payload}
+    elif name == "model operations":
+        request = {
+            "id": "probe",
+            "op": "slice",
+            "form": "model",
+            "input": {"mask": {"rows": [[1]]}, "start": 0, "stop": 1},
+        }
     else:
         form, role = name.rsplit(" ", 1)
-        model = {"rows": [[1]], "vocab_size": 4}
+        model: dict[str, Any] = {"rows": [[1]]} if form in ("json-rows", "base64") else {"rows": [[1]], "vocab_size": 4}
         if role == "writer":
             request = {"id": "probe", "op": "encode", "form": form, "input": model}
         else:

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from ..core.errors import ErrorCode, SamplingMaskError
 from .payloads import array_from_json, limits_from_json, wire_array
-from .suite import FORMS, SUITE_VERSION, case_files, vectors_dir
+from .suite import FORMS, RELEASES, SUITE_VERSION, case_files, frozen_cases, load_cases, vectors_dir
 
 __all__ = ["MIN_INVALID", "MIN_VALID", "SPEC_SCHEMAS", "lint", "main", "schema_instance", "spec_schema_validators"]
 
@@ -272,6 +272,7 @@ def lint(root: Path | None = None) -> tuple[list[str], dict[str, Any]]:
             problems.append(f"form {form} has no valid case")
         if not forms_invalid[form]:
             problems.append(f"form {form} has no invalid case")
+    problems += _frozen_problems(root)
     valid, invalid = sum(forms_valid.values()), sum(forms_invalid.values())
     if valid < MIN_VALID:
         problems.append(f"only {valid} valid cases (at least {MIN_VALID})")
@@ -288,6 +289,24 @@ def lint(root: Path | None = None) -> tuple[list[str], dict[str, Any]]:
         "schemas_checked": sorted(spec_validators),
     }
     return problems, stats
+
+
+def _frozen_problems(root: Path) -> list[str]:
+    """Every case of a frozen release set (``v1-1.0.txt``) exists and asks and expects what it did."""
+    cases = {case.id: case for case in load_cases(root)}
+    problems = []
+    for release in RELEASES:
+        try:
+            frozen = frozen_cases(release, root)
+        except OSError as exc:
+            problems.append(f"the frozen {release} set cannot be read: {exc}")
+            continue
+        for cid, digest in frozen.items():
+            if cid not in cases:
+                problems.append(f"frozen {release} case {cid} is gone (a frozen case is never removed)")
+            elif cases[cid].digest != digest:
+                problems.append(f"frozen {release} case {cid} changed (digest {cases[cid].digest}, frozen {digest})")
+    return problems
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:

@@ -135,9 +135,9 @@ def array_from_json(spec: Any, *, field: str, limits: Limits = DEFAULT_LIMITS) -
         if dtype.kind == "f":
             arr = np.array([_number(v, field) for v in flat], dtype=np.float64).astype(dtype).reshape(shape)
         else:
-            bad = next((v for v in flat if isinstance(v, bool) or not isinstance(v, int)), None)
-            if bad is not None:
-                raise SamplingMaskError(ErrorCode.E_DTYPE, "expected an integer", field=field, value=repr(bad)[:40])
+            bad = _first_non_integer(flat)
+            if bad:
+                raise SamplingMaskError(ErrorCode.E_DTYPE, "expected an integer", field=field, value=repr(bad[0])[:40])
             info = np.iinfo(dtype)
             out_of_range = next((v for v in flat if not info.min <= v <= info.max), None)
             if out_of_range is not None:
@@ -217,13 +217,18 @@ def _metadata(payload: Mapping[str, Any]) -> Any:
     return metadata
 
 
+def _first_non_integer(values: list[Any]) -> list[Any]:
+    """``[v]`` for the first value that is not an integer (a null too), ``[]`` when every one is."""
+    return [v for v in values if isinstance(v, bool) or not isinstance(v, int)][:1]
+
+
 def _int_list(value: Any, field: str) -> np.ndarray:
     if not isinstance(value, list):
         raise _schema(f"{field} must be a list", field)
-    bad = next((v for v in value if isinstance(v, bool) or not isinstance(v, int)), None)
-    if bad is not None:
-        kind = ErrorCode.E_SHAPE if isinstance(bad, list) else ErrorCode.E_DTYPE
-        raise SamplingMaskError(kind, "expected a list of integers", field=field, value=repr(bad)[:40])
+    bad = _first_non_integer(value)
+    if bad:
+        kind = ErrorCode.E_SHAPE if isinstance(bad[0], list) else ErrorCode.E_DTYPE
+        raise SamplingMaskError(kind, "expected a list of integers", field=field, value=repr(bad[0])[:40])
     out_of_range = next((v for v in value if not -(1 << 63) <= v < (1 << 63)), None)
     if out_of_range is not None:
         raise SamplingMaskError(ErrorCode.E_RANGE, "integer does not fit int64", field=field, value=out_of_range)

@@ -125,7 +125,9 @@ def load_python_implementation(spec: str) -> Implementation:
 class CommandImplementation:
     """Drives a program over JSON lines on its stdin / stdout: one process for the whole run,
     restarted only after it died or did not answer within ``timeout`` seconds (then ``crashed`` is
-    true for that request). The last lines of its stderr are kept for reports. A program that cannot
+    true for that request). An answer that is not a JSON object is no answer to the protocol:
+    ``garbled`` and ``crashed`` are true for that request, so ``--max-crashes`` stops a program that
+    writes anything else. The last lines of its stderr are kept for reports. A program that cannot
     be started, or that dies or hangs before its first answer, raises :class:`LaunchError`.
     """
 
@@ -149,6 +151,7 @@ class CommandImplementation:
         self.starts = 0
         self.answers = 0
         self.crashed = False
+        self.garbled = False
         self._stderr_reader: threading.Thread | None = None
 
     def _start(self) -> subprocess.Popen[str]:
@@ -181,7 +184,7 @@ class CommandImplementation:
             self.stderr_tail.append(line.rstrip("\n"))
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.crashed = False
+        self.crashed = self.garbled = False
         proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
         assert proc.stdin is not None
         first = self.answers == 0
@@ -201,8 +204,10 @@ class CommandImplementation:
         try:
             response = json.loads(line)
         except ValueError:
+            self.crashed = self.garbled = True
             return {"error": f"protocol: the response line is not JSON: {line.strip()!r:.200}"}
         if not isinstance(response, dict):
+            self.crashed = self.garbled = True
             return {"error": f"protocol: the response is not a JSON object: {line.strip()!r:.200}"}
         return response
 

@@ -174,8 +174,10 @@ class ReferenceImplementation:
                 raise SamplingMaskError(ErrorCode.E_SCHEMA, "segments is a list of integers", field="segments")
             return mask.take(np.asarray(segments, dtype=np.int64))
         start, stop = payload.get("start"), payload.get("stop")
-        if type(start) is not int or type(stop) is not int or not 0 <= start <= stop <= mask.num_rows:
-            raise SamplingMaskError(ErrorCode.E_SCHEMA, "0 <= start <= stop <= T", field="start")
+        if type(start) is not int or type(stop) is not int:
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "start and stop are integers", field="start")
+        if not 0 <= start <= stop <= mask.num_rows:  # SPEC 3.6: never clipped, never from the end
+            raise SamplingMaskError(ErrorCode.E_RANGE, f"0 <= start <= stop <= T = {mask.num_rows}", field="start")
         sliced: SamplingMask = mask[start:stop]
         return sliced
 
@@ -204,7 +206,7 @@ def score_payload(payload: Any, limits: Limits = DEFAULT_LIMITS) -> dict[str, An
     """Scores of a ``scorer`` payload through ``sampling_mask.reference_scorer``.
 
     Payload: ``mask`` (a model mask), ``targets`` (typed int array [T]), ``temperature`` (a number or
-    a typed float array [T]), ``empty_rows`` (``"full"`` / ``"exclude"``), and either ``logits``
+    a typed float array [T]; absent: the mask's ``temperature`` companion, else 1), ``empty_rows`` (``"full"`` / ``"exclude"``), and either ``logits``
     (typed float array [T, V]) or ``hidden`` [T, d] + ``weight`` [V, d] (+ ``bias`` [V]).
     """
     try:
@@ -215,10 +217,10 @@ def score_payload(payload: Any, limits: Limits = DEFAULT_LIMITS) -> dict[str, An
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "a scorer payload must be an object")
     mask = mask_from_json(payload.get("mask"), limits=limits)
     targets = _tensor(payload, "targets", limits)
-    temperature = payload.get("temperature", 1.0)
+    temperature = payload.get("temperature")  # absent: the mask's temperature companion, else 1 (SPEC 13.1)
     if isinstance(temperature, Mapping):
         temperature = _tensor(payload, "temperature", limits)
-    elif isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+    elif temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "temperature is a number or a typed array", field="temperature")
     policies = {
         "empty_rows": payload.get("empty_rows", "full"),

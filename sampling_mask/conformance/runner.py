@@ -42,10 +42,12 @@ from .protocol import (
 from .reference import ReferenceImplementation, payload_bytes
 from .suite import (
     FORMS,
+    RELEASES,
     Case,
     ExpectedFailures,
     class_matches,
     conformance_classes,
+    frozen_cases,
     load_cases,
     vectors_dir,
 )
@@ -329,7 +331,8 @@ def run(
 def declared_classes(implementation: Implementation) -> list[str] | None:
     """The classes the implementation declares in answer to ``describe`` (``None``: it declares none).
 
-    Raises :class:`RunStopped` when a program cannot be started.
+    Raises :class:`RunStopped` when a program cannot be started, or answers ``describe`` with
+    something that is not a JSON object (it does not speak the protocol: every case would fail).
     """
     try:
         response = implementation.handle(dict(DESCRIBE))
@@ -337,6 +340,11 @@ def declared_classes(implementation: Implementation) -> list[str] | None:
         raise RunStopped(str(exc)) from None
     except Exception:  # noqa: BLE001 - an implementation that cannot describe itself declares nothing
         return None
+    if getattr(implementation, "garbled", False) or not isinstance(response, Mapping):
+        what = response.get("error") if isinstance(response, Mapping) else f"{response!r:.200}"
+        raise RunStopped(
+            f"the answer to describe is not a JSON object, so the program does not speak the protocol: {what}"
+        )
     kind, value = response_kind(response, DESCRIBE["id"])
     if kind != "ok" or not isinstance(value, Mapping):
         return None
@@ -403,6 +411,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--level", choices=("required", "recommended"), help="run only cases of this level")
     parser.add_argument("--vectors", type=Path, help="suite root (default: the installed vectors)")
     parser.add_argument(
+        "--release",
+        choices=RELEASES,
+        help="run only the cases frozen at this spec release (1.0: what a reader of exactly 1.0 passes)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT,
@@ -427,6 +440,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="print only cases that are not PASS / XFAIL")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     parser.add_argument("--lint", action="store_true", help="check the suite itself and exit")
+    parser.add_argument(
+        "--profile-1.0",
+        dest="profile",
+        action="append",
+        default=[],
+        metavar="FILE",
+        type=Path,
+        help="check that FILE uses nothing spec 1.0 does not define (repeatable; --form names the encoding)",
+    )
     return parser
 
 
@@ -485,6 +507,8 @@ def _main(argv: Sequence[str] | None, out: TextIO) -> int:
         from .lint import main as lint_main
 
         return lint_main(["--vectors", str(args.vectors)] if args.vectors else [], out=out)
+    if args.profile:
+        return _profile(args.profile, args.form, out)
     _check_names("form", args.form, FORMS)
     try:
         every = load_cases(args.vectors or vectors_dir())
@@ -492,9 +516,14 @@ def _main(argv: Sequence[str] | None, out: TextIO) -> int:
         raise _UsageError(f"cannot read the vectors: {exc}") from None
     _check_names("class", args.classes, conformance_classes(every))
     cases = select(every, forms=args.form, patterns=args.case, level=args.level)
+    if args.release:
+        frozen = frozen_cases(args.release, args.vectors)
+        cases = [c for c in cases if c.id in frozen]
     if args.list:
+        if args.classes:
+            cases = [c for c in cases if class_matches(c.conformance_class, args.classes)]
         if not cases:
-            raise _UsageError("no case selected: check --form, -k and --level")
+            raise _UsageError("no case selected: check --form, -k, --level, --class and --release")
         for case in cases:
             out.write(f"{case.id}\t{case.op}\t{case.level}\t{case.conformance_class}\t{case.description}\n")
         return 0
@@ -547,7 +576,38 @@ def _generated(implementation: Implementation, args: argparse.Namespace, claimed
         ) from None
     if args.generated < 1:
         raise _UsageError("--generated N needs N >= 1")
-    return run_generated(implementation, args.generated, seed=args.seed, classes=claimed, forms=args.form, out=out)
+    return run_generated(
+        implementation,
+        args.generated,
+        seed=args.seed,
+        classes=claimed,
+        forms=args.form,
+        out=out,
+        max_crashes=args.max_crashes,
+    )
+
+
+def _profile(paths: Sequence[Path], forms: Sequence[str], out: TextIO) -> int:
+    """``--profile-1.0``: one line per file, then its findings; 0 when every file is within 1.0."""
+    from .profile import profile_forms, v1_0_findings
+
+    if len(forms) > 1:
+        raise _UsageError("--profile-1.0 takes at most one --form")
+    _check_names("form", forms, profile_forms())
+    bad = 0
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise _UsageError(f"cannot read {path}: {exc}") from None
+        try:
+            found = v1_0_findings(data, forms[0] if forms else None)
+        except Exception as exc:  # noqa: BLE001 - bytes that cannot be read at all are a finding
+            found = [f"cannot read it as {forms[0] if forms else 'any encoding'}: {type(exc).__name__}: {exc}"]
+        bad += bool(found)
+        out.write(f"{'within 1.0' if not found else 'NOT 1.0':<12}{path}\n")
+        out.writelines(f"  {line}\n" for line in found)
+    return 1 if bad else 0
 
 
 def _release(implementation: Any) -> None:

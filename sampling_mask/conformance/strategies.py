@@ -18,9 +18,12 @@ from .suite import FORMS
 __all__ = [
     "PAYLOAD_FORMS",
     "masks",
+    "limited_payloads",
     "masks_for",
+    "operation_requests",
     "payloads",
     "rows_lists",
+    "scorer_edge_inputs",
     "scorer_inputs",
     "shuffled_rows",
     "typed_arrays",
@@ -202,6 +205,88 @@ def payloads(draw: Any, form: str, *, mask: SamplingMask | None = None) -> tuple
     return ({"text": data.decode("utf-8")} if form == "json" else {"hex": data.hex()}), m
 
 
+@st.composite
+def limited_payloads(draw: Any, form: str) -> tuple[dict[str, Any], dict[str, int]]:
+    """``(payload, limits)``: a payload of ``form`` with limits drawn at and just below its own sizes
+    (SPEC 8.1: inclusive maxima, so ``T`` rows pass ``max_rows = T`` and fail ``T - 1``). ``max_bytes``
+    is not drawn: a reader MAY count more than 8.1's bytes where it builds more on the way."""
+    payload, m = draw(payloads(form))
+    widest = int(m.row_lengths.max()) if m.num_rows else 0
+    sizes = {"max_rows": m.num_rows, "max_nnz": m.nnz, "max_width": widest, "max_segments": m.num_segments}
+    if m.vocab_size is not None and form != "bitmask":
+        sizes["max_vocab"] = m.vocab_size
+    names = draw(st.lists(st.sampled_from(sorted(sizes)), min_size=1, max_size=2, unique=True))
+    return payload, {name: max(sizes[name] - draw(st.integers(0, 1)), 0) for name in names}
+
+
+# ------------------------------------------------------------------------------------------ model operations
+#: What :func:`operation_requests` may change in one of the masks it concatenates (SPEC 3.6).
+_CONCAT_CHANGES = ("none", "drop-vocab", "other-vocab", "drop-companion", "metadata-float", "other-metadata")
+
+
+@st.composite
+def operation_requests(draw: Any, *, max_rows: int = 6) -> dict[str, Any]:
+    """A ``concatenate``, ``slice`` or ``take`` request of class ``model operations`` (SPEC 3.6):
+    compatible masks and ones that differ in V, companions or metadata (a float metadata value equal
+    to an integer one is the same metadata, 3.5), zero masks, slice bounds negative, reversed or
+    beyond T, and segment indices inside and outside ``[-B, B)``."""
+    from .payloads import mask_to_json
+
+    op = draw(st.sampled_from(["concatenate", "slice", "take"]))
+    vocab = draw(st.integers(1, 40))
+    companions = draw(st.booleans())
+    metadata = draw(st.sampled_from([None, {"seed": 4}, {"seed": 4, "producer": "test", "top_p": 0.5}]))
+
+    def one() -> dict[str, Any]:
+        doc = mask_to_json(draw(masks(vocab_size=vocab, max_rows=max_rows, companions=companions, metadata=False)))
+        if metadata is not None:
+            doc["metadata"] = dict(metadata)
+        return doc
+
+    if op == "concatenate":
+        docs = [one() for _ in range(draw(st.integers(0, 3)))]
+        if docs:
+            at = draw(st.integers(0, len(docs) - 1))
+            change = draw(st.sampled_from(_CONCAT_CHANGES))
+            doc = docs[at]
+            if change == "drop-vocab":
+                doc["vocab_size"] = None  # adopts V; E_RANGE when an id of it is not below another's V
+                if draw(st.booleans()):
+                    doc["rows"] = [*doc["rows"][:-1], [vocab + draw(st.integers(0, 3))]] if doc["rows"] else [[vocab]]
+                    _fit_companions(doc)
+            elif change == "other-vocab":
+                doc["vocab_size"] = vocab + 1
+            elif change == "drop-companion" and companions:
+                del doc[draw(st.sampled_from(["sampled_token_ids", "temperature", "support_logprobs"]))]
+            elif change == "metadata-float" and metadata is not None:
+                doc["metadata"] = {**metadata, "seed": 4.0}  # equal by value (3.5): the same metadata
+            elif change == "other-metadata":
+                doc["metadata"] = {**(metadata or {}), "seed": draw(st.sampled_from([5, True, "4"]))}
+        return {"op": "concatenate", "form": "model", "input": {"masks": docs}}
+    doc = one()
+    num_rows = len(doc["rows"])
+    if op == "slice":
+        start = draw(st.integers(-2, num_rows + 2))
+        stop = draw(st.integers(-2, num_rows + 2))
+        return {"op": "slice", "form": "model", "input": {"mask": doc, "start": start, "stop": stop}}
+    num_segments = len(doc["cu_seqlens"]) - 1
+    segments = draw(st.lists(st.integers(-num_segments - 2, num_segments + 1), max_size=4))
+    return {"op": "take", "form": "model", "input": {"mask": doc, "segments": segments}}
+
+
+def _fit_companions(doc: dict[str, Any]) -> None:
+    """After the last row of a model mask changed: its companions made to fit again."""
+    rows = doc["rows"]
+    doc["cu_seqlens"] = [min(c, len(rows)) for c in doc["cu_seqlens"][:-1]] + [len(rows)]
+    if "sampled_token_ids" in doc:
+        doc["sampled_token_ids"] = [r[0] if r else -1 for r in rows]
+    for name in ("sampled_logprobs", "temperature"):
+        if name in doc:
+            doc[name] = (doc[name] + [1.0])[: len(rows)]
+    if "support_logprobs" in doc:
+        doc["support_logprobs"] = [[-1.0] * len(r) for r in rows]
+
+
 # ------------------------------------------------------------------------------------------ scorer inputs
 @st.composite
 def scorer_inputs(
@@ -237,4 +322,49 @@ def scorer_inputs(
     else:
         z = [[draw(finite) for _ in range(vocab)] for _ in range(num_rows)]
         payload["logits"] = {"dtype": "float64", "shape": [num_rows, vocab], "values": z}
+    return payload
+
+
+@st.composite
+def scorer_edge_inputs(draw: Any) -> dict[str, Any]:
+    """A :func:`scorer_inputs` payload with one of the rows 13.2 covers: a target of -1 (on an empty or
+    a non-empty row), a target outside its row's support under a drawn ``missing_target`` policy, a
+    NaN, zero or negative temperature on one row, the ``exclude`` policy, an id or target at or
+    beyond the logits' width, or a temperature companion in the mask instead of the caller's."""
+    payload = draw(scorer_inputs(hidden=False))
+    rows = payload["mask"]["rows"]
+    targets = list(payload["targets"]["values"])
+    vocab = payload["logits"]["shape"][1]
+    how = draw(
+        st.sampled_from(
+            ["minus-one", "outside", "temperature", "exclude", "beyond", "companion", "companion-nan", "none"]
+        )
+    )
+    if rows and how in ("minus-one", "outside", "temperature", "beyond", "companion-nan"):
+        t = draw(st.integers(0, len(rows) - 1))
+        if how == "minus-one":
+            targets[t] = -1
+        elif how == "outside":
+            outside = [j for j in range(vocab) if j not in rows[t]]
+            if outside:
+                targets[t] = draw(st.sampled_from(outside))
+            payload["missing_target"] = draw(st.sampled_from(["error", "full", "neg_inf"]))
+        elif how == "temperature":
+            values: list[Any] = [1.0] * len(rows)
+            values[t] = draw(st.sampled_from(["NaN", 0.0, -1.0, 0.5]))
+            payload["temperature"] = {"dtype": "float64", "shape": [len(rows)], "values": values}
+        elif how == "beyond":
+            targets[t] = vocab + draw(st.integers(0, 2))
+        else:
+            payload.pop("temperature")
+            companion: list[Any] = [1.0] * len(rows)
+            companion[t] = "NaN"
+            payload["mask"] = {**payload["mask"], "temperature": companion}
+    elif how == "exclude":
+        payload["empty_rows"] = "exclude"
+    elif how == "companion":
+        payload.pop("temperature")
+        temps = st.floats(0.25, 2.0, allow_nan=False, width=32)
+        payload["mask"] = {**payload["mask"], "temperature": [draw(temps) for _ in rows]}
+    payload["targets"] = {**payload["targets"], "values": targets}
     return payload

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -19,11 +20,13 @@ __all__ = [
     "ExpectedFailures",
     "FORMS",
     "OPERATIONS",
+    "RELEASES",
     "ROLES",
     "SUITE_VERSION",
     "case_files",
     "class_matches",
     "conformance_classes",
+    "frozen_cases",
     "load_cases",
     "vectors_dir",
 ]
@@ -112,6 +115,14 @@ class Case:
         role = ROLES.get(self.op, self.op)
         return role if role == "scorer" else f"{self.form} {role}"
 
+    @property
+    def digest(self) -> str:
+        """A hash of what the case asks and expects (not its wording): a frozen case keeps it."""
+        what = {"op": self.op, "form": self.form, "level": self.level, "input": self.input}
+        what.update(expected=self.expected, options=self.options, limits=self.limits)
+        text = json.dumps(what, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
+
     def request(self) -> dict[str, Any]:
         """The protocol request for this case."""
         request: dict[str, Any] = {"id": self.id, "op": self.op, "form": self.form, "input": self.input}
@@ -168,6 +179,24 @@ def load_cases(root: Path | None = None) -> list[Case]:
     """Every case of the suite, in file order."""
     root = root or vectors_dir()
     return [case for path in case_files(root) for case in load_file(path, root)]
+
+
+#: Frozen case sets, by spec release: ``<root>/v1-<release>.txt`` lists ``id digest`` per line.
+RELEASES = ("1.0",)
+
+
+def frozen_cases(release: str, root: Path | None = None) -> dict[str, str]:
+    """``{case id: digest}`` of the cases frozen at ``release`` (``1.0``: the 1.0 vectors that still
+    hold, unchanged; a 1.0 implementation passes every one of them, SPEC 6)."""
+    if release not in RELEASES:
+        raise ValueError(f"unknown release {release!r}; one of {RELEASES}")
+    path = (root or vectors_dir()) / f"{SUITE_VERSION}-{release}.txt"
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        entry = line.split("#", 1)[0].split()
+        if entry:
+            out[entry[0]] = entry[1]
+    return out
 
 
 class ExpectedFailures:

@@ -129,11 +129,14 @@ def checked_nbytes(shape: Iterable[int], itemsize: int, limits: Limits, *, field
     return total
 
 
-def output_nbytes(rows: int, nnz: int, *, segments: int = 1, per_row: int = 0, per_id: int = 0) -> int:
-    """Bytes a decode of the ragged mask holds at its peak: ids int32 [nnz], :data:`DECODE_ROW_BYTES`
-    per row (offsets int64 [rows + 1] and their temporaries), ``cu_seqlens`` int64 [segments + 1],
-    plus ``per_row`` / ``per_id`` companion bytes."""
-    return 4 * nnz + DECODE_ROW_BYTES * (rows + 1) + 8 * (segments + 1) + per_row * rows + per_id * nnz
+def output_nbytes(
+    rows: int, nnz: int, *, segments: int = 1, per_row: int = 0, per_id: int = 0, row_bytes: int = DECODE_ROW_BYTES
+) -> int:
+    """Bytes a decode of the ragged mask holds at its peak: ids int32 [nnz], ``row_bytes`` per row
+    (:data:`DECODE_ROW_BYTES`: offsets int64 [rows + 1] and their temporaries; 8, the offsets alone,
+    is the mask's own size of SPEC 8.1), ``cu_seqlens`` int64 [segments + 1], plus ``per_row`` /
+    ``per_id`` companion bytes."""
+    return 4 * nnz + row_bytes * (rows + 1) + 8 * (segments + 1) + per_row * rows + per_id * nnz
 
 
 def remaining(limits: Limits, held: int) -> Limits:
@@ -155,10 +158,11 @@ def check_output(
     segments: int = 1,
     per_row: int = 0,
     per_id: int = 0,
+    row_bytes: int = DECODE_ROW_BYTES,
     field: str | None = None,
 ) -> int:
     """:func:`output_nbytes` from declared counts, or ``E_LIMIT`` above ``limits.max_bytes``."""
-    total = output_nbytes(rows, nnz, segments=segments, per_row=per_row, per_id=per_id)
+    total = output_nbytes(rows, nnz, segments=segments, per_row=per_row, per_id=per_id, row_bytes=row_bytes)
     if total > limits.max_bytes:
         raise SamplingMaskError(
             ErrorCode.E_LIMIT,

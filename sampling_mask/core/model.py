@@ -18,7 +18,7 @@ import operator
 import pickle
 import types
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, SupportsIndex
+from typing import Any, NamedTuple, SupportsIndex
 
 import numpy as np
 
@@ -230,6 +230,18 @@ def _explain_bad_rows(rows: Sequence[Any]) -> SamplingMaskError:
 def _forwarded(scope: Mapping[str, Any]) -> dict[str, Any]:
     """The constructor keywords of a ``from_*`` call, taken from its ``locals()`` (its signature)."""
     return {name: scope[name] for name in _FIELDS}
+
+
+class _State(NamedTuple):
+    """Every field of a mask, for :meth:`SamplingMask.__setstate__`: arrays already known valid."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+    cu_seqlens: np.ndarray
+    vocab_size: int | None
+    companions: Mapping[str, np.ndarray]
+    metadata: Mapping[str, Any]
+    ascending: bool | None
 
 
 class SamplingMask:
@@ -491,6 +503,14 @@ class SamplingMask:
         check_count(ids.size, limits.max_nnz, "id count", field="ids")
         layouts.check_offset_ends(offsets, ids.size)
         layouts.check_segments(self._cu_seqlens, num_rows, limits)
+        # SPEC 8.1: what the mask takes (offsets as int64: 8 bytes a row), 4 bytes per companion value
+        # (support_logprobs: one per id). Decoders charge their temporaries too, before they allocate.
+        per_id = 4 * ("support_logprobs" in self._companions)
+        per_row = 4 * len(self._companions) - per_id
+        segments = self._cu_seqlens.size - 1
+        check_output(
+            limits, num_rows, ids.size, segments=segments, per_row=per_row, per_id=per_id, row_bytes=8, field="max_bytes"
+        )
         if widest is not None:
             layouts.check_width(offsets, widest, limits.max_width)
         sampled = self._companions.get("sampled_token_ids")
@@ -700,16 +720,48 @@ class SamplingMask:
         metadata: Mapping[str, Any] | None = None,
     ) -> SamplingMask:
         """A new mask from arrays already known valid (no validation)."""
-        out = SamplingMask.__new__(SamplingMask)
-        out._ids = _readonly(ids)
-        out._offsets = _readonly(offsets)
-        out._offsets_int64 = None
-        out._cu_seqlens = _readonly(cu if cu is not None else np.array([0, offsets.size - 1], dtype=np.int64))
-        out._vocab_size = self._vocab_size if vocab_size is True else vocab_size  # type: ignore[assignment]
-        out._companions = types.MappingProxyType({k: _readonly(v) for k, v in companions.items()})
-        out._metadata = self._metadata if metadata is None else types.MappingProxyType(dict(metadata))
-        out._ascending = ascending
+        return self._assemble(
+            _State(
+                ids,
+                offsets,
+                cu if cu is not None else np.array([0, offsets.size - 1], dtype=np.int64),
+                self._vocab_size if vocab_size is True else vocab_size,  # type: ignore[arg-type]
+                companions,
+                self._metadata if metadata is None else dict(metadata),
+                ascending,
+            )
+        )
+
+    @classmethod
+    def _assemble(cls, state: _State) -> SamplingMask:
+        """The constructor path of masks built from arrays already known valid (slices, takes,
+        concatenations, unpickled masks): no validation, no copy."""
+        out = cls.__new__(cls)
+        out.__setstate__(state)
         return out
+
+    def __getstate__(self) -> _State:
+        """Every field (arrays as held: read-only views, offsets as stored)."""
+        return _State(
+            self._ids,
+            self._offsets,
+            self._cu_seqlens,
+            self._vocab_size,
+            self._companions,
+            self._metadata,
+            self._ascending,
+        )
+
+    def __setstate__(self, state: _State) -> None:
+        """Set every field from ``state`` (arrays made read-only, none copied; nothing validated)."""
+        self._ids = _readonly(state.ids)
+        self._offsets = _readonly(state.offsets)
+        self._offsets_int64 = None
+        self._cu_seqlens = _readonly(state.cu_seqlens)
+        self._vocab_size = state.vocab_size
+        self._companions = types.MappingProxyType({k: _readonly(v) for k, v in state.companions.items()})
+        self._metadata = types.MappingProxyType(dict(state.metadata))
+        self._ascending = state.ascending
 
     # ------------------------------------------------------------------ conversions
     def to_rows(self) -> list[list[int]]:
@@ -867,11 +919,10 @@ class SamplingMask:
         ):
             return False
         a, b = self.canonical(), other.canonical()
-        if not np.array_equal(a._ids, b._ids):
+        if not np.array_equal(a.ids, b.ids):
             return False
         return all(
-            np.array_equal(a._companions[k], b._companions[k], equal_nan=k != "sampled_token_ids")
-            for k in a._companions
+            np.array_equal(a.companions[k], b.companions[k], equal_nan=k != "sampled_token_ids") for k in a.companions
         )
 
     def same_support(self, other: SamplingMask) -> bool:
@@ -879,7 +930,7 @@ class SamplingMask:
         return (
             np.array_equal(self._cu_seqlens, other._cu_seqlens)
             and np.array_equal(self._offsets, other._offsets)
-            and np.array_equal(self.canonical()._ids, other.canonical()._ids)
+            and np.array_equal(self.canonical().ids, other.canonical().ids)
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -919,14 +970,10 @@ class SamplingMask:
 def _unpickle(
     payload: tuple[tuple[str, str, Any], ...], vocab_size: int | None, metadata: dict[str, Any], ascending: bool | None
 ) -> SamplingMask:
-    arrays = {name: _readonly(np.frombuffer(buf, dtype=np.dtype(dtype))) for name, dtype, buf in payload}
+    arrays = {name: np.frombuffer(buf, dtype=np.dtype(dtype)) for name, dtype, buf in payload}
+    ids, offsets, cu = arrays.pop("ids"), arrays.pop("offsets"), arrays.pop("cu_seqlens")
     out = SamplingMask.__new__(SamplingMask)
-    out._ids, out._offsets, out._cu_seqlens = arrays.pop("ids"), arrays.pop("offsets"), arrays.pop("cu_seqlens")
-    out._offsets_int64 = None
-    out._vocab_size = vocab_size
-    out._companions = types.MappingProxyType(arrays)
-    out._metadata = types.MappingProxyType(metadata)
-    out._ascending = ascending
+    out.__setstate__(_State(ids, offsets, cu, vocab_size, arrays, metadata, ascending))
     return out
 
 
@@ -1020,7 +1067,9 @@ def concat(masks: Sequence[SamplingMask]) -> SamplingMask:
         base += m.nnz
     cu = np.concatenate([[0]] + [m.cu_seqlens[1:] + row_base[i] for i, m in enumerate(masks)]).astype(np.int64)
     companions = {k: np.concatenate([m.companions[k] for m in masks]) for k in first.companions}
-    ascending = all(m._ascending for m in masks) if all(m._ascending is not None for m in masks) else None
-    return first._derive(
-        ids, offsets, cu, companions, ascending=ascending, vocab_size=next(iter(vocabs)) if vocabs else None
-    )
+    known = [m.__getstate__().ascending for m in masks]  # without computing it where not known yet
+    ascending = all(known) if all(a is not None for a in known) else None
+    out = SamplingMask.__new__(SamplingMask)
+    vocab_size = next(iter(vocabs)) if vocabs else None
+    out.__setstate__(_State(ids, offsets, cu, vocab_size, companions, first.metadata, ascending))
+    return out

@@ -156,6 +156,10 @@ function buildMask(ids, offsets, opts, limits) {
     if (cu[b + 1] < cu[b]) reject("E_SEGMENTS", "cu_seqlens decrease", { field: "cu_seqlens", segment: b });
   }
   if (cu[cu.length - 1] !== numRows) reject("E_SEGMENTS", `cu_seqlens[B] must equal T = ${numRows}`, { field: "cu_seqlens" });
+  // SPEC 8.1: what the mask takes: int32 ids, int64 offsets and cu_seqlens, 4 bytes per companion value.
+  let bytes = 4 * ids.length + 8 * (numRows + 1) + 8 * cu.length;
+  for (const values of Object.values(companions)) bytes += 4 * values.length;
+  if (bytes > limits.max_bytes) reject("E_LIMIT", `the mask takes ${bytes} bytes, over ${limits.max_bytes}`, { field: "max_bytes" });
   for (let t = 0; t < numRows; t++) {
     const width = offsets[t + 1] - offsets[t];
     if (width > limits.max_width) reject("E_LIMIT", `row width ${width} exceeds the limit`, { field: "ids", row: t });
