@@ -549,7 +549,9 @@ class BatchReader:
         self._pieces: Any = None
         source = pa.BufferReader(data)
         if fmt == "arrow" and data[:6].to_pybytes() != b"ARROW1":  # SPEC 9.5; pyarrow checks only the trailing magic
-            raise SamplingMaskError(ErrorCode.E_ENCODING, "the file does not start with the magic ARROW1", field="magic")
+            raise SamplingMaskError(
+                ErrorCode.E_ENCODING, "the file does not start with the magic ARROW1", field="magic"
+            )
         if fmt in ("arrow", "arrows"):
             costs = _ipc_bounds.batch_costs(data, fmt)
             _ipc_bounds.check(costs.dictionaries, limits, "the dictionary batches")

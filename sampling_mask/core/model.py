@@ -509,7 +509,14 @@ class SamplingMask:
         per_row = 4 * len(self._companions) - per_id
         segments = self._cu_seqlens.size - 1
         check_output(
-            limits, num_rows, ids.size, segments=segments, per_row=per_row, per_id=per_id, row_bytes=8, field="max_bytes"
+            limits,
+            num_rows,
+            ids.size,
+            segments=segments,
+            per_row=per_row,
+            per_id=per_id,
+            row_bytes=8,
+            field="max_bytes",
         )
         if widest is not None:
             layouts.check_width(offsets, widest, limits.max_width)
