@@ -93,3 +93,32 @@ def test_lint_tools_are_pinned_once() -> None:
     hooks = (ROOT / ".pre-commit-config.yaml").read_text(encoding="utf-8")
     assert "repo: local" in hooks and "python -m ruff check" in hooks and "python -m mypy" in hooks
     assert "rev:" not in hooks  # no second, downloaded copy of a tool whose version could differ
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A private name (``_x``) is used only inside the module that owns it (issues 24 and 28): no
+    ``from .x import _name`` across modules. Private *modules* (``from . import _files``) are fine,
+    and ruff's SLF001 (pyproject) covers attribute access."""
+    import ast
+
+    package = ROOT / "sampling_mask"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            base = path.parent
+            for _ in range(node.level - 1):
+                base = base.parent
+            target = base.joinpath(*(node.module or "").split(".")) if node.module else base
+            for alias in node.names:
+                name = alias.name
+                if not name.startswith("_") or (name.startswith("__") and name.endswith("__")):
+                    continue
+                if (target / f"{name}.py").exists() or (target / name).is_dir():
+                    continue  # a private module of the package
+                found.append(
+                    f"{path.relative_to(ROOT)}:{node.lineno}: from {'.' * node.level}{node.module or ''} import {name}"
+                )
+    assert not found, "\n".join(found)
