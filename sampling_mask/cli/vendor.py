@@ -43,14 +43,15 @@ MANIFEST = "VENDORED.json"
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
-def header(relpath: str, version: str, *, vendored: bool) -> str:
-    """The first line of a vendorable file (``relpath`` under sampling_mask/) in the source or in a copy."""
-    where = (
-        f"vendored from sampling_mask/{relpath} by `sampling-mask vendor`; do not edit"
-        if vendored
-        else f"sampling_mask/{relpath}, vendorable (README: Vendoring)"
-    )
-    return f"# sampling-mask {version}, Apache-2.0 (see LICENSE): {where}\n"
+def header(relpath: str, version: str | None = None, *, vendored: bool) -> str:
+    """The first line of a vendorable file (``relpath`` under sampling_mask/): in the source it names
+    no release (the version is written once, as ``__version__``); in a copy, the release it came from."""
+    if vendored:
+        return (
+            f"# sampling-mask {version}, Apache-2.0 (see LICENSE): vendored from sampling_mask/{relpath}"
+            " by `sampling-mask vendor`; do not edit\n"
+        )
+    return f"# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/{relpath}, vendorable (docs/serving-and-vendoring.md)\n"
 
 
 def vendorable_files(codecs: tuple[str, ...] = tuple(CODECS)) -> list[str]:
@@ -258,7 +259,7 @@ def vendor(dest: Path, package: str, codecs: tuple[str, ...], *, force: bool = F
     for rel in vendorable_files(codecs):
         text = (_PACKAGE / rel).read_text(encoding="utf-8")
         first, _, rest = text.partition("\n")
-        if not first.startswith("# sampling-mask "):
+        if first != header(rel, vendored=False).rstrip("\n"):
             raise RuntimeError(f"sampling_mask/{rel} lacks its licence header")  # a packaging bug: exit 3
         contents[rel] = (header(rel, __version__, vendored=True) + own_names(rest, package)).encode()
     contents.update({rel: text.encode() for rel, text in _generated(package, __version__, codecs).items()})

@@ -1,4 +1,4 @@
-# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/codecs/_common.py, vendorable (README: Vendoring)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/codecs/_common.py, vendorable (docs/serving-and-vendoring.md)
 """Header fields every self-describing encoding shares: version, vocab_size, id order, metadata.
 
 Invariants: the version is an integer major version (``E_SCHEMA`` if not an integer,

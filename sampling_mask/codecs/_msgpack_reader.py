@@ -1,4 +1,4 @@
-# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/codecs/_msgpack_reader.py, vendorable (README: Vendoring)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/codecs/_msgpack_reader.py, vendorable (docs/serving-and-vendoring.md)
 """A strict, bounded msgpack reader whose ``bin`` values are views of the input (zero copy).
 
 ``msgpack.unpackb`` copies every ``bin`` into a new ``bytes`` object, so arrays decoded from it

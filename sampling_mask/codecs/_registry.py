@@ -1,4 +1,4 @@
-# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/codecs/_registry.py, vendorable (README: Vendoring)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/codecs/_registry.py, vendorable (docs/serving-and-vendoring.md)
 """The codec contract, and the one table that knows every codec.
 
 Each codec is one module next to this one (``arrow``, ``msgpack``, ``json``) and offers::

@@ -1,4 +1,4 @@
-# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/codecs/compact.py, vendorable (README: Vendoring)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/codecs/compact.py, vendorable (docs/serving-and-vendoring.md)
 """The ``compact`` layout: each row's ids as a set, sorted deltas bit-packed in blocks of 32 values.
 
 Wire format (spec/v1/SPEC.md, section "compact"). ``T`` rows and ``nnz`` ids are known from the

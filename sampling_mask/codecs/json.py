@@ -1,4 +1,4 @@
-# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/codecs/json.py, vendorable (README: Vendoring)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/codecs/json.py, vendorable (docs/serving-and-vendoring.md)
 """JSON forms: our lossless document (``"json"``), bare nested lists (``"json-rows"``) and the SkyRL
 base64 dense envelope (``"base64"``). Spec: spec/v1/SPEC.md, section ``json``.
 

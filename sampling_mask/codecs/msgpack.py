@@ -1,4 +1,4 @@
-# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/codecs/msgpack.py, vendorable (README: Vendoring)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/codecs/msgpack.py, vendorable (docs/serving-and-vendoring.md)
 """The msgpack envelope (format ``"msgpack"``): one map, arrays as raw little-endian ``bin``.
 
 Wire format (spec/v1/SPEC.md, section ``msgpack``)::

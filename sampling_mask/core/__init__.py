@@ -1,4 +1,4 @@
-# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/core/__init__.py, vendorable (README: Vendoring)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/core/__init__.py, vendorable (docs/serving-and-vendoring.md)
 """The vendorable core of sampling-mask (spec v1): the in-memory model and its validation.
 
 Everything in this folder imports only the standard library, numpy and its own modules (relatively),

@@ -1,4 +1,4 @@
-# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/core/checks.py, vendorable (README: Vendoring)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/core/checks.py, vendorable (docs/serving-and-vendoring.md)
 """Input checks every layer shares (numpy and the standard library only): arrays from user or
 wire values, strict integers, and "raise at the first bad row".
 

@@ -1,4 +1,4 @@
-# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/core/errors.py, vendorable (README: Vendoring)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/core/errors.py, vendorable (docs/serving-and-vendoring.md)
 """Errors as data: one exception type carrying a stable code from the spec's error table.
 
 Every failure on bad input is a :class:`SamplingMaskError` whose ``code`` is one of

@@ -1,4 +1,4 @@
-# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/core/layouts.py, vendorable (README: Vendoring)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/core/layouts.py, vendorable (docs/serving-and-vendoring.md)
 """Vectorized numpy conversions and checks between the array layouts of spec v1.
 
 The canonical in-memory layout is *ragged* (CSR): ``ids`` int32 [nnz] and ``offsets`` [T+1], int64

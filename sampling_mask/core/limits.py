@@ -1,4 +1,4 @@
-# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/core/limits.py, vendorable (README: Vendoring)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/core/limits.py, vendorable (docs/serving-and-vendoring.md)
 """Resource limits checked before any allocation whose size comes from untrusted input.
 
 Sizes are checked as Python integers (no overflow) against a :class:`Limits` instance, and declared

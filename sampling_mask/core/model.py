@@ -1,4 +1,4 @@
-# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/core/model.py, vendorable (README: Vendoring)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/core/model.py, vendorable (docs/serving-and-vendoring.md)
 """The core model: :class:`SamplingMask`, an immutable ragged mask with optional companions.
 
 A mask is T rows, one per token position; row t is a *set* S_t of vocabulary ids (int32), stored

@@ -1,4 +1,4 @@
-# sampling-mask 0.1.0, Apache-2.0 (see LICENSE): sampling_mask/core/optional.py, vendorable (README: Vendoring)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/core/optional.py, vendorable (docs/serving-and-vendoring.md)
 """Optional packages: which pip extra installs each, and the one error for a missing one.
 
 ``import`` of this package needs numpy only; a codec or tool that needs more calls :func:`require`
