@@ -427,3 +427,20 @@ def test_all_empty_and_zero_rows():
     assert got.empty_rows == 3 and not bool(got.replayed.any())
     none = masked_logprobs(torch.zeros(0, 7), SamplingMask.from_rows([]), np.zeros(0, np.int64))
     assert none.logprobs.shape == (0,)
+
+
+def test_companions_passed_back_in_raise_no_torch_warning() -> None:
+    """A mask's companions are read-only arrays: handing them to the scorer again (rollout
+    log-probs to ``replay_diagnostics``, temperatures to ``temperature=``) warns about nothing."""
+    import warnings
+
+    from sampling_mask.reference_scorer import replay_diagnostics
+
+    mask = SamplingMask.from_rows(
+        [[1, 2], [3]], vocab_size=5, sampled_token_ids=[1, 3], sampled_logprobs=[-0.1, 0.0], temperature=[0.5, 1.0]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = masked_logprobs(torch.randn(2, 5), mask, temperature=mask.companions["temperature"])
+        diag = replay_diagnostics(out, mask.companions["sampled_logprobs"])
+    assert torch.isfinite(diag.importance_ratio).all()

@@ -41,7 +41,8 @@ class ReplayDiagnostics:
 
 
 def _as_float(value: Any, like: torch.Tensor, *, field: str) -> torch.Tensor:
-    out = torch.as_tensor(np.asarray(value) if not isinstance(value, torch.Tensor) else value)
+    # A copy of a read-only array (a mask's companion): torch warns on views it cannot write.
+    out = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.array(value))
     if out.shape != like.shape:
         raise SamplingMaskError(
             ErrorCode.E_SHAPE, f"expected shape {list(like.shape)}, got {list(out.shape)}", field=field

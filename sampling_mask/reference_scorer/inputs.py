@@ -245,7 +245,7 @@ def _temperature(
         temperature = 1.0
     if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
         return torch.full((num_rows,), float(temperature), dtype=dtype, device=device)
-    tau = torch.as_tensor(np.asarray(temperature) if not isinstance(temperature, torch.Tensor) else temperature)
+    tau = temperature if isinstance(temperature, torch.Tensor) else torch.as_tensor(np.array(temperature))
     if not (tau.dtype.is_floating_point or tau.dtype in (torch.int32, torch.int64)):
         raise SamplingMaskError(ErrorCode.E_DTYPE, f"temperature must be float, got {tau.dtype}", field="temperature")
     tau = tau.detach().to(device=device, dtype=dtype)
