@@ -18,6 +18,8 @@ from sampling_mask import ErrorCode, SamplingMaskError  # noqa: E402
 from sampling_mask.adapters import transformers as hf  # noqa: E402
 from sampling_mask.reference_scorer import audit, masked_logprobs, support_from_logits  # noqa: E402
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 PROMPT = 6
 NEW = 10
 PAD = 0

@@ -24,6 +24,8 @@ from tiny_models import tiny_causal_lm  # noqa: E402
 from sampling_mask import ErrorCode, SamplingMaskError  # noqa: E402
 from sampling_mask.adapters import trl as trl_adapter  # noqa: E402
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 FIXTURES = Path(__file__).parent / "fixtures" / "upstream"
 
 

@@ -30,6 +30,8 @@ from amplification_payloads import (
 )
 from memory_probe import child_main, child_results, untrusted_bound_mb
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
 

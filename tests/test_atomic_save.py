@@ -22,6 +22,8 @@ import sampling_mask
 from sampling_mask import SamplingMask, SamplingMaskError
 from sampling_mask.codecs import iter_masks, open_writer
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 pytest.importorskip("pyarrow")
 
 ROOT = Path(__file__).resolve().parent.parent

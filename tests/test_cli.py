@@ -24,6 +24,8 @@ from sampling_mask.cli._common import Progress
 from sampling_mask.cli.convert import _rebatch
 from sampling_mask.stats import histogram_buckets, summarize, support_from_counts
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 SCRIPT = shutil.which("sampling-mask")
 
 

@@ -19,6 +19,8 @@ import sampling_mask
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError, codecs
 from sampling_mask.conformance.strategies import masks
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 LOSSLESS = ("arrow", "arrows", "parquet", "msgpack", "json")
 ROWS_ONLY = ("json-rows", "base64")
 VARIANTS = [  # (format, encode options): every lossless wire variant

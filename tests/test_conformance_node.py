@@ -14,7 +14,10 @@ from sampling_mask.conformance.suite import class_matches, load_cases
 
 NODE = shutil.which("node")
 EXAMPLE = Path(__file__).resolve().parents[1] / "conformance" / "examples" / "node"
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(NODE is None, reason="node is not installed"),
+]  # slow: forks or spawns processes
 CLAIMS = ["json-rows reader", "json-rows writer", "ragged reader", "ragged writer"]
 
 

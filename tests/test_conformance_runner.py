@@ -23,6 +23,8 @@ from sampling_mask.conformance.protocol import (
 from sampling_mask.conformance.reference import ReferenceImplementation, Unsupported
 from sampling_mask.conformance.suite import ExpectedFailures, load_cases
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 CASES = load_cases()
 BY_ID = {c.id: c for c in CASES}
 DENSE = [c for c in CASES if c.form == "dense"]

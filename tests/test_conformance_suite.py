@@ -18,6 +18,8 @@ from sampling_mask.conformance.reference import ReferenceImplementation
 from sampling_mask.conformance.suite import FORMS, load_cases, vectors_dir
 from sampling_mask.core.errors import ErrorCode
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -16,6 +16,8 @@ import sampling_mask as sm
 from sampling_mask import synthetic
 from sampling_mask.codecs import dataset as ds_codec
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 ROOT = Path(__file__).resolve().parent.parent
 FUZZ = ROOT / "fuzz"
 REGRESSIONS = FUZZ / "regressions"

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 pytest.importorskip("atheris")
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -27,6 +27,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_probe import in_fork, untrusted_bound_mb  # noqa: E402
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 posix = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX: FIFOs and symlinks")
 MASK = sm.SamplingMask.from_rows([[1], [2, 3], [4], []], vocab_size=10, cu_seqlens=[0, 1, 2, 3, 4])
 NAMES = ["a", "bb", "ccc", "dddd"]
@@ -432,3 +434,29 @@ def test_every_reader_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
     for command in ("inspect", "stats"):
         proc = _cli(command, tmp_path / "t.parquet", "--json", timeout=60)
         assert proc.returncode == 2 and json.loads(proc.stdout)["error"]["code"] == "E_ENCODING", proc.stdout
+
+
+def test_the_command_line_under_untrusted_limits_stays_within_the_bound(tmp_path: Path) -> None:
+    """``--untrusted-limits`` reads each file as a service reads a body: the hostile files above
+    (compressed empty rows, bad user-column offsets) are refused, or read, within max(16 x size, 64 MiB)
+    of peak memory growth; a valid file still validates."""
+    import contextlib
+    import io
+
+    from sampling_mask import cli
+
+    files = [_bad_offsets_file(tmp_path / "bad" / "x.arrow"), *_empty_rows_files(tmp_path / "empty", 1 << 21).values()]
+    good = tmp_path / "good.arrow"
+    sm.save(sm.SamplingMask.from_rows([[1, 2], [3]], vocab_size=8), good)
+
+    def quiet(argv: list[str]) -> int:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return cli.main(argv)
+
+    for path in files:
+        for command in ("validate", "stats", "inspect"):
+            event = in_fork(lambda: quiet(["--untrusted-limits", command, str(path)]))  # noqa: B023
+            assert event["rss"] <= untrusted_bound_mb(path.stat().st_size), (path.name, command, event)
+            assert event["code"] == "OK", event  # main() reports, never raises
+    assert quiet(["--untrusted-limits", "validate", str(good)]) == 0
+    assert quiet(["--untrusted-limits", "--local-limits", "validate", str(good)]) == 2

@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from memory_probe import child_main, child_results
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Peak RSS may grow this much over the warmed-up baseline across all cases together.
 RSS_BOUND_MB = 64

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from memory_probe import child_main, child_results, untrusted_bound_mb
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
 PAD = 11_200_000  # the 11.2 MB: raises the untrusted budget to 134 MB

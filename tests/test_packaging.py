@@ -15,6 +15,8 @@ import pytest
 
 import sampling_mask
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "pyarrow", "msgpack")
 README_TEST_COMMAND = "python -m pip install torch==2.13.0 -e '.[test]' && python -m pytest && python -m ruff check . && python -m ruff format --check . && python -m mypy"

@@ -25,7 +25,10 @@ from sampling_mask.reference_scorer import (  # noqa: E402
 
 WORLD = 2
 TOL = dict(rtol=1e-10, atol=1e-10, equal_nan=True)
-pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
+]  # slow: forks or spawns processes
 
 
 def _case(seed: int = 0):

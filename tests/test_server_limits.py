@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "examples")]
 from mask_server import MemoryGate, memory_bound, request_cost  # noqa: E402
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 pytest.importorskip("msgpack")
 TIMEOUT = 30.0
 READ_TIMEOUT = 1.5
@@ -162,6 +164,40 @@ def test_row_16_small_request_answered_while_large_ones_are_in_flight(port: int)
     background.join(TIMEOUT * 2)
     assert status == 200 and answer["nnz"] == nnz, answer
     assert elapsed < 1.0, f"the small request took {elapsed:.2f} s"
+
+
+def _one_row_row_groups(rows: int) -> bytes:
+    """Row 13: a valid Parquet file of one-row row groups (about 230 bytes each), built in a child
+    process so that pyarrow's pools in this one stay untouched."""
+    code = (
+        "import io, sys, numpy as np, pyarrow.parquet as pq, sampling_mask as sm\n"
+        "from sampling_mask.codecs import arrow\n"
+        f"n = {rows}\n"
+        "mask = sm.SamplingMask.from_rows([[1]] * n, vocab_size=10, cu_seqlens=np.arange(n + 1))\n"
+        "buf = io.BytesIO(); pq.write_table(arrow.table_from_mask(mask), buf, row_group_size=1, compression='none')\n"
+        "sys.stdout.buffer.write(buf.getvalue())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, env=env, timeout=120).stdout
+
+
+def test_row_16_small_request_answered_while_row_13_bodies_are_decoded(port: int) -> None:
+    """The issue's own case: six concurrent Parquet bodies of one-row row groups (5 MB, each refused
+    by its per-row-group cost after reading its footer), then one small valid request."""
+    small, nnz = _small_valid()
+    large = _one_row_row_groups(24_000)
+    assert len(large) > 4 << 20
+    answers: list[Any] = []
+    background = threading.Thread(target=lambda: answers.extend(_parallel(6, lambda i: _post(port, large))))
+    background.start()
+    time.sleep(0.5)  # the six are sent (5 MB each over loopback) and being decoded
+    start = time.monotonic()
+    status, answer = _post(port, small)
+    elapsed = time.monotonic() - start
+    background.join(TIMEOUT * 2)
+    assert status == 200 and answer["nnz"] == nnz, answer
+    assert elapsed < 1.0, f"the small request took {elapsed:.2f} s"
+    assert all(isinstance(a, tuple) and a[0] == 400 and a[1]["code"] == "E_LIMIT" for a in answers), answers
 
 
 def test_slow_headers_get_408_within_the_read_timeout(port: int) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 ROOT = Path(__file__).resolve().parent.parent
 
 pytest.importorskip("pyarrow")

@@ -26,6 +26,8 @@ from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
 from sampling_mask.cli import main
 from sampling_mask.cli.vendor import CODECS, MANIFEST, header, vendorable_files
 
+pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "sampling_mask"
 CORE_FILES = tuple(sorted(path.name for path in (PACKAGE / "core").glob("*.py")))

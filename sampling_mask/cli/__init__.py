@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="read input files under LOCAL_FILE_LIMITS (trusted local files of a large run) instead of the "
         "defaults, which refuse a decode of over 2^28 rows, 2^32 ids or 16 GiB",
     )
+    common.add_argument(
+        "--untrusted-limits",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="read input files as a network service reads a body: under Limits.for_untrusted_input(file size), "
+        "so that no file grows the command's peak memory by more than max(16 x its size, 64 MiB)",
+    )
     from .. import __version__
 
     parser = Parser(

@@ -138,6 +138,21 @@ def not_read(skipped: Skipped) -> dict[str, Any]:
     return {"file": skipped.path, "error": {"code": skipped.error.code.value, "message": error_text(skipped.error)}}
 
 
+def input_limits(args: argparse.Namespace, path: Path) -> Limits:
+    """The limits a command reads ``path`` under: :data:`DEFAULT_LIMITS`; :data:`LOCAL_FILE_LIMITS`
+    with ``--local-limits``; ``Limits.for_untrusted_input(file size)`` with ``--untrusted-limits``."""
+    local, untrusted = getattr(args, "local_limits", False), getattr(args, "untrusted_limits", False)
+    if local and untrusted:
+        raise CliError("E_USAGE", "--local-limits and --untrusted-limits exclude each other")
+    if untrusted:
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise CliError("E_IO", f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+        return Limits.for_untrusted_input(size)
+    return LOCAL_FILE_LIMITS if local else DEFAULT_LIMITS
+
+
 def open_input(args: argparse.Namespace, name: str = "file") -> Source:
     path = Path(getattr(args, name))
     check_input(path)
@@ -148,7 +163,7 @@ def open_input(args: argparse.Namespace, name: str = "file") -> Source:
         # the arenas of finished batches: measured, 30-40 MiB more peak memory in a conversion. Arrow
         # reads this variable once, when pyarrow first allocates; the user's own choice wins.
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    limits = LOCAL_FILE_LIMITS if getattr(args, "local_limits", False) else DEFAULT_LIMITS
+    limits = input_limits(args, path)
     return Source(codecs, path, fmt, json_family=args.format is None and fmt == "json", limits=limits)
 
 
