@@ -52,6 +52,7 @@ from ._common import (
 from ._walk import file_kind
 
 __all__ = [
+    "column_names",
     "COMPACT_COLUMN",
     "COMPACT_NNZ_COLUMN",
     "COMPACT_ROWS_COLUMN",
@@ -387,7 +388,7 @@ def mask_from_batch(batch: Any, header: Header, limits: Limits, validate: bool) 
     mask.validate(limits, rows_ascending=header.compact)  # compact.decode_ragged yields ascending rows
     # After the mask's checks, which name the row of a fault in the offsets: the companions and
     # every user column in full (the compact blobs were checked before they were decoded).
-    check_columns(batch, [n for n in batch.schema.names if n not in (MASK_COLUMN, COMPACT_COLUMN)])
+    check_columns(batch, [n for n in column_names(batch.schema) if n not in (MASK_COLUMN, COMPACT_COLUMN)])
     return check_id_order(mask, header.id_order)
 
 
@@ -453,6 +454,17 @@ def _offset_fault(array: Any) -> int | None:
                 hi = mid
         return lo if lo < len(array) else None
     return None
+
+
+def column_names(schema: Any) -> list[str]:
+    """The column names of an Arrow schema, or ``E_ENCODING`` for one that is not UTF-8 (pyarrow
+    would raise a bare ``UnicodeDecodeError`` on ``schema.names``)."""
+    try:
+        return list(schema.names)
+    except UnicodeDecodeError as exc:
+        raise SamplingMaskError(
+            ErrorCode.E_ENCODING, f"a column name is not UTF-8: {exc.reason}", field="schema", value=exc.start
+        ) from None
 
 
 def check_columns(batch: Any, names: list[str]) -> None:
@@ -560,6 +572,7 @@ class BatchReader:
             if fmt == "arrow":
                 self._reader = pa.ipc.open_file(source)
                 self.schema = self._reader.schema
+                column_names(self.schema)
                 if len(self.costs) != self._reader.num_record_batches:
                     raise SamplingMaskError(
                         ErrorCode.E_ENCODING, "the file footer's record batches cannot all be read", field="footer"
@@ -567,6 +580,7 @@ class BatchReader:
             elif fmt == "arrows":
                 self._reader = pa.ipc.open_stream(source)
                 self.schema = self._reader.schema
+                column_names(self.schema)
             else:
                 import pyarrow.parquet as pq
 
@@ -575,6 +589,7 @@ class BatchReader:
                 self.costs, self.rows = [c for c, _ in groups], [r for _, r in groups]
                 self._reader = pq.ParquetFile(source)
                 self.schema = self._reader.schema_arrow
+                column_names(self.schema)
                 if len(self.costs) != self._reader.num_row_groups:  # pragma: no cover - one footer, two readers
                     raise SamplingMaskError(ErrorCode.E_ENCODING, "the Parquet footer's row groups disagree")
                 if batch_size is not None:

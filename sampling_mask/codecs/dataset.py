@@ -51,6 +51,7 @@ from ._batch_reader import (
     MappedFile,
     arrow_errors,
     check_columns,
+    column_names,
     column_of,
     mask_from_batch,
     read_schema,
@@ -212,7 +213,7 @@ class MaskDataset:
 
     def _user_columns(self, physical: Any, columns: Sequence[str] | None) -> list[str]:
         """The user and partition columns to return for a file of schema ``physical``."""
-        names = [n for n in physical.names if n not in RESERVED_COLUMNS]
+        names = [n for n in column_names(physical) if n not in RESERVED_COLUMNS]
         names += [n for n in self.partition_schema.names if n not in names]
         if columns is None:
             return names
@@ -264,7 +265,7 @@ class MaskDataset:
         each validated first)."""
         import pyarrow as pa
 
-        names = [n for n in batch.schema.names if n not in RESERVED_COLUMNS]
+        names = [n for n in column_names(batch.schema) if n not in RESERVED_COLUMNS]
         check_columns(batch, names)
         table = pa.table({n: column_of(batch, n) for n in names})
         for field in self.partition_schema:
@@ -397,7 +398,7 @@ def batch_from_table(
             schema = like
         table = table.replace_schema_metadata(schema.metadata)
     mask = arrow.mask_from_table(table, limits=limits, validate=validate)
-    extra = [name for name in table.schema.names if name not in RESERVED_COLUMNS]
+    extra = [name for name in column_names(table.schema) if name not in RESERVED_COLUMNS]
     columns = {name: user_values(table, name) for name in extra}
     return MaskBatch(mask, columns, "")
 
