@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _split_delegated(argv: Sequence[str]) -> tuple[list[str], str, list[str]] | None:
     """(global flags, command, rest) when the command is handed to another module, else None."""
     for i, token in enumerate(argv):
-        if token in ("--debug", "-q", "--quiet", "--local-limits"):
+        if token in ("--debug", "-q", "--quiet", "--local-limits", "--untrusted-limits"):
             continue
         if token in DELEGATED:
             return list(argv[:i]), token, list(argv[i + 1 :])
