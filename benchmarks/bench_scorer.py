@@ -1,6 +1,6 @@
 """Reference scorer speed and memory (a script, not a test): ``python benchmarks/bench_scorer.py``.
 
-Default (what ``sampling-mask bench`` prints in its section 6, about 70 s on two idle cores):
+Default (BENCHMARKS.md section 6, about 70 s on two idle cores):
 
 - issue 16, target 6: forward + backward of ``masked_logprobs_from_hidden`` against a naive
   pair-gather in plain autograd (:func:`hidden_pair_gather`: gather ``hidden[row]`` and

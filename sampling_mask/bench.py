@@ -10,9 +10,8 @@ round-robin (A, B, C, A, B, C, ...) so that both see the same machine state. Wor
 3. the compact layout vs the information bound, raw ragged, zstd-3 and sorted deltas + zstd-9.
 4. bytes per token of every format, next to JSON, the prime-rl wire and SkyRL dense rows.
 5. dense / nested lists / bitmask <-> ragged vs naive per-row baselines.
-6. the reference scorer (``benchmarks/bench_scorer.py`` of a source checkout, needs torch): the
-   hidden-state path against a naive pair-gather at T = 2048 and 8192 (issue 16) and its peak
-   memory against the full-vocabulary path's; time against the full-vocabulary path at T = 512.
+6. (the reference scorer: ``python benchmarks/bench_scorer.py`` of a source checkout, needs torch;
+   numbered here so that the sections keep BENCHMARKS.md's numbers)
 7. scaling from 1k to 1M rows (``--plot PATH`` writes a PNG when matplotlib is installed).
 8. peers: the binary transports engines and trainers use today (vLLM's msgspec lists and raw CSR,
    prime-rl, SkyRL base64 dense, ``np.save``, zstd, memcpy) next to ours, with issue 16's targets.
@@ -32,7 +31,6 @@ import functools
 import gc
 import importlib
 import importlib.metadata
-import importlib.util
 import io
 import itertools
 import json
@@ -43,7 +41,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +53,9 @@ from .core.model import SamplingMask
 __all__ = ["main", "machine", "run"]
 
 VOCAB = 151936
-SECTIONS = ("transport", "bitmask", "compact", "bytes", "conversions", "scorer", "scaling", "peers", "decode-scaling")
+SECTIONS = ("transport", "bitmask", "compact", "bytes", "conversions", "scaling", "peers", "decode-scaling")
+#: Section 6, the scorer, is a script of the source checkout: the package runs no file outside itself.
+SCORER_SCRIPT = "benchmarks/bench_scorer.py"
 _TARGETS = {
     "transport_decode_speedup": 50.0,  # json.loads + conversion over our decode, at least
     "transport_size_ratio": 0.7,  # our bytes over JSON bytes, at most
@@ -656,39 +655,6 @@ def bench_conversions(report: Report, num_rows: int, repeats: int, seed: int, qu
     report.results["conversions"] = figures
 
 
-# ---------------------------------------------------------------------------------------------- 6. scorer
-def _scorer_script() -> Path | None:
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_scorer.py"
-    return path if path.is_file() else None
-
-
-def bench_scorer(report: Report, quick: bool, repeats: int) -> None:
-    report.section("6. reference scorer: hidden path vs a naive pair-gather (issue 16) and the full vocabulary")
-    if _optional("torch") is None:
-        report.line("  skipped: torch is not installed")
-        return
-    script = _scorer_script()
-    if script is None:
-        report.line("  skipped: benchmarks/bench_scorer.py is not here (a source checkout has it)")
-        return
-    try:
-        spec = importlib.util.spec_from_file_location("_sampling_mask_bench_scorer", script)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        buffer = io.StringIO()
-        with redirect_stdout(buffer):
-            # At most 3 runs each: the T = 8192 pair-gather takes 2-3 s a run, and the section must stay
-            # near 90 s on two cores (the full-vocabulary baselines run once, at T = 512).
-            figures = module.report(quick, min(repeats, 3))
-        text = buffer.getvalue().rstrip()
-        for line in text.splitlines():
-            report.line("  " + line)
-        report.results["scorer"] = dict(figures, text=text)
-    except Exception as exc:  # the scorer's benchmark is another module: report, do not fail the report
-        report.line(f"  skipped: benchmarks/bench_scorer.py failed ({type(exc).__name__}: {exc})")
-
-
 # ---------------------------------------------------------------------------------------------- 7. scaling
 def bench_scaling(report: Report, sizes: Sequence[int], repeats: int, seed: int, plot: str | None) -> None:
     report.section("7. scaling: median time per operation (ns per token in brackets)")
@@ -1246,6 +1212,8 @@ def run(argv: Sequence[str] | None = None, out: Any = None) -> dict[str, Any]:
         raise SystemExit("--rows and --sizes must be positive")
     repeats = args.repeats or (2 if args.quick else 5)
     wanted = [s.strip() for s in args.sections.split(",") if s.strip()]
+    if "scorer" in wanted:
+        raise SystemExit(f"the scorer's benchmark is a script of the source checkout: python {SCORER_SCRIPT}")
     unknown = set(wanted) - set(SECTIONS)
     if unknown:
         raise SystemExit(f"unknown sections {sorted(unknown)}; choose from {list(SECTIONS)}")
@@ -1282,8 +1250,6 @@ def run(argv: Sequence[str] | None = None, out: Any = None) -> dict[str, Any]:
         bench_bytes(report, plain)
     if "conversions" in wanted:
         bench_conversions(report, min(largest, 100_000), repeats, args.seed, args.quick)
-    if "scorer" in wanted:
-        bench_scorer(report, args.quick, repeats)
     if "scaling" in wanted:
         bench_scaling(report, sizes, repeats, args.seed, args.plot)
     if "peers" in wanted:

@@ -11,6 +11,7 @@ import io
 import json
 import math
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,8 @@ import pytest
 
 from sampling_mask import SamplingMask, bench, synthetic
 from sampling_mask.core import layouts
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +33,9 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
 
 def test_quick_run_prints_every_section(quick_run: tuple[dict[str, Any], str, Path]) -> None:
     results, text, _ = quick_run
-    for number in range(1, 10):
+    for number in (1, 2, 3, 4, 5, 7, 8, 9):  # 6, the scorer, is benchmarks/bench_scorer.py
         assert f"\n== {number}. " in text
+    assert "\n== 6. " not in text
     assert "machine:" in text and "support size" in text
     assert results["support_stats"]["rows"] == 1200
     assert {"transport", "bitmask", "compact", "bytes_per_token", "conversions", "scaling"} <= set(results)
@@ -161,11 +165,26 @@ def test_race_returns_a_median_per_method() -> None:
     assert calls == ["a", "b"] * 4  # one warm-up lap, then three timed laps, round-robin
 
 
-def test_scorer_section_prints_the_pair_gather_ratios(quick_run: tuple[dict[str, Any], str, Path]) -> None:
-    results, text, _ = quick_run
-    if "torch is not installed" in text:
-        pytest.skip("torch is not installed")
-    figures = results["scorer"]["pair_gather"]
+def _scorer_script() -> ModuleType:
+    """``benchmarks/bench_scorer.py`` (section 6: a script of the checkout, not part of the package)."""
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("_bench_scorer_test", REPO / bench.SCORER_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_report_runs_no_script_and_names_the_scorer_script_instead() -> None:
+    """The package never executes a file outside itself: ``--sections scorer`` names the script."""
+    with pytest.raises(SystemExit, match="python benchmarks/bench_scorer.py"):
+        bench.run(["--quick", "--sections", "scorer"])
+    assert "scorer" not in bench.SECTIONS and (REPO / bench.SCORER_SCRIPT).is_file()
+
+
+def test_scorer_script_prints_the_pair_gather_ratios(capsys: pytest.CaptureFixture[str]) -> None:
+    figures = _scorer_script().report(True, 1)["pair_gather"]
+    text = capsys.readouterr().out
     assert set(figures) == {64, 256}
     for fig in figures.values():
         assert fig["ours_s"] > 0 and fig["pair_gather_s"] > 0
@@ -176,13 +195,7 @@ def test_scorer_section_prints_the_pair_gather_ratios(quick_run: tuple[dict[str,
 def test_pair_gather_baseline_computes_what_the_scorer_computes() -> None:
     """The naive baseline of the scorer section is a faithful one: same loss, same gradients."""
     torch = pytest.importorskip("torch")
-    script = bench._scorer_script()
-    if script is None:
-        pytest.skip("benchmarks/bench_scorer.py is not here")
-    spec = importlib.util.spec_from_file_location("_bench_scorer_test", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _scorer_script()
     case = module.build("warmup")
     grads = []
     for name in ("hidden_pair_gather", "hidden_ours"):

@@ -1,4 +1,4 @@
-"""Conformance suite: vectors, runner and hypothesis strategies for implementations of spec v1.1.
+"""Conformance suite: vectors, runner and hypothesis strategies for implementations of spec v1.
 
 Modules (conformance/README.md is the implementer's guide):
 
@@ -10,7 +10,8 @@ Modules (conformance/README.md is the implementer's guide):
 - :mod:`.declarations` what encoded bytes declare (first key, id_order, layout, detected encoding);
 - :mod:`.payloads` the suite's JSON spellings of arrays and masks;
 - :mod:`.strategies` hypothesis strategies; :mod:`.properties` property checks over the protocol;
-- :mod:`.generate` the source of every vector; :mod:`.lint` checks the suite itself;
+- :mod:`.lint` checks the suite itself (the vectors' source, ``tools/conformance/generate.py``, is a
+  maintainer tool of the source checkout);
 - ``test_suite.py`` is what ``pytest --pyargs sampling_mask.conformance`` runs.
 
 Importing this package needs numpy only (hypothesis for the strategies, jsonschema for the lint).

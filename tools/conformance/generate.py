@@ -1,6 +1,7 @@
-"""The source of every conformance vector; the committed files are its output.
+"""The source of every conformance vector; the committed files are its output (a maintainer tool,
+not part of the package: it runs from a source checkout with the package installed).
 
-``python -m sampling_mask.conformance.generate`` checks that ``conformance/v1`` is exactly what
+``python tools/conformance/generate.py`` checks that ``conformance/v1`` is exactly what
 this module produces (exit 1 on a missing, stale or stray file); ``--write`` regenerates the files.
 Nothing regenerates them implicitly: a changed golden is a reviewed change.
 
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .properties import float64_scores
+from sampling_mask.conformance.properties import float64_scores
 
 __all__ = ["build", "main", "render", "stable_float"]
 
@@ -2925,8 +2926,8 @@ def rebuild_binaries() -> Path:
     payloads = _arrow_payloads()
     doc = {
         "about": "Arrow IPC / Parquet payloads of the conformance suite, written by pyarrow directly "
-        "(sampling_mask.conformance.generate._arrow_payloads). Rebuilt only by "
-        "`python -m sampling_mask.conformance.generate --rebuild-binaries`.",
+        "(tools/conformance/generate.py, _arrow_payloads). Rebuilt only by "
+        "`python tools/conformance/generate.py --rebuild-binaries`.",
         "pyarrow": pa.__version__,
         "payloads": {name: data.hex() for name, data in sorted(payloads.items())},
     }
@@ -4292,7 +4293,7 @@ def suite_root() -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m sampling_mask.conformance.generate",
+        prog="python tools/conformance/generate.py",
         description="Check (default) or regenerate (--write) the committed conformance vectors.",
     )
     parser.add_argument("--write", action="store_true", help="rewrite conformance/v1 from this generator")
@@ -4328,7 +4329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in problems:
         print(line)
     if problems:
-        print("run `python -m sampling_mask.conformance.generate --write` and review the diff")
+        print("run `python tools/conformance/generate.py --write` and review the diff")
         return 1
     print(f"{len(docs)} case files match the generator")
     return 0
