@@ -124,3 +124,19 @@ def test_no_module_imports_another_modules_private_names() -> None:
                     f"{path.relative_to(ROOT)}:{node.lineno}: from {'.' * node.level}{node.module or ''} import {name}"
                 )
     assert not found, "\n".join(found)
+
+
+def test_maintainer_tools_stay_outside_the_package() -> None:
+    """The wheel holds the library only (issue 28): the vector generator lives in ``tools/``, the
+    benchmark and fuzz scripts beside it, and no package module executes a file by its path."""
+    package = ROOT / "sampling_mask"
+    assert (ROOT / "tools" / "conformance" / "generate.py").is_file()
+    assert not (package / "conformance" / "generate.py").exists()
+    assert not (package / "conformance" / "sources").exists()
+    runs_a_file = re.compile(r"spec_from_file_location|runpy|exec_module|\bexec\(")
+    found = [
+        str(path.relative_to(ROOT))
+        for path in sorted(package.rglob("*.py"))
+        if runs_a_file.search(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, found
