@@ -3,6 +3,7 @@
     python fuzz/run.py --list
     python fuzz/run.py TARGET --seconds 60 [--corpus DIR] [--rss-limit-mb 2048] [-- LIBFUZZER_FLAGS...]
     python fuzz/run.py TARGET --seconds 60 --untrusted   # under Limits.for_untrusted_input, memory asserted
+    python fuzz/run.py TARGET --seconds 60 --both        # every input as is, then --untrusted (the smoke test)
     python fuzz/run.py TARGET --replay FILE...          # run inputs once, no fuzzing (no atheris needed)
     python fuzz/run.py --seeds DIR [TARGET...]           # write seed corpora to DIR/<target>/
     python fuzz/run.py --add-regression TARGET FILE...   # copy inputs into fuzz/regressions/<target>/
@@ -58,10 +59,12 @@ def add_regressions(name: str, files: list[str]) -> None:
         print(f"{file} -> {dest.relative_to(HERE.parent)}")
 
 
-def replay(name: str, files: list[str], *, untrusted: bool = False) -> int:
+def replay(name: str, files: list[str], *, untrusted: bool = False, both: bool = False) -> int:
     targets = _targets()
     for file in files:
-        targets.run_one(name, Path(file).read_bytes(), untrusted=untrusted)  # type: ignore[attr-defined]
+        data = Path(file).read_bytes()
+        for mode in (False, True) if both else (untrusted,):
+            targets.run_one(name, data, untrusted=mode)  # type: ignore[attr-defined]
         print(f"ok {file}")
     return 0
 
@@ -109,19 +112,23 @@ def fuzz(name: str, args: argparse.Namespace, extra: list[str]) -> int:
     # The clock starts at the first input: start-up (instrumentation, loading the corpus) on a busy
     # machine must not eat the fuzzing time.
     deadline = float("inf")
-    executed = 0
+    executed = untrusted = 0
 
     def test_one_input(data: bytes) -> None:
-        nonlocal executed, deadline
+        nonlocal executed, untrusted, deadline
         if not executed:
             deadline = time.monotonic() + args.seconds
         if time.monotonic() > deadline:
             print(f"Done {executed} runs in {args.seconds} second(s)", file=sys.stderr)
+            print(f"untrusted-preset executions: {untrusted}", file=sys.stderr)
             print(f"stat::number_of_executed_units: {executed}", file=sys.stderr, flush=True)
             sys.stdout.flush()
             os._exit(0)
         executed += 1
         run_one(name, data, untrusted=args.untrusted)
+        if args.both:
+            run_one(name, data, untrusted=True)
+        untrusted += args.untrusted or args.both
 
     # libFuzzer ends the process with exit(): nothing runs afterwards, so scratch files go inside
     # the artifacts folder when one is given (the caller cleans it), else in a printed temp folder.
@@ -176,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="decode under Limits.for_untrusted_input(len(input)) and assert its memory bound per input",
     )
+    parser.add_argument(
+        "--both",
+        action="store_true",
+        help="run every input as is, then as with --untrusted (one process checks both ways)",
+    )
     parser.add_argument("--corpus", help="corpus folder to read and extend (kept)")
     parser.add_argument("--artifacts", help="folder for crash / timeout / OOM inputs")
     parser.add_argument("--replay", nargs="+", metavar="FILE", help="run these inputs once through TARGET")
@@ -198,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if len(args.target) != 1:
         parser.error("name exactly one target (see --list)")
+    if args.both and args.untrusted:
+        parser.error("--both already runs every input with --untrusted too")
     if args.replay:
-        return replay(args.target[0], args.replay, untrusted=args.untrusted)
+        return replay(args.target[0], args.replay, untrusted=args.untrusted, both=args.both)
     return fuzz(args.target[0], args, extra)
 
 
