@@ -26,8 +26,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from .generate import render
-from .payloads import array_from_json, compare_masks, mask_to_json
+from .payloads import array_from_json, compare_masks, mask_to_json, render
 from .protocol import Implementation, response_kind
 from .reference import BYTE_FORMS, ReferenceImplementation
 from .suite import FORMS, class_matches

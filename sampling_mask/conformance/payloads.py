@@ -16,6 +16,7 @@ the optional keys ``vocab_size``, ``cu_seqlens``, the companions and ``metadata`
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,6 +40,7 @@ __all__ = [
     "mask_from_json",
     "mask_to_json",
     "normalize_mask_json",
+    "render",
     "wire_array",
 ]
 
@@ -462,3 +464,22 @@ def encode_layout(form: str, mask: SamplingMask, options: Mapping[str, Any] | No
     if mask.metadata:
         out["metadata"] = dict(mask.metadata)
     return out
+
+
+def _inline(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
+
+
+def render(obj: Any, indent: int = 0) -> str:
+    """Stable JSON, as the committed vectors are written: objects one key per line; a list inline when it
+    fits in 100 columns."""
+    pad = "  " * indent
+    if isinstance(obj, dict) and obj:
+        items = [f"{pad}  {json.dumps(k)}: {render(v, indent + 1).lstrip()}" for k, v in obj.items()]
+        return pad + "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(obj, list) and obj:
+        text = _inline(obj)
+        if len(text) + len(pad) <= 100 or not any(isinstance(x, (list, dict)) for x in obj):
+            return pad + text
+        return pad + "[\n" + ",\n".join(render(x, indent + 1) for x in obj) + "\n" + pad + "]"
+    return pad + _inline(obj)

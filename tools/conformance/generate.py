@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from sampling_mask.conformance.payloads import render
 from sampling_mask.conformance.properties import float64_scores
 
-__all__ = ["build", "main", "render", "stable_float"]
+__all__ = ["build", "main", "stable_float"]
 
 SUITE = "v1"
 REQ, REC = "required", "recommended"
@@ -4263,24 +4264,6 @@ def build() -> dict[str, Any]:
     for builder in BUILDERS:
         builder(book)
     return {path: f.document() for path, f in sorted(book.files.items())}
-
-
-def _inline(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
-
-
-def render(obj: Any, indent: int = 0) -> str:
-    """Stable JSON: objects one key per line; a list inline when it fits in 100 columns."""
-    pad = "  " * indent
-    if isinstance(obj, dict) and obj:
-        items = [f"{pad}  {json.dumps(k)}: {render(v, indent + 1).lstrip()}" for k, v in obj.items()]
-        return pad + "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(obj, list) and obj:
-        text = _inline(obj)
-        if len(text) + len(pad) <= 100 or not any(isinstance(x, (list, dict)) for x in obj):
-            return pad + text
-        return pad + "[\n" + ",\n".join(render(x, indent + 1) for x in obj) + "\n" + pad + "]"
-    return pad + _inline(obj)
 
 
 def suite_root() -> Path:
