@@ -3,7 +3,7 @@
 Each target runs in its own process (``fuzz/run.py --seconds``, libFuzzer's ``-rss_limit_mb`` and
 ``-timeout``): an exception other than ``SamplingMaskError``, a crash, a hang or a memory blow-up
 makes the process exit non-zero and fails that target's case. Two targets run at a time (two cores).
-``SAMPLING_MASK_FUZZ_SECONDS`` sets the time per target (default 6). Each target runs with ``--both``:
+``SAMPLING_MASK_FUZZ_SECONDS`` sets the time per target (default 5). Each target runs with ``--both``:
 every input as is, then under ``Limits.for_untrusted_input`` with the memory bound asserted per
 execution, in one process per target (start-up is about 1.5 s a process). Skipped without atheris.
 """
@@ -26,7 +26,7 @@ pytest.importorskip("atheris")
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = ROOT / "fuzz" / "run.py"
-SECONDS = int(os.environ.get("SAMPLING_MASK_FUZZ_SECONDS", "6"))
+SECONDS = int(os.environ.get("SAMPLING_MASK_FUZZ_SECONDS", "5"))
 RSS_LIMIT_MB = 1536
 PARALLEL = 2
 #: Fewer executions than this means the target did not really run (a broken harness, not a pass).
@@ -95,7 +95,7 @@ def test_a_parents_peak_memory_does_not_count_against_a_target() -> None:
     code = (
         "import subprocess, sys, numpy as np\n"
         "held = np.ones(1 << 28); del held  # a 2 GiB peak in the parent\n"
-        f"args = [sys.executable, {str(RUNNER)!r}, 'dense', '--seconds=4', '--rss-limit-mb=1536', '--timeout=20']\n"
+        f"args = [sys.executable, {str(RUNNER)!r}, 'dense', '--seconds=3', '--rss-limit-mb=1536', '--timeout=20']\n"
         "sys.exit(subprocess.run(args, capture_output=True).returncode)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=180)
