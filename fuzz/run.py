@@ -94,8 +94,9 @@ def _fresh_peak_rss() -> None:
 def fuzz(name: str, args: argparse.Namespace, extra: list[str]) -> int:
     import atheris
 
-    with atheris.instrument_imports(include=["sampling_mask"]):
-        import sampling_mask.adapters  # noqa: F401  (instrument every module the targets reach)
+    with atheris.instrument_imports(include=["sampling_mask"]):  # every module the target reaches
+        if name.startswith("adapter_"):  # only these reach an adapter (instrumenting them takes 0.4 s)
+            import sampling_mask.adapters  # noqa: F401
         import sampling_mask.codecs.arrow  # noqa: F401
         import sampling_mask.codecs.compact  # noqa: F401
         import sampling_mask.codecs.json  # noqa: F401
