@@ -238,15 +238,19 @@ class SidecarError(SamplingMaskError):
     naming that file (``validate``: exit 1, like any invalid data)."""
 
 
-def read_npy(path: Path) -> np.ndarray:
-    """The array of a ``.npy`` file as a read-only view of its mapping: a regular file only (a FIFO or
-    a device is ``E_ENCODING`` at once, never opened for a blocking read), no pickle (object arrays
-    are ``E_ENCODING``), the header's shape checked against the file (``E_BYTES``) before the view."""
+def read_npy(path: Path, *, ndim: int, kinds: str, field: str) -> np.ndarray:
+    """The ``ndim``-D array of a ``.npy`` file as a read-only view of its mapping: a regular file only
+    (a FIFO or a device is ``E_ENCODING`` at once, never opened for a blocking read), no pickle (object
+    arrays are ``E_ENCODING``). Everything the header declares is checked before numpy sees it: a
+    plain dtype of a kind in ``kinds`` with a non-zero item size (``E_DTYPE``), ``ndim`` dimensions
+    (``E_SHAPE``), a shape within numpy's index range (``E_LIMIT``: ``(0, 2**64)``, ``(2**63, 0)``)
+    and within the file (``E_BYTES``)."""
     import io
 
     import numpy as np
 
     from ..codecs._batch_reader import MappedFile
+    from ..core.limits import LOCAL_FILE_LIMITS, checked_nbytes
 
     data = memoryview(MappedFile(path).buffer)
     head = io.BytesIO(bytes(data[:65536]))
@@ -256,22 +260,27 @@ def read_npy(path: Path) -> np.ndarray:
             shape, fortran, dtype = np.lib.format.read_array_header_1_0(head)
         else:
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(head)
-    except (ValueError, SyntaxError, TypeError) as exc:
-        raise SamplingMaskError("E_ENCODING", f"not a .npy file: {exc}"[:300], field="file") from None
+    except (ValueError, SyntaxError, TypeError, OverflowError, KeyError, RecursionError, MemoryError) as exc:
+        raise SamplingMaskError("E_ENCODING", f"not a .npy file: {exc}"[:300], field=field) from None
     if dtype.hasobject:
         raise SamplingMaskError(
-            "E_ENCODING", "the .npy holds Python objects, which need pickle: never read (allow_pickle=False)"
+            "E_ENCODING",
+            "the .npy holds Python objects, which need pickle: never read (allow_pickle=False)",
+            field=field,
         )
-    if any(int(dim) < 0 for dim in shape):
-        raise SamplingMaskError("E_ENCODING", f"the .npy header declares the shape {list(shape)}", field="file")
-    count = 1
-    for dim in shape:
-        count *= int(dim)
+    if dtype.kind not in kinds or dtype.itemsize == 0 or dtype.fields is not None or dtype.subdtype is not None:
+        raise SamplingMaskError(
+            "E_DTYPE", f"the .npy holds {str(dtype)[:40]}, not a plain {kinds!r} array", field=field
+        )
+    dims = list(shape)
+    if len(dims) != ndim:
+        raise SamplingMaskError("E_SHAPE", f"the .npy holds {len(dims)} dimension(s), not {ndim}", field=field)
+    nbytes = checked_nbytes(dims, dtype.itemsize, LOCAL_FILE_LIMITS, field=field)
     start = head.tell()
-    if start + count * dtype.itemsize > len(data):
-        raise SamplingMaskError("E_BYTES", f"the .npy header declares {list(shape)} {dtype}, more than the file")
-    arr = np.frombuffer(data, dtype=dtype, count=count, offset=start)
-    return arr.reshape(shape, order="F" if fortran else "C")
+    if start + nbytes > len(data):
+        raise SamplingMaskError("E_BYTES", f"the .npy header declares {dims} {dtype}, more than the file", field=field)
+    arr = np.frombuffer(data, dtype=dtype, count=nbytes // dtype.itemsize, offset=start)
+    return arr.reshape(dims, order="F" if fortran else "C")
 
 
 def read_sampled(path: Path) -> np.ndarray:
@@ -292,7 +301,7 @@ def read_sampled(path: Path) -> np.ndarray:
     field = "sampled_token_ids"
     try:
         if suffix == ".npy":
-            data: Any = read_npy(path)
+            data: Any = read_npy(path, ndim=1, kinds="iu", field=field)
         else:
             data = json_codec.parse(_files.read_bounded(path, DEFAULT_LIMITS.max_bytes))
     except OSError as exc:

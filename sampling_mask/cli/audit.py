@@ -64,9 +64,9 @@ def read_logits(path: Path, key: str | None = None) -> Any:
     try:
         if suffix == ".safetensors":
             return _logits_tensor(path, key)
-        arr = read_npy(path)
-        if arr.ndim != 2 or arr.dtype.kind != "f":
-            raise CliError("E_DTYPE", f"{str(path)!r} must hold a 2-D float array, got {arr.dtype} {arr.shape}")
+        arr = read_npy(path, ndim=2, kinds="f", field="logits")
+        if arr.dtype.itemsize not in (2, 4, 8):  # float16 / 32 / 64: what torch takes (not float128)
+            raise CliError("E_DTYPE", f"{str(path)!r} must hold float16, float32 or float64 logits, not {arr.dtype}")
         return torch.from_numpy(np.array(arr))  # a writable copy of the mapped file
     except SamplingMaskError as exc:
         raise CliError(exc.code.value, f"cannot read logits from {str(path)!r}: {error_text(exc)}") from None

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count
+from ..core.limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
 from ._batch_reader import PREFIX, MappedFile, header_metadata, read_header
 from ._common import check_id_order, id_order_of
@@ -68,17 +68,36 @@ def to_tensors(mask: SamplingMask) -> tuple[dict[str, np.ndarray], dict[str, str
 def from_tensors(
     tensors: Mapping[str, Any], metadata: Mapping[str, str] | None, *, limits: Limits = DEFAULT_LIMITS
 ) -> SamplingMask:
-    """The mask from a safetensors file's tensors (numpy or torch) and ``__metadata__``; validated."""
+    """The mask from a safetensors file's tensors (numpy or torch) and ``__metadata__``; validated.
+
+    Float companions may be stored as F64, F32, F16 or BF16 (torch ``bfloat16``, or numpy raw 16-bit
+    words with ``dtypes={name: "BF16"}`` from :func:`read_tensors`): each is converted to float32
+    exactly (BF16 by its bits; F64 only when every value is a float32, else ``E_RANGE``). Any other
+    dtype of a float companion, a float or BF16 tensor for ids / offsets / ``cu_seqlens`` /
+    ``sampled_token_ids``, a meta tensor, metadata that is not a mapping of strings (``E_SCHEMA``)
+    or not valid Unicode (``E_ENCODING``): ``SamplingMaskError``."""
+    return _from_tensors(tensors, metadata, {}, limits)
+
+
+def _from_tensors(
+    tensors: Mapping[str, Any], metadata: Any, declared: Mapping[str, str], limits: Limits
+) -> SamplingMask:
+    if not isinstance(tensors, Mapping):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "tensors must be a mapping of names to arrays", field="tensors")
     for name in (IDS, OFFSETS, CU_SEQLENS):
         if name not in tensors:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing tensor", field=name)
-    raw = {str(k).encode(): str(v).encode() for k, v in (metadata or {}).items()}
-    header = read_header(raw, limits)
-    companions: dict[str, Any] = {name: _host(tensors[name], name) for name in COMPANIONS if name in tensors}
+    header = read_header(_raw_metadata(metadata), limits)
+    host = {
+        name: _host(tensors[name], name, declared.get(name))
+        for name in (IDS, OFFSETS, CU_SEQLENS, *COMPANIONS)
+        if name in tensors
+    }
+    companions = {name: host[name] for name in COMPANIONS if name in host}
     mask = SamplingMask(
-        _host(tensors[IDS], IDS),
-        _host(tensors[OFFSETS], OFFSETS),
-        cu_seqlens=_host(tensors[CU_SEQLENS], CU_SEQLENS),
+        host[IDS],
+        host[OFFSETS],
+        cu_seqlens=host[CU_SEQLENS],
         vocab_size=header.vocab_size,
         metadata=header.metadata,
         limits=limits,
@@ -87,11 +106,68 @@ def from_tensors(
     return check_id_order(mask, header.id_order, field=PREFIX + "id_order")
 
 
-def _host(value: Any, name: str) -> np.ndarray:
-    if hasattr(value, "detach"):  # a torch tensor from safetensors.torch
-        value = value.detach().cpu().numpy()
+def _raw_metadata(metadata: Any) -> dict[bytes, bytes]:
+    """``__metadata__`` as the schema-metadata bytes :func:`read_header` reads: a mapping of strings."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "__metadata__ must map strings to strings", field="__metadata__")
+    try:
+        return {k.encode(): v.encode() for k, v in metadata.items()}
+    except UnicodeEncodeError:  # a lone surrogate, such as JSON's "\ud800"
+        raise SamplingMaskError(
+            ErrorCode.E_ENCODING, "__metadata__ is not valid Unicode", field="__metadata__"
+        ) from None
+
+
+#: torch dtypes a tensor may have, by their safetensors names.
+_TORCH_DTYPES = {
+    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64", "int32": "I32",
+    "int16": "I16", "int8": "I8", "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL",
+}  # fmt: skip
+_FLOATS = ("F64", "F32", "F16", "BF16")
+
+
+def _host(value: Any, name: str, declared: str | None) -> np.ndarray:
+    """A tensor as a numpy array of what it holds: BF16 widened to float32 by its bits, F64 float
+    companions narrowed only when exact; a dtype the field cannot hold is ``E_DTYPE``."""
+    if hasattr(value, "detach") and hasattr(value, "dtype"):  # a torch tensor from safetensors.torch
+        declared = _TORCH_DTYPES.get(str(value.dtype).removeprefix("torch."))
+        if declared is None or getattr(value, "is_meta", False):
+            what = "a meta tensor (no data)" if getattr(value, "is_meta", False) else f"dtype {value.dtype}"
+            raise SamplingMaskError(ErrorCode.E_DTYPE, f"cannot read {what}", field=name)
+        tensor = value.detach().cpu()
+        if declared == "BF16":
+            import torch
+
+            tensor = tensor.view(torch.int16)
+        value = tensor.numpy()
+        if declared == "BF16":
+            value = value.view(np.uint16)
     if not isinstance(value, np.ndarray):
         raise SamplingMaskError(ErrorCode.E_DTYPE, "expected an array", field=name, value=type(value).__name__)
+    kind = declared or {"f": "F", "b": "BOOL"}.get(value.dtype.kind, "I")
+    if name in COMPANIONS and COMPANIONS[name].kind == "f":
+        if declared == "BF16":  # the high half of a float32: widening by the bits is exact
+            return (value.astype("<u4") << 16).view("<f4")
+        if value.dtype.kind != "f" or kind not in (*_FLOATS, "F"):
+            raise SamplingMaskError(
+                ErrorCode.E_DTYPE,
+                f"a float companion must be F64, F32, F16 or BF16, not {declared or value.dtype}",
+                field=name,
+            )
+        if value.dtype.itemsize > 4:
+            narrow = value.astype(np.float32)
+            same = (narrow == value) | (np.isnan(narrow) & np.isnan(value))
+            if not bool(np.all(same)):
+                row = int(np.flatnonzero(~same)[0])
+                raise SamplingMaskError(ErrorCode.E_RANGE, "an F64 value is not exactly a float32", field=name, row=row)
+            return narrow
+        return value
+    if declared in (*_FLOATS, "BOOL") or value.dtype.kind not in "iu":
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"must hold integers, not {declared or value.dtype}", field=name)
     return value
 
 
@@ -119,7 +195,7 @@ def read_tensors(
         entry = header.get(name)
         if not isinstance(entry, dict):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, f"no tensor {name!r} (it has {list(header)[:8]})", field=name)
-        tensors[name] = _tensor(data, start, name, entry)
+        tensors[name] = _tensor(data, start, name, entry, limits)
     return tensors, metadata
 
 
@@ -151,7 +227,7 @@ def _open(path: str | os.PathLike[str], limits: Limits) -> tuple[memoryview, int
     return data, 8 + size, header, metadata
 
 
-def _tensor(data: memoryview, start: int, name: str, entry: Mapping[str, Any]) -> np.ndarray:
+def _tensor(data: memoryview, start: int, name: str, entry: Mapping[str, Any], limits: Limits) -> np.ndarray:
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if dtype not in DTYPES:
         raise SamplingMaskError(ErrorCode.E_DTYPE, f"unknown dtype {str(dtype)[:20]!r}", field=name)
@@ -162,15 +238,15 @@ def _tensor(data: memoryview, start: int, name: str, entry: Mapping[str, Any]) -
             ErrorCode.E_SCHEMA, "shape must be a list of sizes, data_offsets [begin, end]", field=name
         )
     storage = np.dtype(DTYPES[dtype])
-    count = 1
-    for dim in shape:  # type: ignore[union-attr]
-        count *= dim  # Python ints: no overflow; compared with the file below before any use
+    # Python ints, no overflow: at most MAX_NDIM dimensions within numpy's index range (E_SHAPE /
+    # E_LIMIT: [0, 2**64], [2**63, 0]), then compared with the file before any use.
+    nbytes = checked_nbytes(shape, storage.itemsize, limits, field=name)  # type: ignore[arg-type]
     begin, end = offsets  # type: ignore[misc]
-    if not 0 <= begin <= end <= len(data) - start or end - begin != count * storage.itemsize:
+    if not 0 <= begin <= end <= len(data) - start or end - begin != nbytes:
         raise SamplingMaskError(
             ErrorCode.E_BYTES, f"data_offsets {offsets} disagree with shape {shape} or the file", field=name
         )
-    return np.frombuffer(data, dtype=storage, count=count, offset=start + begin).reshape(shape)
+    return np.frombuffer(data, dtype=storage, count=nbytes // storage.itemsize, offset=start + begin).reshape(shape)
 
 
 def load_file(path: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS) -> SamplingMask:
@@ -182,6 +258,6 @@ def load_file(path: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS) 
         if exc.code is ErrorCode.E_LIMIT:
             raise
         raise SamplingMaskError(exc.code, f"not a safetensors file: {exc.message}", field=exc.field) from None
-    names = [n for n in header if n in (IDS, OFFSETS, CU_SEQLENS) or n in COMPANIONS]
-    tensors = {name: _tensor(data, start, name, header[name]) for name in names if isinstance(header[name], dict)}
-    return from_tensors(tensors, metadata, limits=limits)
+    names = [n for n in header if (n in (IDS, OFFSETS, CU_SEQLENS) or n in COMPANIONS) and isinstance(header[n], dict)]
+    tensors = {name: _tensor(data, start, name, header[name], limits) for name in names}
+    return _from_tensors(tensors, metadata, {name: header[name]["dtype"] for name in names}, limits)

@@ -48,6 +48,8 @@ DECODE_ROW_BYTES = 32
 
 
 _MAX_DIM = (1 << 63) - 1  # the largest array dimension numpy accepts (intp)
+#: The most dimensions a declared shape may have (numpy 1.x allows 32, numpy 2 allows 64).
+MAX_NDIM = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,15 +113,22 @@ def check_count(value: int, limit: int, what: str, *, field: str | None = None) 
 
 def checked_nbytes(shape: Iterable[int], itemsize: int, limits: Limits, *, field: str | None = None) -> int:
     """Bytes of an array of ``shape`` and ``itemsize``, computed exactly, or ``E_SHAPE`` / ``E_LIMIT``."""
+    dims = list(shape)
+    if len(dims) > MAX_NDIM:
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE, f"{len(dims)} dimensions, more than {MAX_NDIM}", field=field, value=len(dims)
+        )
     total = int(itemsize)
-    for dim in shape:
+    extent = max(total, 1)  # numpy refuses a shape whose non-zero dimensions overflow, even with a zero
+    for dim in dims:
         if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
             raise SamplingMaskError(
                 ErrorCode.E_SHAPE, "dimensions must be non-negative integers", field=field, value=dim
             )
-        if dim > _MAX_DIM:  # numpy's index type: even a zero-size array cannot have such a dimension
+        extent *= max(dim, 1)
+        if dim > _MAX_DIM or extent > _MAX_DIM:  # numpy's index type: not even a zero-size array has it
             raise SamplingMaskError(
-                ErrorCode.E_LIMIT, f"dimension {dim} exceeds the limit {_MAX_DIM}", field=field, value=dim
+                ErrorCode.E_LIMIT, f"shape {dims} exceeds numpy's index range", field=field, value=dim
             )
         total *= dim
     if total > limits.max_bytes:

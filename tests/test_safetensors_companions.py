@@ -1,0 +1,145 @@
+"""``codecs.safetensors`` (issue 34, rows "load_file" and "safetensors header"): float companions in
+BF16 / F16 / F32 / F64 load exactly (BF16 by its bits) or are refused with a code; forged header
+shapes, 70 dimensions, a lone surrogate in ``__metadata__`` and odd ``from_tensors`` inputs are
+``SamplingMaskError``. Files are written by hand (8-byte length, JSON header, raw buffer), so no
+safetensors package is needed."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import sampling_mask as sm
+from sampling_mask import ErrorCode, SamplingMaskError
+from sampling_mask.codecs import safetensors as st
+
+MASK = sm.SamplingMask.from_rows([[1, 2], [3]], vocab_size=8)
+HEADER = {"sampling_mask.version": "1", "sampling_mask.vocab_size": "8", "sampling_mask.id_order": "ascending"}
+
+
+def _write(path: Path, tensors: dict[str, tuple[str, bytes, list[int]]], metadata: Any = HEADER) -> Path:
+    """A safetensors file of ``name: (dtype, raw bytes, shape)``; the header written as JSON text."""
+    header: dict[str, Any] = {} if metadata is None else {"__metadata__": metadata}
+    chunks, offset = [], 0
+    for name, (dtype, raw, shape) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    blob = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + b"".join(chunks))
+    return path
+
+
+def _mask_tensors(**companions: tuple[str, bytes, list[int]]) -> dict[str, tuple[str, bytes, list[int]]]:
+    base = {
+        st.IDS: ("I32", MASK.ids.astype("<i4").tobytes(), [3]),
+        st.OFFSETS: ("I64", MASK.offsets.astype("<i8").tobytes(), [3]),
+        st.CU_SEQLENS: ("I64", MASK.cu_seqlens.astype("<i8").tobytes(), [2]),
+    }
+    return {**base, **companions}
+
+
+def _bf16_words(values: list[float]) -> bytes:
+    """BF16 as stored: the high 16 bits of each float32 (these values are exact in BF16)."""
+    return (np.array(values, "<f4").view("<u4") >> 16).astype("<u2").tobytes()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "raw"),
+    [
+        ("BF16", _bf16_words([1.0, 0.703125])),
+        ("F16", np.array([1.0, 0.703125], "<f2").tobytes()),
+        ("F32", np.array([1.0, 0.703125], "<f4").tobytes()),
+        ("F64", np.array([1.0, 0.703125], "<f8").tobytes()),
+    ],
+)
+def test_float_companions_load_exactly(tmp_path: Path, dtype: str, raw: bytes) -> None:
+    """Row "load_file": a temperature [1.0, 0.7] stored as BF16 loads as its BF16 values (1.0,
+    0.703125), never as the raw words 16256, 16179; the other float dtypes load alike."""
+    path = _write(tmp_path / "t.safetensors", _mask_tensors(temperature=(dtype, raw, [2])))
+    mask = st.load_file(path)
+    assert mask.temperature is not None and mask.temperature.dtype == np.float32
+    assert mask.temperature.tolist() == [1.0, 0.703125]
+
+
+def test_bf16_log_probs_load_by_their_bits(tmp_path: Path) -> None:
+    raw = _bf16_words([-0.5, -2.0, -0.125])
+    path = _write(tmp_path / "l.safetensors", _mask_tensors(support_logprobs=("BF16", raw, [3])))
+    assert st.load_file(path).companions["support_logprobs"].tolist() == [-0.5, -2.0, -0.125]
+
+
+@pytest.mark.parametrize(
+    ("companions", "code"),
+    [
+        ({"temperature": ("F64", np.array([1.0, 0.1], "<f8").tobytes(), [2])}, ErrorCode.E_RANGE),  # 0.1: no float32
+        ({"temperature": ("I32", np.array([1, 1], "<i4").tobytes(), [2])}, ErrorCode.E_DTYPE),
+        ({"temperature": ("BOOL", b"\x01\x01", [2])}, ErrorCode.E_DTYPE),
+        ({"sampled_token_ids": ("BF16", _bf16_words([1.0, 3.0]), [2])}, ErrorCode.E_DTYPE),
+        ({"sampled_token_ids": ("F32", np.array([1, 3], "<f4").tobytes(), [2])}, ErrorCode.E_DTYPE),
+        ({st.IDS: ("BF16", _bf16_words([1.0, 2.0, 3.0]), [3])}, ErrorCode.E_DTYPE),
+    ],
+)
+def test_inexact_or_foreign_dtypes_are_refused(tmp_path: Path, companions: dict[str, Any], code: ErrorCode) -> None:
+    path = _write(tmp_path / "x.safetensors", _mask_tensors(**companions))
+    with pytest.raises(SamplingMaskError) as info:
+        st.load_file(path)
+    assert info.value.code is code
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [[0, 1 << 64], [1 << 63, 0], [0] * 70, [0, 1 << 62, 1 << 62], [-1, 0], [1.5]],
+    ids=["0x2^64", "2^63x0", "70 dims", "0x2^62x2^62", "negative", "float"],
+)
+def test_forged_header_shapes_are_mask_errors(tmp_path: Path, shape: list[Any]) -> None:
+    """Row "safetensors header": load_file, read_tensors and tensor_dtypes raise SamplingMaskError."""
+    tensors = _mask_tensors(temperature=("F32", b"", shape))
+    path = _write(tmp_path / "s.safetensors", tensors)
+    for call in (lambda: st.load_file(path), lambda: st.read_tensors(path, ["temperature"])):
+        with pytest.raises(SamplingMaskError) as info:
+            call()
+        assert info.value.code in (ErrorCode.E_LIMIT, ErrorCode.E_SHAPE, ErrorCode.E_SCHEMA, ErrorCode.E_BYTES)
+
+
+def test_a_lone_surrogate_in_metadata_is_an_encoding_error(tmp_path: Path) -> None:
+    for key, value in (("sampling_mask.metadata.x", '"\ud800"'), ("sampling_mask.vocab_size", "8\ud800")):
+        path = _write(tmp_path / "u.safetensors", _mask_tensors(), metadata={**HEADER, key: value})
+        assert b"\\ud800" in path.read_bytes()  # json.dumps writes the lone surrogate as an escape
+        with pytest.raises(SamplingMaskError) as info:
+            st.load_file(path)
+        assert info.value.code is ErrorCode.E_ENCODING, key
+    with pytest.raises(SamplingMaskError) as info:
+        st.from_tensors(st.to_tensors(MASK)[0], {"sampling_mask.version": "1\ud800"})
+    assert info.value.code is ErrorCode.E_ENCODING
+
+
+@pytest.mark.parametrize("metadata", [["sampling_mask.version", "1"], {"sampling_mask.version": 1}, "x"])
+def test_from_tensors_refuses_metadata_that_is_not_a_mapping_of_strings(metadata: Any) -> None:
+    with pytest.raises(SamplingMaskError) as info:
+        st.from_tensors(st.to_tensors(MASK)[0], metadata)
+    assert info.value.code is ErrorCode.E_SCHEMA
+
+
+def test_from_tensors_with_torch_bf16_and_meta_tensors() -> None:
+    torch = pytest.importorskip("torch")
+    tensors: dict[str, Any] = {k: torch.from_numpy(np.array(v)) for k, v in st.to_tensors(MASK)[0].items()}
+    header = dict(HEADER)
+    tau = torch.tensor([1.0, 0.7], dtype=torch.bfloat16)
+    mask = st.from_tensors({**tensors, "temperature": tau}, header)
+    assert mask.temperature is not None and mask.temperature.tolist() == tau.float().tolist()
+    assert mask.temperature.tolist() != [16256.0, 16179.0]
+    refused = {
+        "bf16 ids": {**tensors, st.IDS: tensors[st.IDS].to(torch.bfloat16)},
+        "meta ids": {**tensors, st.IDS: torch.empty(3, dtype=torch.int32, device="meta")},
+        "meta temperature": {**tensors, "temperature": torch.empty(2, device="meta")},
+        "complex temperature": {**tensors, "temperature": torch.zeros(2, dtype=torch.complex64)},
+    }
+    for label, bad in refused.items():
+        with pytest.raises(SamplingMaskError) as info:
+            st.from_tensors(bad, header)
+        assert info.value.code is ErrorCode.E_DTYPE, label
