@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from ..core.errors import SamplingMaskError
 from ..core.optional import UnavailableError
 from . import audit, bench, conformance, convert, demo, inspect, stats, validate, vendor
-from ._common import OPTIONAL_EXTRAS, PROG, CliError, Parser, error_text, missing_dependency, print_json
+from ._common import OPTIONAL_EXTRAS, PROG, CliError, Parser, error_text, missing_dependency, print_json, shown
 
 __all__ = ["build_parser", "main"]
 
@@ -154,7 +154,7 @@ def _report(code: str, message: str, *, debug: bool, as_json: bool, status: int 
 
         traceback.print_exc()
     line = f"internal error: {message}" if status == 3 else f"error: {code}: {message}"
-    sys.stderr.write(f"{PROG}: {line}\n")
+    sys.stderr.write(f"{PROG}: {shown(line, backslash=False)}\n")
     if as_json:
         print_json({"error": {"code": code, "message": message}})
     return status

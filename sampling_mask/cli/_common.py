@@ -12,7 +12,7 @@ import math
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -59,8 +59,24 @@ def missing_dependency(name: str) -> str:
     return UnavailableError(name).message
 
 
+def shown(text: object, *, backslash: bool = True) -> str:
+    """``text`` made safe for a terminal, the one escaping function of the command line's text
+    output: every character that is not printable (ESC, BEL, CR, newline and the other control
+    characters, DEL, C1, format characters such as U+202E, line separators, the lone surrogates of an
+    undecodable file name) becomes its escape as ``repr`` writes it (``\\x1b``, ``\\n``, ``\\u202e``,
+    ``\\udcff``), without quotes, and a backslash becomes ``\\\\`` (unless ``backslash=False``), so
+    what a file says can neither move the cursor nor ring nor start a line of its own. Applied to
+    every string that comes from a file (names, metadata keys and values, column names, messages)."""
+    value = str(text)
+    if value.isprintable() and (not backslash or "\\" not in value):
+        return value
+    return "".join(c if c.isprintable() and (c != "\\" or not backslash) else repr(c)[1:-1] for c in value)
+
+
 def out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    """One or more lines on stdout; a non-printable character that reached here is escaped
+    (:func:`shown`), so only the newlines the command line writes itself end a line."""
+    sys.stdout.write("\n".join(shown(line, backslash=False) for line in text.split("\n")) + "\n")
 
 
 def _json_default(value: Any) -> Any:
@@ -82,8 +98,40 @@ def finite(value: float | None) -> float | None:
     return value
 
 
+class JsonArray(list):  # type: ignore[type-arg]
+    """A JSON array :func:`print_json` writes a chunk at a time: ``chunks()`` yields numpy arrays
+    (NaN is written as null), so a per-segment column of a million values is never a million Python
+    objects at once. A ``list`` to the encoder (empty, with ``__len__`` and ``__iter__`` of its own):
+    only the pure-Python encoder :func:`print_json` uses reads it through them."""
+
+    def __init__(self, length: int, chunks: Callable[[], Iterator[Any]]) -> None:
+        super().__init__()
+        self._length, self._chunks = length, chunks
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[Any]:
+        from ..stats import json_values
+
+        for chunk in self._chunks():
+            yield from json_values(chunk)
+
+
 def print_json(document: Any) -> None:
-    out(json.dumps(document, indent=2, default=_json_default, allow_nan=False))
+    """``document`` as indented JSON on stdout, written in pieces of about 64 KiB as it is encoded
+    (never one string of the whole report); :class:`JsonArray` values are read a chunk at a time."""
+    encoder = json.JSONEncoder(indent=2, default=_json_default, allow_nan=False)
+    pending: list[str] = []
+    size = 0
+    for piece in encoder.iterencode(document):  # not one-shot: the pure-Python encoder, lazily
+        pending.append(piece)
+        size += len(piece)
+        if size >= 1 << 16:
+            sys.stdout.write("".join(pending))
+            pending, size = [], 0
+    pending.append("\n")
+    sys.stdout.write("".join(pending))
 
 
 def fmt_num(value: float | int | None, digits: int = 1) -> str:

@@ -219,9 +219,13 @@ def count_segments(path: Path, fmt: str) -> int | None:
         return None
 
 
-def summarize_file(source: Source, args: argparse.Namespace, label: str) -> SupportSummary:
-    """Statistics of the whole file, batch by batch (a streaming file never sits in memory whole)."""
-    summary = SupportSummary()
+def summarize_file(
+    source: Source, args: argparse.Namespace, label: str, *, keep: int = 0, spool: bool = False
+) -> SupportSummary:
+    """Statistics of the whole file, batch by batch (a streaming file never sits in memory whole);
+    the per-segment figures of the first ``keep`` segments kept, every segment's spooled to disk
+    with ``spool`` (:class:`SupportSummary`): memory stays O(batch), never O(segments)."""
+    summary = SupportSummary(keep=keep, spool=spool)
     enabled = progress_enabled(args) and source.streaming
     progress = Progress(label, count_segments(source.path, source.fmt) if enabled else None, enabled=enabled)
     try:
@@ -238,12 +242,15 @@ class SidecarError(SamplingMaskError):
     naming that file (``validate``: exit 1, like any invalid data)."""
 
 
+_KINDS = {"iu": "integer", "f": "float"}
+
+
 def read_npy(path: Path, *, ndim: int, kinds: str, field: str) -> np.ndarray:
     """The ``ndim``-D array of a ``.npy`` file as a read-only view of its mapping: a regular file only
     (a FIFO or a device is ``E_ENCODING`` at once, never opened for a blocking read), no pickle (object
     arrays are ``E_ENCODING``). Everything the header declares is checked before numpy sees it: a
-    plain dtype of a kind in ``kinds`` with a non-zero item size (``E_DTYPE``), ``ndim`` dimensions
-    (``E_SHAPE``), a shape within numpy's index range (``E_LIMIT``: ``(0, 2**64)``, ``(2**63, 0)``)
+    plain dtype of a kind in ``kinds`` (``"iu"`` or ``"f"``) with a non-zero item size and ``ndim``
+    dimensions (``E_DTYPE``), a shape within numpy's index range (``E_LIMIT``: ``(0, 2**64)``, ``(2**63, 0)``)
     and within the file (``E_BYTES``)."""
     import io
 
@@ -268,13 +275,14 @@ def read_npy(path: Path, *, ndim: int, kinds: str, field: str) -> np.ndarray:
             "the .npy holds Python objects, which need pickle: never read (allow_pickle=False)",
             field=field,
         )
-    if dtype.kind not in kinds or dtype.itemsize == 0 or dtype.fields is not None or dtype.subdtype is not None:
-        raise SamplingMaskError(
-            "E_DTYPE", f"the .npy holds {str(dtype)[:40]}, not a plain {kinds!r} array", field=field
-        )
     dims = list(shape)
-    if len(dims) != ndim:
-        raise SamplingMaskError("E_SHAPE", f"the .npy holds {len(dims)} dimension(s), not {ndim}", field=field)
+    plain = dtype.kind in kinds and dtype.itemsize > 0 and dtype.fields is None and dtype.subdtype is None
+    if not plain or len(dims) != ndim:
+        raise SamplingMaskError(
+            "E_DTYPE",
+            f"must hold a {ndim}-D {_KINDS[kinds]} array, got {str(dtype)[:40]} of {len(dims)} dimension(s)",
+            field=field,
+        )
     nbytes = checked_nbytes(dims, dtype.itemsize, LOCAL_FILE_LIMITS, field=field)
     start = head.tell()
     if start + nbytes > len(data):

@@ -16,7 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import SamplingMaskError
-from ._common import FORMAT_HELP, CliError, add_command, error_text, out, print_json, require_matplotlib, save_png
+from ._common import (
+    FORMAT_HELP,
+    CliError,
+    add_command,
+    error_text,
+    out,
+    print_json,
+    require_matplotlib,
+    save_png,
+    shown,
+)
 from ._source import check_input, open_input, read_all, read_npy, read_sampled
 
 __all__ = ["add_parser", "plot_panels", "read_logits", "run"]
@@ -138,10 +148,10 @@ def _fmt_param(name: str, value: Any) -> str:
 
 
 def _report_lines(path: Path, summary: dict[str, Any], params: dict[str, Any], report: Any) -> list[str]:
-    shown = ", ".join(_fmt_param(k, v) for k, v in params.items() if k != "temperature_source")
+    given = ", ".join(_fmt_param(k, v) for k, v in params.items() if k != "temperature_source")
     n = summary["rows_compared"]
     lines = [
-        f"audit of {path.name} against rule {summary['rule']} ({shown}; temperature from {params['temperature_source']})",
+        f"audit of {shown(path.name)} against rule {summary['rule']} ({given}; temperature from {params['temperature_source']})",
         f"rows: {summary['rows']:,}, compared {n:,} (rows with an empty recorded support are skipped)",
         f"equal supports: {summary['rows_equal']:,} of {n:,}; mean Jaccard {_fmt(summary['mean_jaccard'])}",
         f"rows missing ids: {summary['rows_missing_ids']:,} ({summary['missing_ids']:,} ids); "
@@ -223,19 +233,19 @@ def run(args: argparse.Namespace) -> int:
     report = audit(mask, logits, rule=args.rule, sampled=sampled, chunk_rows=args.chunk_rows, **params)
     summary = report.summary()
     used, source = _temperature_used(args, mask, params)
-    shown = {**params, "temperature": used, "temperature_source": source}
+    parameters = {**params, "temperature": used, "temperature_source": source}
     notes = _notes(mask, params, vocab)
     if args.plot is not None:
         _plot(Path(args.plot), report, Path(args.file))
     if args.json:
-        print_json({"file": args.file, "logits": args.logits, "parameters": shown, "notes": notes, **summary})
+        print_json({"file": args.file, "logits": args.logits, "parameters": parameters, "notes": notes, **summary})
     else:
-        for line in _report_lines(Path(args.file), summary, shown, report):
+        for line in _report_lines(Path(args.file), summary, parameters, report):
             out(line)
         for note in notes:
             out(f"note: {note}")
         if args.plot is not None:
-            out(f"wrote {args.plot}")
+            out(f"wrote {shown(args.plot)}")
     sampled_ok = report.sampled_in_recorded is None or bool(np.all(report.sampled_in_recorded | ~report.compared))
     return 0 if summary["rows_equal"] == summary["rows_compared"] and sampled_ok else 1
 

@@ -19,6 +19,7 @@ from ._common import (
     error_text,
     out,
     progress_enabled,
+    shown,
 )
 from ._source import (
     Source,
@@ -158,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         size = dst.stat().st_size
         extras = "".join(f", {k}={v}" for k, v in opts.items() if k != "id_order")
         out(
-            f"{source.path} ({source.fmt}) -> {dst} ({out_fmt}{extras}): {rows:,} rows, {segments:,} segments, "
+            f"{shown(source.path)} ({source.fmt}) -> {shown(dst)} ({out_fmt}{extras}): {rows:,} rows, {segments:,} segments, "
             f"{size:,} bytes" + (f" ({size / rows:.2f} per token)" if rows else "")
         )
     return 0

@@ -4,7 +4,7 @@ token, metadata (``--json``: one document)."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..stats import histogram_buckets
 from ._common import (
@@ -18,6 +18,7 @@ from ._common import (
     out,
     plural,
     print_json,
+    shown,
     support_line,
 )
 from ._source import (
@@ -26,8 +27,11 @@ from ._source import (
     summarize_file,
 )
 
-if TYPE_CHECKING:
-    pass
+
+def _value_text(value: Any) -> str:
+    """A metadata value in the text report: a string quoted and escaped (:func:`shown`), else as Python
+    prints it (strings inside lists and maps are repr'd, then escaped too)."""
+    return f"'{shown(value)}'" if isinstance(value, str) else shown(value, backslash=False)
 
 
 def _per_token(nbytes: int, rows: int) -> float | None:
@@ -68,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     batches = f", {plural(summary.batches, 'record batch', 'record batches')}" if fmt in STREAMING_FORMATS else ""
     version = report["spec_version"]
     lines = [
-        ("file", str(path)),
+        ("file", shown(path)),
         ("format", f"{fmt}{batches}"),
         ("spec version", str(version) if version is not None else "not stored in this format"),
         ("vocab size", fmt_num(summary.vocab_size) if summary.vocab_size is not None else "unknown"),
@@ -76,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         ("ids (nnz)", f"{summary.nnz:,}"),
         ("empty rows", f"{summary.empty_rows:,}" + (f" ({summary.empty_rows / rows:.1%})" if rows else "")),
         ("id order", report["id_order"]),
-        ("companions", ", ".join(summary.companions) or "none"),
+        ("companions", shown(", ".join(summary.companions)) or "none"),
         (
             "size",
             f"{file_bytes:,} bytes ({fmt_bytes(file_bytes)})"
@@ -89,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         out(f"{name:<13} {value}")
     for line in histogram_lines(buckets):
         out(f"{'':<2}{line}")
-    meta = "  ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in summary.metadata.items())
+    meta = "  ".join(f"{shown(k)}={_value_text(v)}" for k, v in summary.metadata.items())
     out(f"{'metadata':<13} {meta or 'none'}")
     return 0
 

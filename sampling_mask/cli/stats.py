@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..stats import SupportSummary
+from ..stats import SEGMENT_FIELDS, SupportSummary
 from ._common import (
     FORMAT_HELP,
     CliError,
+    JsonArray,
     add_command,
     finite,
     fmt_num,
@@ -19,6 +21,7 @@ from ._common import (
     print_json,
     require_matplotlib,
     save_png,
+    shown,
     support_line,
 )
 from ._source import (
@@ -30,8 +33,6 @@ from ._source import (
 )
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from ..codecs._walk import Skipped
 
 
@@ -43,40 +44,58 @@ def run(args: argparse.Namespace) -> int:
     if listed is not None:
         return _run_many(args, *listed)
     source = open_input(args)
-    summary = summarize_file(source, args, "stats")
+    # Per-segment figures: the first --segments kept for the text; every one spooled to disk for
+    # --json and --plot, read back a chunk at a time (memory O(batch), never O(segments)).
+    spool = args.json or args.plot is not None
+    summary = summarize_file(source, args, "stats", keep=0 if args.json else max(args.segments, 0), spool=spool)
     path, fmt = source.path, source.fmt
-    document = summary.to_dict()
+    document = summary.to_dict(per_segment=False)
     if args.plot is not None:
         _plot(Path(args.plot), summary, path)
     if args.json:
-        print_json({"file": str(path), "format": fmt, **document, "plot": args.plot})
+        per_segment = {
+            key: JsonArray(summary.segments, functools.partial(summary.per_segment_chunks, key))
+            for key in SEGMENT_FIELDS
+        }
+        print_json(
+            {
+                "file": str(path),
+                "format": fmt,
+                **document,
+                "per_segment": per_segment if summary.batches else {},
+                "plot": args.plot,
+            }
+        )
         return 0
-    support, per_segment = document["support"], summary.per_segment()
     out(
-        f"{path}: {summary.rows:,} rows in {summary.segments:,} segments, {summary.nnz:,} ids, "
+        f"{shown(path)}: {summary.rows:,} rows in {summary.segments:,} segments, {summary.nnz:,} ids, "
         f"{summary.empty_rows:,} empty rows (no support recorded)"
     )
-    out(f"support size  {support_line(support)}")
+    out(f"support size  {support_line(document['support'])}")
     for line in histogram_lines(document["histogram"]):
         out(f"  {line}")
     if summary.segments:
-        _print_segments(per_segment, args.segments)
+        _print_segments(summary, args.segments)
     if args.plot is not None:
-        out(f"wrote {args.plot}")
+        out(f"wrote {shown(args.plot)}")
     return 0
 
 
 def _run_many(args: argparse.Namespace, paths: list[Path], skipped: list[Skipped]) -> int:
     """Per file: counts and support sizes (or the file's error); then the whole set together. Entries
-    that look like mask files but are not read (a FIFO, a dangling link) are listed as failed."""
-    total = SupportSummary()
+    that look like mask files but are not read (a FIFO, a dangling link) are listed as failed.
+
+    One file at a time: a file's summary keeps counts only (per-segment figures are spooled to disk
+    for ``--plot``), so the folder's peak memory is that of its largest file, not the sum."""
+    spool = args.plot is not None
+    total = SupportSummary(keep=0, spool=spool)
     files: list[dict[str, Any]] = []
     for entry in skipped:
         files.append(not_read(entry))
         if not args.json:
-            out(f"{entry.path}: not read: {entry.error.code.value}: {files[-1]['error']['message']}")
+            out(f"{shown(entry.path)}: not read: {entry.error.code.value}: {files[-1]['error']['message']}")
     for path in paths:
-        summary = SupportSummary()
+        summary = SupportSummary(keep=0, spool=spool)
         try:
             source = open_input(argparse.Namespace(**{**vars(args), "file": str(path)}))
             for batch in read_batches(source):
@@ -84,18 +103,19 @@ def _run_many(args: argparse.Namespace, paths: list[Path], skipped: list[Skipped
         except CliError as exc:
             files.append({"file": str(path), "error": {"code": exc.code, "message": exc.message}})
             if not args.json:
-                out(f"{path}: {exc.code}: {exc.message}")
+                out(f"{shown(path)}: {exc.code}: {exc.message}")
             continue
         total.merge(summary)
-        document = summary.to_dict()
+        summary.close()
+        document = summary.to_dict(per_segment=False)
         keys = ("rows", "segments", "nnz", "empty_rows", "support")
         files.append({"file": str(path), "format": source.fmt, **{k: document[k] for k in keys}})
         if not args.json:
             out(
-                f"{path}: {summary.rows:,} rows, {summary.segments:,} segments, {summary.nnz:,} ids; "
+                f"{shown(path)}: {summary.rows:,} rows, {summary.segments:,} segments, {summary.nnz:,} ids; "
                 f"support {support_line(document['support'])}"
             )
-    document = {k: v for k, v in total.to_dict().items() if k != "per_segment"}
+    document = total.to_dict(per_segment=False)
     failed = sum("error" in f for f in files)
     if args.plot is not None:
         _plot(Path(args.plot), total, Path(args.file))
@@ -110,29 +130,48 @@ def _run_many(args: argparse.Namespace, paths: list[Path], skipped: list[Skipped
         for line in histogram_lines(document["histogram"]):
             out(f"  {line}")
         if args.plot is not None:
-            out(f"wrote {args.plot}")
+            out(f"wrote {shown(args.plot)}")
     return 0 if failed == 0 else 1
 
 
-def _print_segments(per_segment: dict[str, np.ndarray], limit: int) -> None:
-    import numpy as np
-
-    seg_rows = per_segment["rows"]
+def _print_segments(summary: SupportSummary, limit: int) -> None:
+    seg_rows = summary.segment_rows()
     out(
-        f"segments      rows per segment: min {int(seg_rows.min()):,}  median {fmt_num(float(np.median(seg_rows)))}"
-        f"  max {int(seg_rows.max()):,}"
+        f"segments      rows per segment: min {seg_rows['min']:,}  median {fmt_num(seg_rows['median'])}"
+        f"  max {seg_rows['max']:,}"
     )
     out(f"  {'segment':>8} {'rows':>8} {'empty':>7} {'ids':>10} {'mean':>7} {'median':>7} {'max':>7}")
-    shown = min(limit, seg_rows.size)
-    for b in range(shown):
+    per_segment = summary.per_segment(first=max(limit, 0))
+    shown_rows = per_segment["rows"]
+    for b in range(shown_rows.size):
         out(
-            f"  {b:>8} {int(seg_rows[b]):>8,} {int(per_segment['empty_rows'][b]):>7,} {int(per_segment['ids'][b]):>10,}"
+            f"  {b:>8} {int(shown_rows[b]):>8,} {int(per_segment['empty_rows'][b]):>7,} {int(per_segment['ids'][b]):>10,}"
             f" {fmt_num(finite(float(per_segment['mean_support'][b]))):>7}"
             f" {fmt_num(finite(float(per_segment['median_support'][b]))):>7}"
             f" {int(per_segment['max_support'][b]):>7,}"
         )
-    if seg_rows.size > shown:
-        out(f"  ... {seg_rows.size - shown:,} more segments (--segments N shows more, --json shows all)")
+    if summary.segments > shown_rows.size:
+        out(f"  ... {summary.segments - shown_rows.size:,} more segments (--segments N shows more, --json shows all)")
+
+
+def _mean_support_histogram(summary: SupportSummary, bins: int = 40) -> tuple[Any, Any] | None:
+    """(counts, edges) of the per-segment mean support sizes, as ``numpy.histogram(means, bins)``
+    gives them, read from the spool a chunk at a time (two passes: the range, then the counts)."""
+    import numpy as np
+
+    lo, hi = np.inf, -np.inf
+    for chunk in summary.per_segment_chunks("mean_support"):
+        finite_means = chunk[np.isfinite(chunk)]
+        if finite_means.size:
+            lo, hi = min(lo, float(finite_means.min())), max(hi, float(finite_means.max()))
+    if lo > hi:
+        return None
+    counts = np.zeros(bins, dtype=np.int64)
+    edges = None
+    for chunk in summary.per_segment_chunks("mean_support"):
+        part, edges = np.histogram(chunk[np.isfinite(chunk)], bins=bins, range=(lo, hi))
+        counts += part
+    return counts, edges
 
 
 def _plot(out: Path, summary: SupportSummary, source: Path) -> None:
@@ -153,15 +192,15 @@ def _plot(out: Path, summary: SupportSummary, source: Path) -> None:
     left.set_xlabel("support size |S_t| (ids per row)")
     left.set_ylabel("rows")
     left.set_title(f"support sizes, {int(counts.sum()):,} rows with a support")
-    per_segment = summary.per_segment()
-    if per_segment and per_segment["rows"].size:
-        means = per_segment["mean_support"]
-        right.hist(means[np.isfinite(means)], bins=40, color="#73d216")
+    means = _mean_support_histogram(summary)
+    if means is not None:
+        per_bin, edges = means
+        right.hist(edges[:-1], bins=edges, weights=per_bin, color="#73d216")
     right.set_xlabel("mean support size per segment")
     right.set_ylabel("segments")
     right.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole segments, never 0.5
     right.set_title(f"{summary.segments:,} segments")
-    fig.suptitle(source.name)
+    fig.suptitle(shown(source.name))
     fig.tight_layout()
     save_png(fig, out)
 

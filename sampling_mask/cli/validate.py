@@ -16,6 +16,7 @@ from ._common import (
     out,
     plural,
     print_json,
+    shown,
 )
 from ._source import (
     SidecarError,
@@ -187,7 +188,7 @@ def _line(doc: dict[str, Any]) -> str:
     error = doc.get("error")
     if error is None:
         return (
-            f"valid: {doc['file']} ({doc['format']}, {plural(doc['rows'], 'row')}, "
+            f"valid: {shown(doc['file'])} ({doc['format']}, {plural(doc['rows'], 'row')}, "
             f"{plural(doc['segments'], 'segment')}, {plural(doc['nnz'], 'id')}; "
             f"checked every invariant of the spec: {', '.join(doc['checked'])})"
         )
@@ -196,7 +197,8 @@ def _line(doc: dict[str, Any]) -> str:
     if "value" in error:
         where.append(f"offending value {error['value']!r}")
     culprit = error.get("file", doc["file"])  # the sampled ids' file when it is at fault
-    return f"invalid: {culprit}: {error['code']}: {error['message']}" + (f" ({', '.join(where)})" if where else "")
+    text = f"invalid: {shown(culprit)}: {error['code']}: {shown(error['message'], backslash=False)}"
+    return text + (f" ({shown(', '.join(where), backslash=False)})" if where else "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -221,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
         doc = {**not_read(entry), "valid": False, "read": False}
         docs.append(doc)
         if not args.json:
-            out(f"not read: {entry.path}: {doc['error']['code']}: {doc['error']['message']}")
+            out(f"not read: {shown(entry.path)}: {doc['error']['code']}: {doc['error']['message']}")
     for path in paths:
         try:
             doc = _validate(argparse.Namespace(**{**vars(args), "file": str(path)}))
