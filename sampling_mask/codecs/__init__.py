@@ -110,6 +110,14 @@ def save(mask: SamplingMask, path: str | os.PathLike[str], *, format: str | None
         with open_writer(path, format=fmt, **opts) as writer:
             writer.write(mask, extra_columns=extra_columns)
         return
+    if fmt in _JSON_FORMATS:  # written as encoded, a chunk of rows at a time (never the whole text)
+        from . import json as json_codec
+
+        pieces = json_codec.iter_encode(mask, format=fmt, **opts)
+        with _files.atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            for piece in pieces:
+                fh.write(piece)
+        return
     data = encode(mask, fmt, **opts)
     with _files.atomic_path(path) as tmp, open(tmp, "wb") as fh:
         fh.write(data)

@@ -33,11 +33,13 @@ import base64
 import itertools
 import json
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..core import layouts
 from ..core.checks import check_structure, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes, remaining
@@ -56,11 +58,12 @@ from ._common import (
 )
 from ._registry import own_format
 
-__all__ = ["FORMATS", "BASE64_DTYPES", "decode", "detect", "encode", "parse", "parse_cost"]
+__all__ = ["FORMATS", "BASE64_DTYPES", "decode", "detect", "encode", "iter_encode", "parse", "parse_cost"]
 
 FORMATS = ("json", "json-rows", "base64")
 #: dtypes the base64 envelope may declare for a mask (values must fit int32).
 BASE64_DTYPES = ("int32", "int64")
+_CHUNK = 1 << 16  # rows / ids / values turned into Python objects at once when encoding
 _NONFINITE_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _KNOWN_KEYS = frozenset(
     {
@@ -269,36 +272,111 @@ def encode(mask: SamplingMask, *, format: str = "json", allow_loss: bool = False
     """UTF-8 JSON bytes in form ``format``. ``"json-rows"`` and ``"base64"`` keep only the rows (and their
     order); they refuse a mask with segments, vocab_size, companions or metadata unless ``allow_loss``.
     ``width``: the dense width of ``"base64"`` (default: the widest row)."""
+    return b"".join(iter_encode(mask, format=format, allow_loss=allow_loss, width=width))
+
+
+def iter_encode(
+    mask: SamplingMask, *, format: str = "json", allow_loss: bool = False, width: int | None = None
+) -> Iterator[bytes]:
+    """:func:`encode`'s bytes in pieces, each built from at most 65,536 ids (or one row) or 1 MiB of
+    dense rows: writing a file (``save``) holds O(piece), never a Python object per row of the whole
+    mask. Every check (lossless forms, the width) is made before the first piece."""
     mask = as_sampling_mask(mask)
     fmt = own_format(format, "json")
-    if fmt == "json":
-        doc: dict[str, Any] = {VERSION_KEY: SPEC_MAJOR, "vocab_size": mask.vocab_size, "id_order": id_order_of(mask)}
-        if mask.num_segments != 1:
-            doc["cu_seqlens"] = mask.cu_seqlens.tolist()
-        doc["rows"] = mask.to_rows()
-        for name, arr in mask.companions.items():
-            if name == "sampled_token_ids":
-                doc[name] = arr.tolist()
-            elif name == "support_logprobs":
-                doc[name] = _split(_float_json(arr), mask.offsets)
-            else:
-                doc[name] = _float_json(arr)
-        if mask.metadata:
-            doc["metadata"] = metadata_to_json(mask.metadata)
-        text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
-    elif fmt == "json-rows":
-        if not allow_loss:
-            _check_lossless(mask, fmt)
-        text = json.dumps(mask.to_rows(), separators=(",", ":"))
-    elif fmt == "base64":
-        if not allow_loss:
-            _check_lossless(mask, fmt)
-        dense = mask.to_dense(width).astype("<i4", copy=False)
-        env = {"data": base64.b64encode(dense.tobytes()).decode("ascii"), "shape": list(dense.shape), "dtype": "int32"}
-        text = json.dumps(env, separators=(",", ":"))
-    else:
+    if fmt not in FORMATS:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"unknown JSON form {fmt!r}; one of {list(FORMATS)}", value=fmt)
-    return text.encode("utf-8")
+    if fmt != "json" and not allow_loss:
+        _check_lossless(mask, fmt)
+    if fmt == "base64":
+        return _base64_pieces(mask, width)
+    if fmt == "json-rows":
+        return (piece.encode() for piece in _list_pieces(_row_lists(mask.ids, mask.offsets)))
+    return (piece.encode() for piece in _document_pieces(mask))
+
+
+def _chunk_bounds(offsets: np.ndarray) -> list[tuple[int, int]]:
+    """Row ranges of at most 65,536 rows and 65,536 ids each (a wider row alone)."""
+    rows, start, bounds = offsets.size - 1, 0, []
+    while start < rows:
+        stop = min(start + _CHUNK, rows, int(np.searchsorted(offsets, offsets[start] + _CHUNK, side="right")) - 1)
+        stop = max(stop, start + 1)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def _row_lists(ids: np.ndarray, offsets: np.ndarray, values: Any = None) -> Iterator[list[Any]]:
+    """Nested Python lists of rows a chunk at a time: the ids, or ``values(first, stop)`` (the flat
+    values of ids ``first:stop``) split the same way."""
+    for a, b in _chunk_bounds(offsets):
+        first, stop = int(offsets[a]), int(offsets[b])
+        flat = ids[first:stop].tolist() if values is None else values(first, stop)
+        yield _split(flat, offsets[a : b + 1] - first)
+
+
+def _flat_lists(count: int, values: Any) -> Iterator[list[Any]]:
+    for first in range(0, count, _CHUNK):
+        yield values(first, min(first + _CHUNK, count))
+
+
+def _list_pieces(chunks: Iterator[list[Any]]) -> Iterator[str]:
+    """A JSON array, compact, from Python lists of its items a chunk at a time."""
+    yield "["
+    first = True
+    for items in chunks:
+        if items:
+            text = json.dumps(items, separators=(",", ":"), allow_nan=False)[1:-1]
+            yield text if first else "," + text
+            first = False
+    yield "]"
+
+
+def _document_pieces(mask: SamplingMask) -> Iterator[str]:
+    head = {VERSION_KEY: SPEC_MAJOR, "vocab_size": mask.vocab_size, "id_order": id_order_of(mask)}
+    metadata = json.dumps(metadata_to_json(mask.metadata), separators=(",", ":"), allow_nan=False)
+    yield json.dumps(head, separators=(",", ":"))[:-1]
+    ids, offsets, rows = mask.ids, mask.offsets, mask.num_rows
+    fields: list[tuple[str, Iterator[list[Any]]]] = []
+    if mask.num_segments != 1:
+        cu = mask.cu_seqlens
+        fields.append(("cu_seqlens", _flat_lists(cu.size, lambda a, b: cu[a:b].tolist())))
+    fields.append(("rows", _row_lists(ids, offsets)))
+    for name, arr in mask.companions.items():
+        if name == "sampled_token_ids":
+            chunks = _flat_lists(rows, lambda a, b, arr=arr: arr[a:b].tolist())
+        elif name == "support_logprobs":
+            chunks = _row_lists(ids, offsets, lambda a, b, arr=arr: _float_json(arr[a:b]))
+        else:
+            chunks = _flat_lists(rows, lambda a, b, arr=arr: _float_json(arr[a:b]))
+        fields.append((name, chunks))
+    for name, chunks in fields:
+        yield f",{json.dumps(name)}:"
+        yield from _list_pieces(chunks)
+    if mask.metadata:
+        yield f',"metadata":{metadata}'
+    yield "}"
+
+
+def _base64_pieces(mask: SamplingMask, width: int | None) -> Iterator[bytes]:
+    """The SkyRL envelope, its dense rows base64-encoded a few at a time (a multiple of 3 rows, so
+    that the pieces join into the one base64 text of the whole array)."""
+    widest = int(mask.row_lengths.max()) if mask.num_rows else 0
+    width = widest if width is None else operator.index(width)
+    if width < widest:
+        mask.to_dense(width)  # E_WIDTH, naming the row
+    checked_nbytes((mask.num_rows, width), 4, DEFAULT_LIMITS, field="dense")
+    return _base64_text(mask.ids, mask.stored_offsets, mask.num_rows, width)
+
+
+def _base64_text(ids: np.ndarray, offsets: np.ndarray, rows: int, width: int) -> Iterator[bytes]:
+    yield b'{"data":"'
+    step = max(3, (1 << 20) // max(4 * width, 1) // 3 * 3)
+    for a in range(0, rows if width else 0, step):
+        b = min(a + step, rows)
+        first = int(offsets[a])
+        dense = layouts.ragged_to_dense(ids[first : int(offsets[b])], offsets[a : b + 1] - first, width)
+        yield base64.b64encode(dense.astype("<i4", copy=False).tobytes())
+    yield f'","shape":[{rows},{width}],"dtype":"int32"}}'.encode()
 
 
 # ---------------------------------------------------------------------------------------------- decode
