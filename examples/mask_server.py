@@ -31,14 +31,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import io
 import json
+import mmap
 import resource
 import socket
 import sys
 import threading
 import time
 import zlib
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -52,6 +55,11 @@ DECODERS = 4  # decodes of --max-body bytes at once (smaller bodies weigh less)
 SMALL_BODY = 64 << 10  # bytes: bodies up to this size have a lane of their own ...
 SMALL_DECODERS = 2  # ... with this many decodes at once
 QUEUE_TIMEOUT = 30.0  # seconds a request may wait for memory before a 503
+STALL_TIMEOUT = 2.0  # seconds one read of a started request may wait for a byte before a 408
+HEADER_BYTES = 32 << 10  # the request line and headers of one request together, at most (else 431)
+HEADER_COST = 16 * HEADER_BYTES  # what parsing them may hold (lines, text, the message object)
+HEADER_SLOTS = 64  # requests whose headers are read at once (the header pool: 32 MiB)
+BODY_STEP = 256 << 10  # body bytes reserved at a time, as they arrive
 MiB = 1 << 20
 
 
@@ -62,8 +70,11 @@ def request_cost(size: int) -> int:
 
 
 def memory_bound(max_body: int = MAX_BODY, decoders: int = DECODERS, small_decoders: int = SMALL_DECODERS) -> int:
-    """The server's documented bound: peak memory above the idle process, in bytes (default 672 MiB)."""
-    return decoders * request_cost(max_body) + small_decoders * request_cost(min(SMALL_BODY, max_body))
+    """The server's documented bound: peak memory above the idle process, in bytes (default 704 MiB):
+    the two lanes' pools and the header pool (connections beyond them wait, holding a thread and a
+    16 KiB read buffer each)."""
+    lanes = decoders * request_cost(max_body) + small_decoders * request_cost(min(SMALL_BODY, max_body))
+    return lanes + HEADER_SLOTS * HEADER_COST
 
 
 class MemoryGate:
@@ -89,12 +100,32 @@ class MemoryGate:
             self._changed.notify_all()
 
 
+class _Reservation:
+    """What one request holds of a gate, taken in steps and given back at once."""
+
+    def __init__(self, gate: MemoryGate) -> None:
+        self.gate, self.held = gate, 0
+
+    def take(self, cost: int, timeout: float) -> bool:
+        if cost <= 0:
+            return True
+        if not self.gate.reserve(cost, timeout):
+            return False
+        self.held += min(cost, self.gate.capacity)
+        return True
+
+    def release(self) -> None:
+        self.gate.release(self.held)
+        self.held = 0
+
+
 class _DeadlineSocket(io.RawIOBase):
     """The connection's reads, each given only what is left of the request's deadline."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, stall_timeout: float) -> None:
         self._sock = sock
         self.deadline = float("inf")
+        self.stall_timeout = stall_timeout
         self.timed_out = False
         self.received = 0  # bytes of the current request
 
@@ -102,11 +133,13 @@ class _DeadlineSocket(io.RawIOBase):
         return True
 
     def readinto(self, buffer: Any) -> int:
+        """One read within what is left of the request's deadline and, once the request has started,
+        within ``stall_timeout``: a client that stops sending loses what it holds at once."""
         left = self.deadline - time.monotonic()
         if left <= 0:
             self.timed_out = True
             raise TimeoutError("request deadline passed")
-        self._sock.settimeout(left)
+        self._sock.settimeout(min(left, self.stall_timeout) if self.received else left)
         try:
             count = self._sock.recv_into(buffer)
         except TimeoutError:
@@ -114,6 +147,27 @@ class _DeadlineSocket(io.RawIOBase):
             raise
         self.received += count
         return count
+
+
+class _HeaderCap:
+    """The connection's buffered reader, but ``readline`` (the request line and the headers: what
+    http.server reads with it) stops at ``room`` bytes per request: one more is ``LineTooLong``,
+    which http.server answers 431."""
+
+    def __init__(self, reader: io.BufferedReader) -> None:
+        self._reader = reader
+        self.room = HEADER_BYTES
+
+    def readline(self, size: int = -1) -> bytes:
+        limit = self.room + 1 if size is None or size < 0 else min(size, self.room + 1)
+        line = self._reader.readline(limit)
+        self.room -= len(line)
+        if self.room < 0:
+            raise http.client.LineTooLong(f"request line and headers over {HEADER_BYTES} bytes")
+        return line
+
+    def __getattr__(self, name: str) -> Any:  # read, readinto, peek, close: the reader's own
+        return getattr(self._reader, name)
 
 
 def summary(mask: SamplingMask) -> dict[str, Any]:
@@ -152,18 +206,43 @@ class MaskHandler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.rfile.close()  # the socket file http.server made: every read goes through the deadline instead
-        self._raw = _DeadlineSocket(self.connection)
-        self.rfile = io.BufferedReader(self._raw, 1 << 16)
+        self._raw = _DeadlineSocket(self.connection, self.server.stall_timeout)
+        self._reader = _HeaderCap(io.BufferedReader(self._raw, 16 << 10))
+        self.rfile = self._reader  # type: ignore[assignment]
 
     def handle_one_request(self) -> None:
         """One request under one deadline: the request line, the headers and the body together
-        (http.server's own timeout is per read, so a trickling sender could hold it for ever)."""
+        (http.server's own timeout is per read, so a trickling sender could hold it for ever), each
+        read once started within the stall timeout. Its headers are read only with a slot of the
+        header pool, and at most ``HEADER_BYTES`` of them (431)."""
         self._raw.deadline = time.monotonic() + self.server.read_timeout
         self._raw.timed_out = False
         self._raw.received = 0
+        self._reader.room = HEADER_BYTES
         self._answered = False
         self.request_version, self.requestline, self.command = "HTTP/1.1", "", ""  # until parsed
-        super().handle_one_request()
+        try:
+            started = self._reader.peek(1)  # an idle keep-alive connection holds no slot
+        except (TimeoutError, OSError):
+            self.close_connection = True
+            return
+        if not started:
+            self.close_connection = True
+            return
+        headers = self.server.header_gate
+        if not headers.reserve(HEADER_COST, self.server.stall_timeout):
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self._answer(503, {"ok": False, "message": "server busy; retry later"})
+            return
+        try:
+            super().handle_one_request()
+        except http.client.LineTooLong:  # the request line alone is over the cap
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self._answer(431, {"ok": False, "message": f"request line and headers over {HEADER_BYTES} bytes"})
+        finally:
+            headers.release(HEADER_COST)
         # http.server drops a timed-out request silently: answer 408 when the client had started
         # one (an idle keep-alive connection is just closed).
         if self._raw.timed_out and self._raw.received and not self._answered:
@@ -173,6 +252,11 @@ class MaskHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass  # quiet: the load test sends tens of thousands of requests
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own errors (431, 400, 414, 501, ...) as JSON too, closing the connection."""
+        self.close_connection = True
+        self._answer(code, {"ok": False, "message": message or HTTPStatus(code).phrase})
 
     def _answer(self, status: int, body: dict[str, Any]) -> None:
         self._answered = True
@@ -184,17 +268,26 @@ class MaskHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _read_body(self, size: int) -> memoryview:
+    def _read_body(self, size: int, held: _Reservation) -> memoryview | None:
         """``size`` bytes (fewer if the client closes) read into one buffer, within the request's
-        deadline; a read-only view, so the decoder reads it in place (no second copy)."""
-        buffer = bytearray(size)
+        deadline, each step's bytes reserved from ``held``'s lane before they are read (None when the
+        lane stays full past the stall timeout); a read-only view, so the decoder reads it in place.
+        The buffer is an anonymous mapping whose pages appear as bytes arrive: a client that declares
+        a body and sends nothing holds neither memory nor a reservation."""
+        buffer: Any = bytearray(size) if size <= SMALL_BODY else mmap.mmap(-1, size)
         view = memoryview(buffer)
         got = 0
         while got < size:
-            count = self.rfile.readinto(view[got:])
-            if not count:
-                break
-            got += count
+            if not got:
+                self._reader.peek(1)  # the first byte of the body before anything is reserved
+            end = got + min(BODY_STEP, size - got)
+            if not held.take(end - got, self.server.stall_timeout):
+                return None
+            while got < end:
+                count = self.rfile.readinto(view[got:end])
+                if not count:  # the client closed early
+                    return view[:got].toreadonly()
+                got += count
         return view[:got].toreadonly()
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
@@ -217,7 +310,12 @@ class MaskHandler(BaseHTTPRequestHandler):
             self._answer(404, {"ok": False, "message": "POST /decode"})
             return
         fmt = parse_qs(url.query).get("format", [None])[0]
-        length = self.headers.get("Content-Length")
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(lengths) > 1:  # two framings of one body: the request smuggling class
+            self.close_connection = True
+            self._answer(400, {"ok": False, "message": "more than one Content-Length header"})
+            return
+        length = lengths[0] if lengths else None
         if length is None:
             self.close_connection = True
             self._answer(411, {"ok": False, "message": "Content-Length required"})
@@ -232,16 +330,17 @@ class MaskHandler(BaseHTTPRequestHandler):
             self._answer(413, {"ok": False, "message": f"body over {self.server.max_body} bytes"})
             return
         gate, cost = self.server.gate_for(size)
-        if not gate.reserve(cost, self.server.queue_timeout):  # nothing of the body read yet
-            self.close_connection = True
-            self._answer(503, {"ok": False, "message": "server busy; retry later"})
-            return
+        held = _Reservation(gate)  # the body's bytes as they arrive, then its decode's bound
         try:
             try:
-                body = self._read_body(size)
+                body = self._read_body(size, held)
             except TimeoutError:
                 self.close_connection = True
                 self._answer(408, {"ok": False, "message": "request body too slow"})
+                return
+            if body is None or not held.take(cost - held.held, self.server.queue_timeout):
+                self.close_connection = True
+                self._answer(503, {"ok": False, "message": "server busy; retry later"})
                 return
             if len(body) < size:  # the client closed early
                 self.close_connection = True
@@ -250,7 +349,7 @@ class MaskHandler(BaseHTTPRequestHandler):
             status, answer = self.server.decode(body, fmt)
             del body
         finally:
-            gate.release(cost)
+            held.release()
         self._answer(status, answer)
 
 
@@ -269,17 +368,25 @@ class MaskServer(ThreadingHTTPServer):
         decoders: int = DECODERS,
         small_decoders: int = SMALL_DECODERS,
         queue_timeout: float = QUEUE_TIMEOUT,
+        stall_timeout: float = STALL_TIMEOUT,
     ) -> None:
         super().__init__(address, MaskHandler)
         self.max_body = max_body
         self.read_timeout = read_timeout
         self.queue_timeout = queue_timeout
+        self.stall_timeout = stall_timeout
+        self.header_gate = MemoryGate(HEADER_SLOTS * HEADER_COST)
         self.requests = 0
         self.small_body = min(SMALL_BODY, max_body)
         self.memory_bound = memory_bound(max_body, decoders, small_decoders)
         self._large = MemoryGate(decoders * request_cost(max_body))
         self._small = MemoryGate(small_decoders * request_cost(self.small_body))
         self._count = threading.Lock()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):  # a client that went away: nothing to report
+            return
+        super().handle_error(request, client_address)
 
     def gate_for(self, size: int) -> tuple[MemoryGate, int]:
         """The lane of a ``size``-byte body and what it reserves there."""
@@ -307,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decoders", type=int, default=DECODERS, help="decodes of --max-body bytes at once")
     parser.add_argument("--small-decoders", type=int, default=SMALL_DECODERS, help="small-body decodes at once")
     parser.add_argument("--queue-timeout", type=float, default=QUEUE_TIMEOUT)
+    parser.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT, help="seconds a read may wait")
     args = parser.parse_args(argv)
     server = MaskServer(
         (args.host, args.port),
@@ -315,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         decoders=args.decoders,
         small_decoders=args.small_decoders,
         queue_timeout=args.queue_timeout,
+        stall_timeout=args.stall_timeout,
     )
     print(f"listening on {server.server_address[0]}:{server.server_address[1]}", flush=True)
     try:

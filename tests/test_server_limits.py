@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "examples")]
-from mask_server import MemoryGate, memory_bound, request_cost  # noqa: E402
+from mask_server import HEADER_COST, HEADER_SLOTS, MemoryGate, memory_bound, request_cost  # noqa: E402
 
 pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
 
@@ -128,7 +128,8 @@ def test_memory_gate_waits_for_room() -> None:
 
 def test_documented_bound_covers_the_largest_requests() -> None:
     assert request_cost(8 << 20) == (8 << 20) + 128 * MiB
-    assert memory_bound(8 << 20, 2, 2) == 2 * request_cost(8 << 20) + 2 * request_cost(64 << 10)
+    headers = HEADER_SLOTS * HEADER_COST  # the header pool (issue 34)
+    assert memory_bound(8 << 20, 2, 2) == 2 * request_cost(8 << 20) + 2 * request_cost(64 << 10) + headers
 
 
 def test_row_14_shape_past_numpy_is_a_400(port: int) -> None:
