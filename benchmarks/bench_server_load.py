@@ -14,6 +14,10 @@ fixed, seeded mix of requests from ``--clients`` threads, one connection each:
 - ``slow``: a valid body sent in 8 pieces 30 ms apart; ``stalled``: half a body, then silence past
   the server's read timeout.
 
+Then the floods of issue 34 (:func:`floods`; ``--no-floods`` skips them): a header flood of 48
+connections, a 20 B and a 200 KB request timed beside 4 clients that declare a body and send nothing,
+and two Content-Length headers; the peak RSS is read after them.
+
 Every answer is checked: valid and slow bodies get 200 with the mask's own summary (rows, segments,
 ids and a CRC of ids and offsets), amplification inputs their exact error code, truncated and
 corrupted bodies 200 or 400 with a spec error code (a flipped id can still be a valid mask), short
@@ -190,6 +194,62 @@ def _start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], int]
     return proc, int(line.rsplit(":", 1)[1])
 
 
+def _raw_exchange(port: int, data: bytes) -> int:
+    """Send ``data`` on a connection of its own (the server may close it early); the answer's status."""
+    with socket.create_connection(("127.0.0.1", port), timeout=REQUEST_TIMEOUT) as sock:
+        try:
+            sock.sendall(data)
+        except OSError:  # answered and closed before taking it all
+            pass
+        raw = b"".join(iter(lambda: sock.recv(1 << 16), b""))
+    return int(raw.split(b" ", 2)[1])
+
+
+def floods(port: int, max_body: int) -> dict[str, Any]:
+    """Issue 34's floods, after the mix: 48 connections each sending 97 header lines of 64 KB (each
+    answered 431); 4 clients that declare ``max_body`` and send nothing while a 20 B and a 200 KB
+    request are timed (answered at once: the silent clients hold no reservation); two Content-Length
+    headers (400). Returns the statuses and the two latencies; ``errors`` lists wrong answers."""
+    line = b"X-Pad: " + b"a" * (64_000 - 9) + b"\r\n"
+    flood = b"POST /decode HTTP/1.1\r\nHost: x\r\n" + line * 97 + b"Content-Length: 0\r\n\r\n"
+
+    def flooded(_: int) -> str:
+        try:
+            return str(_raw_exchange(port, flood))
+        except (OSError, ValueError, IndexError) as exc:
+            return type(exc).__name__
+
+    with ThreadPoolExecutor(48) as pool:
+        statuses = list(pool.map(flooded, range(48)))
+    head = "POST /decode HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n"
+    silent = [socket.create_connection(("127.0.0.1", port), timeout=REQUEST_TIMEOUT) for _ in range(4)]
+    timed: dict[str, float] = {}
+    small_statuses = []
+    try:
+        for sock in silent:
+            sock.sendall(head.format(max_body).encode())
+        mask = sampling_mask.SamplingMask.from_rows([[1, 2]] * 16_000)
+        for label, body in (("20 B", b"[[1,2],[1,2],[1,2]]"), ("200 KB", sampling_mask.encode(mask, "msgpack"))):
+            start = time.perf_counter()
+            small_statuses.append(_raw_exchange(port, head.format(len(body)).encode() + body))
+            timed[f"{label} ({len(body):,} bytes)"] = round(1e3 * (time.perf_counter() - start), 2)
+    finally:
+        for sock in silent:
+            sock.close()
+    twice = _raw_exchange(
+        port, head.format(5).replace("\r\n\r\n", "\r\nContent-Length: 500\r\n\r\n").encode() + b"[[1]]"
+    )
+    errors = [f"header flood: {s}" for s in statuses if s not in ("431", "ConnectionResetError")]
+    errors += [f"beside silent bodies: {s}" for s in small_statuses if s != 200]
+    errors += [] if twice == 400 else [f"two Content-Length headers: {twice}"]
+    return {
+        "header_flood_answers": {s: statuses.count(s) for s in sorted(set(statuses))},
+        "beside_4_silent_bodies_ms": timed,
+        "two_content_lengths": twice,
+        "errors": errors,
+    }
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -219,6 +279,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results = list(pool.map(one, requests))
         wall = time.perf_counter() - start
         timer.cancel()
+        flooded = floods(port, args.max_body) if getattr(args, "floods", True) and proc.poll() is None else None
         alive = proc.poll() is None
         peak = _stats(port)["peak_rss_mib"] if alive else float("nan")
     finally:
@@ -253,8 +314,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "peak_growth_mib": round(peak - idle, 1),
         "rss_bound_mib": round(args.rss_bound_mib if args.rss_bound_mib else bound, 1),
         "largest_body_bytes": largest,
-        "errors": len(errors),
-        "error_examples": sorted({f"{r.kind}: {r.error}"[:300] for r in errors})[:10],
+        "floods": flooded,
+        "errors": len(errors) + len(flooded["errors"] if flooded else []),
+        "error_examples": (flooded["errors"] if flooded else [])[:5]
+        + sorted({f"{r.kind}: {r.error}"[:300] for r in errors})[:10],
     }
 
 
@@ -269,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-bound-mib", type=float, default=0.0, help="default: the server's memory_bound()")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--no-floods", dest="floods", action="store_false", help="skip issue 34's floods")
     args = parser.parse_args(argv)
     figures = run(args)
     print(json.dumps(figures, indent=2))

@@ -1,0 +1,275 @@
+"""What the command line reports, under hostile files (issue 34, rows 1-4).
+
+- Memory (rows 1-2): ``stats`` / ``inspect`` (text and ``--json``) and ``convert`` to JSON forms hold
+  O(batch) memory, never a Python object per segment or row of the file: under ``--untrusted-limits``
+  each stays within max(16 x file size, 64 MiB) of peak RSS growth (``memory_probe``: every case in a
+  fork of a child process, stdout and stderr sent to /dev/null), and a folder of three such files
+  within the bound of one (a folder is one budget, not the sum of its files').
+- Side files (row 3): a ``.npy`` whose header declares ``(0, 2**64)``, ``(2**63, 0)`` or dtype ``S0``,
+  or a ``.safetensors`` logits header of such a shape, is refused with a code before numpy sees it:
+  ``validate`` exits 1 (invalid data), ``audit`` 2 (an input error), never 3.
+- Terminal output (row 4): file names, metadata keys and values are escaped in text output, so ESC
+  and BEL never reach the terminal and a newline in a name cannot forge a ``valid: ...`` line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import struct
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from memory_probe import child_main, child_results, untrusted_bound_mb  # noqa: E402
+
+import sampling_mask as sm  # noqa: E402
+from sampling_mask.cli import main  # noqa: E402
+
+MiB = 1 << 20
+
+
+# ---------------------------------------------------------------------------------------------- memory
+def _empty_segments(fmt: str, segments: int = 1_000_000) -> Callable[[], bytes]:
+    """Row 1: a million empty segments (4.0 MB in msgpack or an Arrow stream)."""
+
+    def build() -> bytes:
+        cu = np.zeros(segments + 1, np.int64)
+        mask = sm.SamplingMask(np.zeros(0, np.int32), np.zeros(1, np.int64), cu_seqlens=cu, validate=False)
+        return sm.encode(mask, fmt)  # type: ignore[no-any-return]
+
+    return build
+
+
+def _realistic(megabytes: float = 10.0) -> bytes:
+    """Row 2: a realistic msgpack mask of about ``megabytes`` (synthetic rollout, four companions)."""
+    from sampling_mask import synthetic
+
+    tokens = int(megabytes * 1e6 / 48)  # about 48 bytes a token in msgpack
+    return sm.encode(synthetic.rollout(tokens, seed=1), "msgpack")  # type: ignore[no-any-return]
+
+
+def _empty_rows(rows: int = 2_250_000) -> bytes:
+    """Row 2: 9 MB of empty rows (int32 offsets in msgpack)."""
+    return sm.encode(sm.SamplingMask(np.zeros(0, np.int32), np.zeros(rows + 1, np.int64)), "msgpack")  # type: ignore[no-any-return]
+
+
+def _cli_on(argv: list[str], name: str, copies: int = 0) -> Callable[[bytes], None]:
+    """Run ``sampling-mask --untrusted-limits ARGV`` on the payload written as ``name`` (or, with
+    ``copies``, a folder of that many copies), stdout / stderr to /dev/null; raise unless exit 0."""
+
+    def call(data: bytes) -> None:
+        folder = Path(tempfile.mkdtemp())
+        for i in range(copies or 1):
+            (folder / (f"{i}{name}" if copies else name)).write_bytes(data)
+        target = folder if copies else folder / name
+        args = [a.replace("{in}", str(target)).replace("{dir}", str(folder)) for a in argv]
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        status = main(["--untrusted-limits", *args])
+        if status != 0:
+            raise RuntimeError(f"exit {status}")
+
+    return call
+
+
+#: label -> (payload builder, the command run on it)
+MEMORY_CASES: dict[str, tuple[Callable[[], bytes], Callable[[bytes], None]]] = {
+    "stats --json, msgpack of 1M empty segments": (_empty_segments("msgpack"), _cli_on(["stats", "{in}", "--json"], "s.msgpack")),
+    "stats --json, Arrow stream of 1M empty segments": (_empty_segments("arrows"), _cli_on(["stats", "{in}", "--json"], "s.arrows")),
+    "stats, msgpack of 1M empty segments": (_empty_segments("msgpack"), _cli_on(["stats", "{in}"], "s.msgpack")),
+    "inspect --json, msgpack of 1M empty segments": (_empty_segments("msgpack"), _cli_on(["inspect", "{in}", "--json"], "s.msgpack")),
+    "stats --json, a folder of 3 such files": (_empty_segments("msgpack"), _cli_on(["stats", "{in}", "--json"], "s.msgpack", copies=3)),
+    "convert a realistic 10 MB msgpack to .json": (_realistic, _cli_on(["convert", "{in}", "{dir}/out.json"], "r.msgpack")),
+    "convert 9 MB of empty rows to json-rows": (_empty_rows, _cli_on(["convert", "{in}", "{dir}/o.json", "--to", "json-rows"], "e.msgpack")),
+    "convert 9 MB of empty rows to Parquet": (_empty_rows, _cli_on(["convert", "{in}", "{dir}/o.parquet"], "e.msgpack")),
+}  # fmt: skip
+
+
+def _warm_up() -> None:
+    """Import and run every path once, so that a case's growth is its own."""
+    folder = Path(tempfile.mkdtemp())
+    mask = sm.SamplingMask.from_rows([[1, 2], [], [3]], vocab_size=8, cu_seqlens=[0, 1, 3])
+    for fmt in ("msgpack", "arrows"):
+        sm.save(mask, folder / f"w.{fmt}")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        for argv in (["stats", "--json"], ["stats"], ["inspect", "--json"]):
+            main(["--untrusted-limits", argv[0], str(folder / "w.msgpack"), *argv[1:]])
+            main(["--untrusted-limits", argv[0], str(folder / "w.arrows"), *argv[1:]])
+        main(["--untrusted-limits", "stats", str(folder), "--json"])
+        for out in ("o.json", "o.parquet"):
+            main(["--untrusted-limits", "convert", str(folder / "w.msgpack"), str(folder / out)])
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, dict[str, Any]]:
+    return child_results(__file__)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label", list(MEMORY_CASES))
+def test_reports_stay_within_the_untrusted_bound(results: dict[str, dict[str, Any]], label: str) -> None:
+    """Rows 1-2: issue 34 measured 641-713 MiB (stats --json), 184-222 (stats), 112-159 (inspect),
+    392 (convert to JSON) and 312 (json-rows) against bounds of 64-153; each case now within its
+    bound (a folder: the bound of one of its files)."""
+    event = results[label]
+    assert event["code"] == "OK", event
+    bound = untrusted_bound_mb(event["size"])
+    assert event["rss"] <= bound, f"{label}: peak RSS grew {event['rss']} MiB, bound {bound:.0f} MiB"
+
+
+def test_per_segment_figures_are_exact_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of 7 segments / 50 rows (one long segment from its histogram), kept, spooled or both,
+    give every segment's figures as a per-segment reference computes them."""
+    from sampling_mask import stats
+
+    monkeypatch.setattr(stats, "_CHUNK_SEGMENTS", 7)
+    monkeypatch.setattr(stats, "_CHUNK_ROWS", 50)
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 6, 300) * (rng.random(300) < 0.7)
+    rows = [list(range(int(n))) for n in lengths]
+    cu = [0, *sorted(rng.integers(0, 300, 30).tolist()), 120, 120, 300]  # an empty segment, a long one
+    mask = sm.SamplingMask.from_rows(rows, cu_seqlens=sorted(cu))
+    reference: dict[str, list[Any]] = {k: [] for k in stats.SEGMENT_FIELDS}
+    for b in range(mask.num_segments):
+        seg = np.diff(mask.segment(b).offsets)
+        have = seg[seg > 0]
+        reference["rows"].append(seg.size)
+        reference["empty_rows"].append(int((seg == 0).sum()))
+        reference["ids"].append(int(seg.sum()))
+        reference["mean_support"].append(float(have.mean()) if have.size else None)
+        reference["median_support"].append(float(np.median(have)) if have.size else None)
+        reference["max_support"].append(int(have.max()) if have.size else 0)
+    for options in ({}, {"spool": True}, {"keep": 0, "spool": True}):
+        summary = stats.SupportSummary(**options)  # type: ignore[arg-type]
+        summary.add(mask)
+        assert summary.to_dict()["per_segment"] == reference, options
+    head = stats.SupportSummary(keep=5)
+    head.add(mask)
+    assert {k: v.tolist() for k, v in head.per_segment().items()}["rows"] == reference["rows"][:5]
+    assert head.segment_rows() == {
+        "min": 0,
+        "median": float(np.median(reference["rows"])),
+        "max": max(reference["rows"]),
+    }
+
+
+def test_stats_json_per_segment_is_written_in_chunks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``stats --json`` of 70,000 segments (more than one chunk): every value, NaN as null."""
+    cu = np.concatenate(([0], np.repeat(np.arange(1, 35_001), 2)))  # 70,000 segments, every other empty
+    mask = sm.SamplingMask.from_rows([[i % 7] if i % 3 else [] for i in range(35_000)], cu_seqlens=cu)
+    sm.save(mask, tmp_path / "m.msgpack")
+    assert main(["stats", str(tmp_path / "m.msgpack"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    expected = sm.stats.summarize(mask).to_dict()
+    assert report["per_segment"] == expected["per_segment"] and len(report["per_segment"]["rows"]) == 70_000
+
+
+# ---------------------------------------------------------------------------------------------- side files
+def _npy(path: Path, descr: str, shape: tuple[int, ...], payload: bytes = b"") -> Path:
+    """A version 1.0 .npy file whose header declares ``descr`` and ``shape`` (numpy would refuse to write it)."""
+    text = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape!r}, }}"
+    text += " " * (-(len(text) + 11) % 64) + "\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode() + payload)
+    return path
+
+
+def _safetensors(path: Path, shape: list[int]) -> Path:
+    header = json.dumps({"logits": {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]}}).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    return path
+
+
+FORGED_NPY = {
+    "(0, 2**64)": ("<i8", (0, 1 << 64)),
+    "(2**63, 0)": ("<i8", (1 << 63, 0)),
+    "(0, 2**62, 2**62)": ("<i8", (0, 1 << 62, 1 << 62)),
+    "dtype S0": ("|S0", (4,)),
+    "dtype V0": ("|V0", (4,)),
+    "(2**64,)": ("<i8", (1 << 64,)),
+    "float128": ("<f16", (1, 2)),
+}
+
+
+@pytest.mark.parametrize("label", list(FORGED_NPY))
+def test_forged_side_files_are_refused_with_a_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], label: str
+) -> None:
+    """Row 3: ``validate --sampled`` exits 1 and ``audit --logits`` 2, both naming a code, never 3."""
+    descr, shape = FORGED_NPY[label]
+    mask_file = tmp_path / "m.json"
+    sm.save(sm.SamplingMask.from_rows([[1, 2], [3]], vocab_size=8), mask_file)
+    side = _npy(tmp_path / "x.npy", descr, shape, bytes(64))
+    assert main(["validate", str(mask_file), "--sampled", str(side)]) == 1, label
+    text = capsys.readouterr().out
+    assert text.startswith("invalid: ") and ": E_" in text, text
+    pytest.importorskip("torch")
+    assert main(["audit", str(mask_file), "--logits", str(side)]) == 2, label
+    assert "error: E_" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shape", [[0, 1 << 64], [1 << 63, 0], [0] * 70], ids=["0x2^64", "2^63x0", "70 dims"])
+def test_forged_safetensors_logits_are_refused_with_a_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shape: list[int]
+) -> None:
+    pytest.importorskip("torch")
+    mask_file = tmp_path / "m.json"
+    sm.save(sm.SamplingMask.from_rows([[1, 2], [3]], vocab_size=8), mask_file)
+    logits = _safetensors(tmp_path / "l.safetensors", shape)
+    assert main(["audit", str(mask_file), "--logits", str(logits)]) == 2
+    assert "error: E_" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- terminal
+HOSTILE = "x\x1b[2J\x07\nvalid: forged.arrow (1 row) \u202e"
+
+
+def _no_terminal_control(text: str) -> None:
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, text
+    assert not any(line.startswith("valid: forged") for line in text.splitlines()), text
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="newlines and ESC in file names")
+def test_file_derived_text_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Row 4: ``inspect``, ``validate DIR`` and ``stats DIR`` print names and metadata escaped (one
+    line per file, ``\\x1b`` / ``\\n`` as text); ``--json`` still carries them exactly."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    mask = sm.SamplingMask.from_rows([[1]], vocab_size=8, metadata={HOSTILE: HOSTILE})
+    hostile = folder / f"{HOSTILE}.arrow"
+    sm.save(mask, hostile)
+    sm.save(mask, folder / "plain.arrow")
+    assert main(["inspect", str(hostile)]) == 0
+    text = capsys.readouterr().out
+    _no_terminal_control(text)
+    assert "\\x1b[2J\\x07\\nvalid: forged" in text
+    for command in ("validate", "stats"):
+        assert main([command, str(folder)]) == 0
+        text = capsys.readouterr().out
+        _no_terminal_control(text)
+        assert len(text.splitlines()) == (3 if command == "validate" else 5), text
+    assert main(["validate", str(folder), "--json"]) == 0
+    assert str(hostile) in [f["file"] for f in json.loads(capsys.readouterr().out)["files"]]
+
+
+def test_escaping_is_one_function() -> None:
+    from sampling_mask.cli._common import shown
+
+    assert shown("a\x1bb\x07c\nd\\e") == "a\\x1bb\\x07c\\nd\\\\e"
+    assert shown("é \u202e \udcff") == "é \\u202e \\udcff"
+    assert shown("plain text: 1,234") == "plain text: 1,234"
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    child_main(((label, build, call) for label, (build, call) in MEMORY_CASES.items()), _warm_up)
