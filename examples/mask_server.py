@@ -3,25 +3,39 @@
 ``POST /decode`` (optional ``?format=msgpack|arrows|json|...``; detected from the bytes otherwise)
 with the encoded mask as the body. Answers ``200 {"ok": true, "num_rows", "num_segments", "nnz",
 "checksum"}`` or ``400 {"ok": false, "code": "E_...", "message"}``; ``411`` without a
-Content-Length, ``400`` for one that is not a decimal number, ``413`` above ``--max-body``,
-``408`` for a client that does not send its whole request (request line, headers and body)
-within ``--read-timeout`` seconds, ``503`` when no memory frees up for it within ``--queue-timeout``.
-``GET /stats`` reports requests served and the process's peak RSS.
+Content-Length, ``400`` for one that is not a decimal number or for two Content-Length headers,
+``413`` above ``--max-body``, ``431`` for a request line and headers over ``HEADER_BYTES`` (32 KiB),
+``408`` for a client that does not send its whole request (request line, headers and body) within
+``--read-timeout`` seconds or stops sending for ``--stall-timeout`` seconds once it has started,
+``503`` when no memory frees up for it in time. ``GET /stats`` reports requests served and the
+process's peak RSS.
 
-What keeps it up under hostile input:
+What keeps it up under hostile input (the bounds that hold, each tested in
+``tests/test_server_limits.py`` / ``tests/test_server_floods.py`` and shown by
+``benchmarks/bench_server_load.py``):
 
 - every body is decoded under ``Limits.for_untrusted_input(len(body))``, so one decode grows memory
   by at most max(16 x body, 64 MiB) (SECURITY.md): :func:`request_cost` is that plus the body;
-- admission by declared size: before a byte of the body is read, a request reserves its
-  :func:`request_cost` from a memory pool of ``--decoders x request_cost(--max-body)`` (a
-  memory-weighted semaphore); bodies of at most ``--small-body`` bytes go through a lane of their
-  own (``--small-decoders`` at once), so a small request is answered at once while large ones are
-  read and decoded. Peak memory above the idle process: at most :func:`memory_bound`, whatever the
-  number of clients (``tests/test_server_limits.py``);
+- admission by size, in two lanes: bodies of at most ``SMALL_BODY`` (64 KiB) go through a pool of
+  their own (``--small-decoders x request_cost(64 KiB)``), larger ones through a pool of
+  ``--decoders x request_cost(--max-body)`` (memory-weighted semaphores). A body's bytes are
+  reserved from its lane as they arrive (256 KiB at a time, into an anonymous mapping whose pages
+  appear as they are written), the rest of its cost once the whole body is in, before it is decoded:
+  a client that declares a body and sends nothing holds no memory and no reservation, so small
+  requests are answered at once beside it;
+- headers are memory too: one request's request line and headers are at most ``HEADER_BYTES``
+  (431 past it, counted as they are read), and they are read only with a slot of the header pool
+  (``HEADER_SLOTS x HEADER_COST``, 64 x 512 KiB), held until the request is answered;
+- peak memory above the idle process: at most :func:`memory_bound` (704 MiB by default: the two
+  lanes and the header pool), whatever the number of clients; a connection waiting for a slot holds
+  only its thread and a 16 KiB read buffer (the operating system's thread and socket limits apply);
 - one deadline per request covers the request line, the headers and the body (a client trickling
-  one byte a second is answered 408 and dropped after ``--read-timeout``);
+  one byte a second is answered 408 after ``--read-timeout``), and once a request has started each
+  read waits at most ``--stall-timeout`` (2 s): a client that stops sending is answered 408 and its
+  reservation given back at once, not at the request's deadline;
 - every ``SamplingMaskError`` becomes a 400 with its code; nothing else is expected, and anything
-  else becomes a 500 that names the exception (the load test counts those as failures).
+  else becomes a 500 that names the exception (the load test counts those as failures); the
+  server's own protocol errors are JSON too.
 
 Run: ``python examples/mask_server.py --port 8000`` (binds 127.0.0.1 by default). The load test
 (``benchmarks/bench_server_load.py``) starts it on an ephemeral port and drives it.

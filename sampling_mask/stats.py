@@ -195,7 +195,8 @@ class SupportSummary:
             return {}
         out = {}
         for key, dtype in SEGMENT_FIELDS.items():
-            parts, count = [np.zeros(0, dtype)], 0
+            parts: list[np.ndarray] = [np.zeros(0, dtype)]
+            count = 0
             for chunk in self.per_segment_chunks(key):
                 if first is not None and count >= first:
                     break
@@ -259,9 +260,8 @@ def _chunk_stats(cu: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, dict[
         cumulative = np.cumsum(counts[1:])
         n = int(cumulative[-1]) if cumulative.size else 0
         if n:
-            lo = _value_at_rank(cumulative, (n - 1) // 2)
-            hi = _value_at_rank(cumulative, n // 2)
-            median, widest = np.array([(lo + hi) / 2]), np.array([int(nonzero[-1]) + 1])
+            low, high = _value_at_rank(cumulative, (n - 1) // 2), _value_at_rank(cumulative, n // 2)
+            median, widest = np.array([(low + high) / 2]), np.array([int(nonzero[-1]) + 1])
         else:
             median, widest = np.array([np.nan]), np.zeros(1, dtype=np.int64)
     else:

@@ -93,7 +93,7 @@ def _from_tensors(
         for name in (IDS, OFFSETS, CU_SEQLENS, *COMPANIONS)
         if name in tensors
     }
-    companions = {name: host[name] for name in COMPANIONS if name in host}
+    companions: dict[str, Any] = {name: host[name] for name in COMPANIONS if name in host}
     mask = SamplingMask(
         host[IDS],
         host[OFFSETS],
