@@ -46,6 +46,7 @@ DTYPES = {
     "BOOL": "?",
 }
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors package's own bound
+_NUMPY_RANGE = Limits(max_bytes=(1 << 63) - 1)  # shapes checked against numpy's range; sizes against the file
 
 IDS, OFFSETS, CU_SEQLENS = "sampling_mask.ids", "sampling_mask.offsets", "sampling_mask.cu_seqlens"
 
@@ -195,7 +196,7 @@ def read_tensors(
         entry = header.get(name)
         if not isinstance(entry, dict):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, f"no tensor {name!r} (it has {list(header)[:8]})", field=name)
-        tensors[name] = _tensor(data, start, name, entry, limits)
+        tensors[name] = _tensor(data, start, name, entry)
     return tensors, metadata
 
 
@@ -227,7 +228,7 @@ def _open(path: str | os.PathLike[str], limits: Limits) -> tuple[memoryview, int
     return data, 8 + size, header, metadata
 
 
-def _tensor(data: memoryview, start: int, name: str, entry: Mapping[str, Any], limits: Limits) -> np.ndarray:
+def _tensor(data: memoryview, start: int, name: str, entry: Mapping[str, Any]) -> np.ndarray:
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if dtype not in DTYPES:
         raise SamplingMaskError(ErrorCode.E_DTYPE, f"unknown dtype {str(dtype)[:20]!r}", field=name)
@@ -239,8 +240,8 @@ def _tensor(data: memoryview, start: int, name: str, entry: Mapping[str, Any], l
         )
     storage = np.dtype(DTYPES[dtype])
     # Python ints, no overflow: at most MAX_NDIM dimensions within numpy's index range (E_SHAPE /
-    # E_LIMIT: [0, 2**64], [2**63, 0]), then compared with the file before any use.
-    nbytes = checked_nbytes(shape, storage.itemsize, limits, field=name)  # type: ignore[arg-type]
+    # E_LIMIT: [0, 2**64], [2**63, 0]), then compared with the file before any use (E_BYTES).
+    nbytes = checked_nbytes(shape, storage.itemsize, _NUMPY_RANGE, field=name)  # type: ignore[arg-type]
     begin, end = offsets  # type: ignore[misc]
     if not 0 <= begin <= end <= len(data) - start or end - begin != nbytes:
         raise SamplingMaskError(
@@ -259,5 +260,5 @@ def load_file(path: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS) 
             raise
         raise SamplingMaskError(exc.code, f"not a safetensors file: {exc.message}", field=exc.field) from None
     names = [n for n in header if (n in (IDS, OFFSETS, CU_SEQLENS) or n in COMPANIONS) and isinstance(header[n], dict)]
-    tensors = {name: _tensor(data, start, name, header[name], limits) for name in names}
+    tensors = {name: _tensor(data, start, name, header[name]) for name in names}
     return _from_tensors(tensors, metadata, {name: header[name]["dtype"] for name in names}, limits)
