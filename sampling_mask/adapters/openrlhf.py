@@ -123,7 +123,8 @@ def rolled_mask(sampling_mask: Any, attention_mask: Any, *, packed: bool = False
     ``packed=False``: B * S rows, row-major (logits [B, S, V]); ``packed=True`` (``packing_samples``):
     one row per ``attention_mask`` one, as ``unpad_and_slice_tensor`` keeps them (logits [1, nnz, V];
     without ring attention). A sample's first row (no logits score its first token) must be empty, and
-    a sample may not have more rows than tokens: ``E_SHAPE`` naming the segment and row.
+    a row past the sample's tokens may not hold ids: ``E_SHAPE`` naming the segment and row. A dense
+    [B, T, W] mask (W may be 0) is read as T rows per sample.
     """
     if sampling_mask is None:
         return None
@@ -167,14 +168,10 @@ def rolled_mask(sampling_mask: Any, attention_mask: Any, *, packed: bool = False
     seg = np.repeat(np.arange(batch), seg_rows)
     t = np.arange(mask.num_rows) - mask.cu_seqlens[seg]
     lengths = mask.row_lengths
-    bad = (t >= tokens[seg]) | ((t == 0) & (lengths > 0))
+    bad = (lengths > 0) & ((t >= tokens[seg]) | (t == 0))
     if bad.any():
         k = int(np.argmax(bad))
-        why = (
-            "a sample's first row must be empty"
-            if t[k] == 0 and tokens[seg[k]] > 0
-            else "more rows than the sample's tokens"
-        )
+        why = "a mask row past the sample's tokens" if t[k] >= tokens[seg[k]] else "a sample's first row must be empty"
         raise SamplingMaskError(ErrorCode.E_SHAPE, why, segment=int(seg[k]), row=int(t[k]), field=MASK_KEY)
     if packed:
         base = np.concatenate([[0], np.cumsum(tokens)[:-1]]).astype(np.int64)

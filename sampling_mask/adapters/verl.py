@@ -2,23 +2,30 @@
 
 Read in ``verl==0.9.1``:
 
-- ``verl/workers/rollout/vllm_rollout/vllm_async_server.py`` ``generate``: one ``TokenOutput`` per
-  request from ``final_res.outputs[0]`` (``token_ids``, ``log_probs`` from the processed logprobs,
+- ``verl/workers/rollout/vllm_rollout/vllm_async_server.py`` ``vLLMHttpServer.generate``: one
+  ``TokenOutput`` per request from ``final_res.outputs[0]`` (``token_ids``, ``log_probs``,
   ``extra_fields``); ``verl/workers/rollout/replica.py`` ``TokenOutput``.
 - ``verl/experimental/agent_loop/agent_loop.py`` ``_postprocess``: every ``extra_fields`` key becomes
   ``DataProto.non_tensor_batch[key]`` (an object array, one entry per sample); ``responses`` /
   ``response_mask`` [bsz, response_length] are right-padded, so response position t is token t.
-- ``verl/utils/torch_functional.py`` ``logprobs_from_logits(logits, labels, inplace_backward=True)``
-  (flash-attn cross entropy, NPU, else ``logprobs_from_logits_v2``): full-vocabulary log-probs of the
-  already temperature-scaled logits (``dp_actor`` divides them by the temperature first).
+- ``verl/workers/utils/padding.py`` ``left_right_2_no_padding``: the batch's ``attention_mask`` picks
+  each sample's prompt and response tokens, packed back to back (``unpad_input``, row-major);
+  ``no_padding_2_padding`` reads response token t's log-prob at packed row ``end - resp_len - 1 + t``.
+- ``verl/workers/engine/{fsdp,automodel,torchtitan}/transformer_impl.py`` ``prepare_model_outputs``
+  (the remove-padding sites; there is no ``dp_actor.py`` in 0.9.1): ``logits_rmpad`` [total_nnz, V],
+  already divided by the temperature, and ``input_ids_rmpad_rolled`` [total_nnz] go to
+  ``verl/utils/torch_functional.py`` ``logprobs_from_logits(logits, labels, inplace_backward=True)``
+  (flash-attn cross entropy, NPU, else ``logprobs_from_logits_v2``: full-vocabulary log-probs).
 
 So: the rollout server adds the mask to ``extra_fields`` (:func:`token_output_fields`, from vLLM's
 ``CompletionOutput`` with ``return_sampling_mask``), it reaches ``non_tensor_batch["sampling_mask"]``
 by verl's own postprocessing, :func:`add_to_data_proto` turns it into ``batch["sampling_mask"]``
 (int32 [bsz, response_length, W], ``-1`` padding, aligned with ``responses``) so that verl's
-``DataProto`` splitting and concatenation carry it, and :func:`logprobs_from_logits` is the drop-in
-replacement of verl's function with the mask as one more argument: rows with ids are renormalized over
-them, rows without (padding, prompts, tool tokens) are scored over the full vocabulary as verl does.
+``DataProto`` / ``TensorDict`` splitting carries it, :func:`rmpad_mask` lays it out as a
+:class:`SamplingMask` of ``total_nnz`` rows at the remove-padding site, and :func:`logprobs_from_logits`
+is the drop-in replacement of verl's function with the mask as one more argument: rows with ids are
+renormalized over them, rows without (prompts, padding, tool tokens) are scored over the full vocabulary
+as verl does. ``tests/test_trainer_call_sites.py`` runs those sites, copied from the wheel.
 """
 
 from __future__ import annotations
