@@ -244,3 +244,17 @@ def test_rmpad_mask_names_the_sample_and_row_that_do_not_fit() -> None:
     with pytest.raises(SamplingMaskError) as err:
         verl.rmpad_mask(mask, torch.tensor([[1, 1], [0, 1]]), torch.zeros(2, 1))
     assert (err.value.code, err.value.segment, err.value.row) == (ErrorCode.E_SHAPE, 1, 0)
+
+
+def test_gradient_through_a_sampling_mask_matches_float64() -> None:
+    g = torch.Generator().manual_seed(8)
+    logits, labels, mask, _ = _mask_and_reference(g, 12, 20)
+    logits.requires_grad_(True)
+    verl.logprobs_from_logits(logits, labels, sampling_mask=mask).sum().backward()
+    z = logits.detach().double().requires_grad_(True)
+    rows = mask.to_rows()
+    torch.stack(
+        [z[t, labels[t]] - torch.logsumexp(z[t] if not r else z[t, torch.tensor(r)], 0) for t, r in enumerate(rows)]
+    ).sum().backward()
+    assert logits.grad is not None and z.grad is not None
+    assert float((logits.grad.double() - z.grad).abs().max()) <= 1e-6

@@ -265,3 +265,23 @@ def test_openrlhf_actor_forward_with_the_documented_changes(packing_samples: boo
 def test_openrlhf_documented_example_passes_no_temperature_to_already_divided_logits() -> None:
     block = PAGE[PAGE.index("## OpenRLHF") :]
     assert "0.8, sampling_mask" not in block and "temperature=" not in block.split("```diff")[0].split("```python")[1]
+
+
+def test_each_copied_function_cites_its_release_file_and_sha256() -> None:
+    spec = importlib.util.spec_from_file_location("_make_verl_openrlhf", TRAINERS / "make_verl_openrlhf.py")
+    assert spec is not None and spec.loader is not None
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    for module, release, sites in (
+        (VERL, "verl 0.9.1 (PyPI wheel)", make.VERL_CALL_SITES),
+        (OPENRLHF, "openrlhf 0.11.2 (PyPI wheel)", make.OPENRLHF_CALL_SITES),
+    ):
+        text = Path(module.__file__ or "").read_text(encoding="utf-8")
+        for path, names in sites:
+            for name in names:
+                assert re.search(
+                    rf"^# {re.escape(release)} {re.escape(path)} {re.escape(name)} \(sha256 [0-9a-f]{{64}}\)$",
+                    text,
+                    re.M,
+                ), name
+                assert hasattr(module, name.split(".")[-1]), name
