@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from ..core.checks import as_host_array, is_int, raise_at_first
+from ..core.checks import is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask, concat
 from . import vllm as vllm_adapter
-from .verl import batch_segments, dense_rows, replay_logprobs
+from .verl import batch_segments, dense_rows, host_array, replay_logprobs
 
 __all__ = [
     "MASK_KEY",
@@ -98,8 +98,8 @@ def pad_experience_masks(masks: Sequence[Any]) -> Any:
     """Stack [1, T_i, W_i] masks into [n, max T, max W] with ``-1`` (as ``zero_pad_sequences`` pads right)."""
     import torch
 
-    if not masks:
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "no masks to pad", field="masks")
+    if not isinstance(masks, (list, tuple)) or not masks:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected a non-empty list of masks to pad", field="masks")
     for i, m in enumerate(masks):
         if not isinstance(m, torch.Tensor) or m.ndim != 3:
             raise SamplingMaskError(ErrorCode.E_SHAPE, "each mask must be a tensor [1, T, W]", field="masks", segment=i)
@@ -130,7 +130,7 @@ def rolled_mask(sampling_mask: Any, attention_mask: Any, *, packed: bool = False
         return None
     if not isinstance(packed, (bool, np.bool_)):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "packed must be a bool", field="packed", value=repr(packed)[:80])
-    am = as_host_array(attention_mask, field="attention_mask")
+    am = host_array(attention_mask, field="attention_mask")
     if am.ndim != 2 or am.dtype.kind not in "iub":
         raise SamplingMaskError(
             ErrorCode.E_SHAPE,
@@ -156,8 +156,8 @@ def rolled_mask(sampling_mask: Any, attention_mask: Any, *, packed: bool = False
     else:
         mask = batch_segments(sampling_mask, batch)
     tokens = am.sum(axis=1)
-    first = np.argmax(am, axis=1)
-    last = width - 1 - np.argmax(am[:, ::-1], axis=1)
+    first = np.argmax(am, axis=1) if width else np.zeros(batch, np.int64)
+    last = width - 1 - np.argmax(am[:, ::-1], axis=1) if width else first - 1
     raise_at_first(
         (tokens > 0) & (last - first + 1 != tokens),
         ErrorCode.E_SHAPE,

@@ -47,6 +47,7 @@ __all__ = [
     "batch_segments",
     "dense_rows",
     "from_non_tensor_batch",
+    "host_array",
     "logprobs_from_logits",
     "replay_logprobs",
     "rmpad_mask",
@@ -115,9 +116,17 @@ def add_to_data_proto(data: Any, *, key: str = MASK_KEY) -> Any:
     return data
 
 
+def host_array(value: Any, *, field: str) -> np.ndarray:
+    """:func:`~sampling_mask.core.checks.as_host_array`, with a tensor that holds no data (``meta``
+    device) refused as ``E_SCHEMA`` naming ``field``."""
+    if getattr(value, "is_meta", False):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "a meta tensor holds no data", field=field)
+    return as_host_array(value, field=field)
+
+
 def _host_2d(value: Any, *, field: str, binary: bool) -> np.ndarray:
     """``value`` (tensor, array or lists) as a 2-D integer host array; ``binary``: only 0 / 1 (or bools)."""
-    arr = as_host_array(value, field=field)
+    arr = host_array(value, field=field)
     if arr.ndim != 2:
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"{field} must be 2-D, got shape {list(arr.shape)}", field=field)
     if arr.dtype.kind not in "iub":
@@ -132,6 +141,10 @@ def batch_segments(sampling_mask: Any, batch_size: int, *, field: str = MASK_KEY
     """One segment per sample: a :class:`SamplingMask` of ``batch_size`` segments as it is, or a dense
     int ``[batch_size, length, W]`` (``-1`` padding, W may be 0: every row empty) as ``length`` rows
     per sample. Anything else, or another number of samples, is ``E_SHAPE`` / ``E_SCHEMA`` naming ``field``."""
+    if not is_int(batch_size) or batch_size < 0:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "batch_size must be an integer >= 0", field="batch_size", value=repr(batch_size)[:80]
+        )
     if hasattr(sampling_mask, "__sampling_mask__"):
         mask = as_sampling_mask(sampling_mask, field=field)
         if mask.num_segments != batch_size:
@@ -145,7 +158,7 @@ def batch_segments(sampling_mask: Any, batch_size: int, *, field: str = MASK_KEY
             f"expected a SamplingMask or a dense [B, T, W] tensor, got {type(sampling_mask).__name__}",
             field=field,
         )
-    dense = as_host_array(sampling_mask, field=field)
+    dense = host_array(sampling_mask, field=field)
     if dense.ndim != 3 or dense.shape[0] != batch_size:
         raise SamplingMaskError(
             ErrorCode.E_SHAPE, f"dense {field} must be [{batch_size}, T, W], got {list(dense.shape)}", field=field
@@ -180,7 +193,7 @@ def rmpad_mask(sampling_mask: Any, attention_mask: Any, responses: Any, *, pad_s
     if sampling_mask is None:
         return None
     am = _host_2d(attention_mask, field="attention_mask", binary=True).astype(np.int64)
-    resp_shape = tuple(getattr(responses, "shape", np.shape(as_host_array(responses, field="responses"))))
+    resp_shape = tuple(getattr(responses, "shape", None) or np.shape(host_array(responses, field="responses")))
     batch, width = am.shape
     if len(resp_shape) != 2 or resp_shape[0] != batch or resp_shape[1] > width:
         raise SamplingMaskError(
