@@ -29,13 +29,15 @@ from typing import Any, NoReturn, TextIO
 
 from ..core.errors import SamplingMaskError
 from .declarations import check_properties
-from .payloads import compare_arrays, compare_masks, mask_from_json, mask_to_json
+from .payloads import compare_arrays, compare_masks, mask_from_json, mask_to_json, metadata_kinds_differ
+from .profile import default_output_findings
 from .protocol import (
     DEFAULT_TIMEOUT,
     DESCRIBE,
     CommandImplementation,
     Implementation,
     LaunchError,
+    RunStopped,
     load_python_implementation,
     response_kind,
 )
@@ -52,7 +54,15 @@ from .suite import (
     vectors_dir,
 )
 
-__all__ = ["CaseResult", "Report", "RunStopped", "declared_classes", "judge", "main", "run"]
+__all__ = [
+    "CaseResult",
+    "Report",
+    "RunStopped",
+    "declared_classes",
+    "judge",
+    "main",
+    "run",
+]
 
 #: Statuses that fail a run. ``UNSUPPORTED`` is counted apart from failures but still fails a run:
 #: declare the classes you implement (``--class`` / ``describe``) and the others are not run at all.
@@ -60,10 +70,6 @@ FAILING = ("FAIL", "ERROR", "UNSUPPORTED", "XPASS")
 _COLUMNS = ("PASS", "FAIL", "ERROR", "UNSUPPORTED", "XFAIL", "XPASS")
 #: Consecutive crashes (the program died or hung) after which a run stops.
 MAX_CRASHES = 5
-
-
-class RunStopped(Exception):
-    """A run that cannot go on: the program cannot be started or keeps crashing (exit status 2)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +259,8 @@ def judge(case: Case, response: Any, reference: ReferenceImplementation | None =
     expected = case.expected
     if "mask" in expected:
         why = compare_masks(expected["mask"], value)
+        if why is None and case.op == "concatenate":
+            why = metadata_kinds_differ(expected["mask"], value)
     elif "valid" in expected:
         why = None
     elif "payload" in expected:
@@ -276,6 +284,8 @@ def judge(case: Case, response: Any, reference: ReferenceImplementation | None =
         why = _check_scores(expected["scores"], float(expected["tolerance"]), value)
     else:  # pragma: no cover - the schema forbids it
         return "error", f"the case expects nothing the runner knows: {sorted(expected)}"
+    if why is None and case.op == "encode":
+        why = default_output_findings(case.form, value)
     return ("pass", "ok") if why is None else ("fail", why)
 
 

@@ -2722,6 +2722,8 @@ def msgpack_cases(book: Book) -> None:
 #: Arrow / Parquet payloads are built by pyarrow once (``--rebuild-binaries``) and committed in
 #: ``sources/arrow-payloads.json``: pyarrow versions differ in incidental bytes, the goldens must not.
 _ARROW_SOURCE = "arrow-payloads.json"
+#: Rows of the spec 1.3 payloads whose mask (8.1: 8 bytes an offset) is far larger than their bytes.
+MANY_EMPTY_ROWS = 100_000
 
 
 def _forge_uncompressed_length(ipc: bytes, length: int) -> bytes:
@@ -2912,6 +2914,25 @@ def _arrow_payloads() -> dict[str, bytes]:
         pa.list_(pa.list_(pa.int32())), 1, [None, pa.py_buffer(np.array([0, 3], "<i4").tobytes())], children=[bad_inner]
     )
     out["arrow.offsets-decreasing"] = ipc_file(table({"sampling_mask": outer}, meta()))
+    # Spec 1.3: bodies larger than what the mask produces, and masks far larger than their bytes.
+    blob = pa.array([bytes(range(256)) * 16, bytes(4096)], pa.binary())  # 8 KiB of user bytes
+    out["arrow.large-user-column"] = ipc_file(
+        table({"sampling_mask": issue.column(0), "blob": blob}, meta(vocab_size="10", id_order="ascending"))
+    )
+    out["arrows.large-user-column"] = ipc_stream(
+        table({"sampling_mask": issue.column(0), "blob": blob}, meta(vocab_size="10", id_order="ascending"))
+    )
+    many = MANY_EMPTY_ROWS
+    compact_many = compact_table([[[]] * many], [many], [0])
+    out["arrow.compact-many-empty-rows"] = ipc_file(compact_many, compression="zstd")
+    out["parquet.compact-many-empty-rows"] = parquet(compact_many)
+    list_many = table({"sampling_mask": lists([0, many], [0] * (many + 1), pa.array([], pa.int32()))}, meta())
+    out["parquet.many-empty-rows"] = parquet(list_many)
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, issue.schema):
+        pass  # a stream of no record batch: the schema, then the end-of-stream marker
+    out["arrows.no-batches"] = sink.getvalue()
+    out["parquet.no-rows"] = parquet(issue.schema.empty_table())
     return out
 
 
