@@ -4636,6 +4636,27 @@ def v1_3_cases(book: Book) -> None:
         limits={"max_rows": 0},
     )
 
+    # 8.4: a dense array of shape [T, 0] still produces T + 1 offsets.
+    rows = 100
+    zero_width = 8 * (rows + 1) + 8 * 2
+    book.file("invalid/dense.json", "dense").add(
+        "zero-width-rows-over-max-bytes",
+        f"A dense [{rows}, 0] array holds no byte but produces {rows + 1} offsets: {zero_width} bytes (8.1, "
+        f"8.4); max_bytes {zero_width - 1} is E_LIMIT.",
+        "8.4",
+        {"dense": arr([[]] * rows, "int32", shape=[rows, 0])},
+        err("E_LIMIT"),
+        limits={"max_bytes": zero_width - 1},
+    )
+    # 11.1: valid UTF-8 beyond ASCII is read as it is.
+    book.file("json/decode.json", "json").add(
+        "metadata-non-ascii-utf8",
+        "A metadata string of multi-byte UTF-8 (é, 語) is valid and read as written (11.1).",
+        "json-rules",
+        {"hex": '{"sampling_mask": 1, "rows": [[1]], "metadata": {"producer": "vllm-é-語"}}'.encode().hex()},
+        ok(mask([[1]], metadata={"producer": "vllm-é-語"})),
+    )
+
     # 4, 5.1: a sampled id given as int64 is never wrapped to int32.
     book.file("invalid/ragged.json", "ragged").add(
         "sampled-id-int64-beyond-int32",
