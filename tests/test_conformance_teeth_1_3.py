@@ -271,3 +271,36 @@ def test_generated_writer_cases_check_the_1_0_profile() -> None:
     assert "not within the 1.0 profile" in out.getvalue()
     out = io.StringIO()
     assert run_generated(ReferenceImplementation(), 5, seed=3, classes=["msgpack writer"], out=out) == 0, out.getvalue()
+
+
+def test_profile_option_without_a_file_checks_what_the_implementation_writes(tmp_path: Any) -> None:
+    """`--profile-1.0` with no FILE runs the implementation's encode answers through the profile."""
+    import sys
+    import types
+
+    module = types.ModuleType("broken_writers_1_3")
+    module.WritesCountsByDefault = WritesCountsByDefault  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        out = io.StringIO()
+        code = runner.main(["--impl", "broken_writers_1_3:WritesCountsByDefault", "--profile-1.0"], out=out)
+    finally:
+        del sys.modules[module.__name__]
+    assert code == 1
+    assert "NOT 1.0     msgpack.encode-ragged-roundtrip" in out.getvalue()
+    assert "'counts' (uint8) is spec 1.1" in out.getvalue()
+    out = io.StringIO()
+    assert runner.main(["--profile-1.0", "--form", "msgpack"], out=out) == 0, out.getvalue()
+    assert "within 1.0  msgpack.encode-ragged-roundtrip" in out.getvalue()
+    # FILE mode is unchanged: a file the broken writer wrote is NOT 1.0.
+    path = tmp_path / "counts.msgpack"
+    path.write_bytes(
+        bytes.fromhex(
+            WritesCountsByDefault().handle(
+                {"id": "x", "op": "encode", "form": "msgpack", "input": {"rows": [[1, 2], []]}}
+            )["ok"]["hex"]
+        )
+    )
+    out = io.StringIO()
+    assert runner.main(["--profile-1.0", str(path)], out=out) == 1
+    assert out.getvalue().startswith("NOT 1.0")

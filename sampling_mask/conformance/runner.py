@@ -455,9 +455,12 @@ def _parser() -> argparse.ArgumentParser:
         dest="profile",
         action="append",
         default=[],
+        nargs="?",
+        const=None,
         metavar="FILE",
         type=Path,
-        help="check that FILE uses nothing spec 1.0 does not define (repeatable; --form names the encoding)",
+        help="check that FILE uses nothing spec 1.0 does not define (repeatable; --form names the encoding); "
+        "without FILE, what the implementation under test writes: its answer to every encode case of a byte form",
     )
     return parser
 
@@ -517,7 +520,7 @@ def _main(argv: Sequence[str] | None, out: TextIO) -> int:
         from .lint import main as lint_main
 
         return lint_main(["--vectors", str(args.vectors)] if args.vectors else [], out=out)
-    if args.profile:
+    if args.profile and None not in args.profile:
         return _profile(args.profile, args.form, out)
     _check_names("form", args.form, FORMS)
     try:
@@ -544,6 +547,8 @@ def _main(argv: Sequence[str] | None, out: TextIO) -> int:
     implementation = _implementation(args)
     try:
         claimed = args.classes or declared_classes(implementation)
+        if args.profile:
+            return _profile_writes(implementation, cases, claimed, out)
         if args.generated:
             return _generated(implementation, args, claimed, out)
         if claimed is not None:
@@ -617,6 +622,45 @@ def _profile(paths: Sequence[Path], forms: Sequence[str], out: TextIO) -> int:
         bad += bool(found)
         out.write(f"{'within 1.0' if not found else 'NOT 1.0':<12}{path}\n")
         out.writelines(f"  {line}\n" for line in found)
+    return 1 if bad else 0
+
+
+def _profile_writes(
+    implementation: Implementation, cases: Sequence[Case], claimed: Sequence[str] | None, out: TextIO
+) -> int:
+    """``--profile-1.0`` without a file: the implementation's answer to every encode case of a byte
+    form (default output, SPEC 6) through the 1.0 profile; one line per case, 0 when all are within."""
+    from .profile import profile_forms
+
+    chosen = [
+        c
+        for c in cases
+        if c.op == "encode"
+        and c.form in profile_forms()
+        and not c.error_codes
+        and (claimed is None or class_matches(c.conformance_class, claimed))
+    ]
+    if not chosen:
+        raise _UsageError("no encode case of a byte form selected: check --form, -k and --class")
+    bad = 0
+    for case in chosen:
+        try:
+            response = implementation.handle(case.request())
+        except LaunchError as exc:
+            raise RunStopped(str(exc)) from None
+        kind, value = response_kind(response, case.id)
+        if kind != "ok":
+            bad += 1
+            out.write(f"{'NO PAYLOAD':<12}{case.id}  answered {kind}: {str(value)[:200]}\n")
+            continue
+        why = default_output_findings(case.form, value)
+        bad += why is not None
+        out.write(f"{'within 1.0' if why is None else 'NOT 1.0':<12}{case.id}\n")
+        if why is not None:
+            out.write(f"  {why}\n")
+    out.write(
+        f"{len(chosen) - bad} of {len(chosen)} payloads written by {getattr(implementation, 'name', 'it')} are within 1.0\n"
+    )
     return 1 if bad else 0
 
 
