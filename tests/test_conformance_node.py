@@ -18,7 +18,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(NODE is None, reason="node is not installed"),
 ]  # slow: forks or spawns processes
-CLAIMS = ["json-rows reader", "json-rows writer", "ragged reader", "ragged writer"]
+CLAIMS = ["json-rows reader", "json-rows writer", "ragged reader", "ragged writer", "model operations"]
 
 
 def test_node_example_declares_its_classes_and_passes_every_case_of_them() -> None:
@@ -32,7 +32,7 @@ def test_node_example_declares_its_classes_and_passes_every_case_of_them() -> No
         impl.close()
     assert impl.starts == 1  # one process for the whole run
     assert report.ok, [(r.case.id, r.status, r.detail) for r in report.failures()]
-    assert len(report.results) >= 90 and {r.case.form for r in report.results} == {"json-rows", "ragged"}
+    assert len(report.results) >= 140 and {r.case.form for r in report.results} == {"json-rows", "ragged", "model"}
     assert set(report.class_verdicts(load_cases()).values()) == {"conforms fully"}
     assert "unsupported" in other  # what it does not claim is answered "unsupported", never a verdict
 
@@ -42,7 +42,7 @@ def test_node_example_through_the_cli() -> None:
     code = runner.main(["--command", f"{NODE} {EXAMPLE / 'impl.js'}", "-q"], out=out)
     text = out.getvalue()
     assert code == 0, text[-3000:]
-    assert "conforms to: ragged reader, ragged writer, json-rows reader, json-rows writer\n" in text
+    assert "conforms to: ragged reader, ragged writer, model operations, json-rows reader, json-rows writer\n" in text
     assert "OK:" in text and not any(line.startswith("UNSUPPORTED") for line in text.splitlines())
 
 
@@ -54,4 +54,5 @@ def test_node_example_passes_200_generated_cases_per_class() -> None:
     assert code == 0, text[-3000:]
     for name in CLAIMS:
         assert f"PASS        {name}: 200 generated" in text
-    assert text.count("PASS        ") == 8  # readers: valid, mutated and limited payloads; writers: masks
+    # readers: valid, mutated and limited payloads; writers: masks; model operations: operations
+    assert text.count("PASS        ") == 9

@@ -491,3 +491,16 @@ def test_generated_cases_agree_with_the_reference_over_the_protocol_for_seeds_1_
             assert f"OK: {len(GENERATED_CLASSES)} class(es)" in out.getvalue()
     finally:
         served.close()
+
+
+def test_runner_and_generated_share_run_stopped_without_an_import_circle() -> None:
+    """`RunStopped` lives in the protocol module: `generated` never imports `runner` (issue 35)."""
+    import ast
+    import inspect
+
+    from sampling_mask.conformance import generated, protocol
+
+    tree = ast.parse(inspect.getsource(generated))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "runner" not in imported and "protocol" in imported
+    assert runner.RunStopped is protocol.RunStopped is generated.RunStopped

@@ -332,8 +332,9 @@ def mask_from_batch(batch: Any, header: Header, limits: Limits, validate: bool) 
     except pa.ArrowException as exc:
         raise SamplingMaskError(ErrorCode.E_ENCODING, f"invalid Arrow data: {exc}"[:500]) from None
     check_count(batch.num_rows, limits.max_segments, "segment count", field=MASK_COLUMN)
-    # Decompressed buffers are only known after pyarrow read them: bound one batch at least.
-    check_count(batch.get_total_buffer_size(), limits.max_bytes, "record batch bytes", field=MASK_COLUMN)
+    # No bound on the buffers the batch stores (SPEC 9.5 step 5, 1.3): what it produces was bounded
+    # from its declared counts and decompressed lengths before pyarrow read it, and the stored
+    # buffers are the input itself (a user column, padding), which MUST NOT refuse a mask (8.1).
     if header.compact:
         parts = [column_of(batch, n) for n in (COMPACT_COLUMN, COMPACT_ROWS_COLUMN, COMPACT_NNZ_COLUMN)]
         if any(p is None for p in parts):

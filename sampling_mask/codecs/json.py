@@ -163,11 +163,13 @@ def _types(values: list[Any]) -> set[type]:
     return set(map(type, values))
 
 
-def _int_array(values: Any, *, field: str, count: int | None = None, limits: Limits) -> np.ndarray:
-    """int64 array from a JSON list of integers (bools and floats are ``E_DTYPE``)."""
+def _int_array(values: Any, *, field: str, most: int, count: int | None = None) -> np.ndarray:
+    """int64 array from a JSON list of at most ``most`` integers (``E_LIMIT`` beyond; bools and
+    floats are ``E_DTYPE``). ``most`` is what the list's limit allows: ``max_segments + 1`` entries of
+    ``cu_seqlens`` (B is bounded by ``max_segments``, never by ``max_rows``: SPEC 8.1)."""
     if not isinstance(values, list):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected a list of integers", field=field)
-    check_count(len(values), limits.max_rows + 1, "list length", field=field)
+    check_count(len(values), most, "list length", field=field)
     if count is not None and len(values) != count:
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {count} values, got {len(values)}", field=field)
     if not _types(values) <= {int}:
@@ -438,7 +440,7 @@ def _decode_document(doc: dict[str, Any], has_bools: bool, limits: Limits, valid
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing rows", field="rows")
     kwargs: dict[str, Any] = {}
     if doc.get("cu_seqlens") is not None:
-        kwargs["cu_seqlens"] = _int_array(doc["cu_seqlens"], field="cu_seqlens", limits=limits)
+        kwargs["cu_seqlens"] = _int_array(doc["cu_seqlens"], field="cu_seqlens", most=limits.max_segments + 1)
     vocab_size = doc.get("vocab_size")
     base = SamplingMask.from_rows(
         _check_rows(doc["rows"], has_bools), vocab_size=vocab_size, limits=limits, validate=False, **kwargs
@@ -446,7 +448,7 @@ def _decode_document(doc: dict[str, Any], has_bools: bool, limits: Limits, valid
     num_rows = base.num_rows
     if doc.get("sampled_token_ids") is not None:
         kwargs["sampled_token_ids"] = _int_array(
-            doc["sampled_token_ids"], field="sampled_token_ids", count=num_rows, limits=limits
+            doc["sampled_token_ids"], field="sampled_token_ids", most=limits.max_rows + 1, count=num_rows
         )
     for name in ("sampled_logprobs", "temperature"):
         if doc.get(name) is not None:

@@ -26,8 +26,9 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from .payloads import array_from_json, compare_masks, mask_to_json, render
-from .protocol import Implementation, response_kind
+from .payloads import array_from_json, compare_masks, mask_to_json, metadata_kinds_differ, render
+from .profile import default_output_findings
+from .protocol import Implementation, RunStopped, response_kind
 from .reference import BYTE_FORMS, ReferenceImplementation
 from .suite import FORMS, class_matches
 
@@ -132,8 +133,6 @@ def _nest(flat: list[Any], shape: list[int]) -> Any:
 
 # ------------------------------------------------------------------------------------------ checks
 def _ask(implementation: Implementation, request: dict[str, Any]) -> tuple[str, Any]:
-    from .runner import RunStopped
-
     try:
         return response_kind(implementation.handle(request), request["id"])
     except RunStopped:
@@ -174,8 +173,13 @@ def _agree(request: dict[str, Any], implementation: Implementation, reference: R
         why = compare_masks(mask_to_json(_input_mask(request)), decoded)
         if why is not None:
             raise Disagreement(f"round trip: {why}", request, expected)
+        why = default_output_findings(request["form"], got)
+        if why is not None:
+            raise Disagreement(why, request, expected)
     elif request["op"] in _MASK_OPS:
         why = compare_masks(want, got)
+        if why is None and request["op"] == "concatenate":
+            why = metadata_kinds_differ(want, got)
         if why is not None:
             raise Disagreement(why, request, expected)
 
@@ -223,8 +227,6 @@ def _check_kind(name: str, strategy: Any, implementation: Implementation, n: int
     """Run ``n`` requests drawn from ``strategy``; the shrunk disagreement, or ``None``."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
-
-    from .runner import RunStopped
 
     reference = ReferenceImplementation()
     last: list[Disagreement] = []
@@ -311,7 +313,7 @@ def as_vector(failure: Disagreement, seed: int) -> dict[str, Any]:
 
 
 class _CrashGuard:
-    """``implementation`` that raises :class:`~.runner.RunStopped` after ``max_crashes`` consecutive
+    """``implementation`` that raises :class:`~.protocol.RunStopped` after ``max_crashes`` consecutive
     crashes (the program died, hung or wrote no JSON), and at once on every request after that."""
 
     def __init__(self, implementation: Implementation, max_crashes: int) -> None:
@@ -321,8 +323,6 @@ class _CrashGuard:
         self.name = getattr(implementation, "name", type(implementation).__name__)
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        from .runner import RunStopped
-
         if self.crashes >= self.max_crashes:
             raise RunStopped(f"stopped after {self.crashes} consecutive crashes")
         response = self.implementation.handle(request)
@@ -344,7 +344,7 @@ def run_generated(
 ) -> int:
     """Check ``n`` generated cases (and ``n`` mutated payloads) per claimed class; 0 when every one
     agrees with the reference, 1 otherwise, 2 when nothing could be checked. With ``max_crashes``,
-    that many consecutive crashes raise :class:`~.runner.RunStopped` (the CLI: exit status 2)."""
+    that many consecutive crashes raise :class:`~.protocol.RunStopped` (the CLI: exit status 2)."""
     if max_crashes is not None:
         implementation = _CrashGuard(implementation, max_crashes)
     seed = random.randrange(2**32) if seed is None else seed

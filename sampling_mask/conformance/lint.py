@@ -161,6 +161,13 @@ def _array_problem(case: dict[str, Any], form: str) -> str | None:
     return None
 
 
+def _is_shape_entry_fault(error: Any) -> bool:
+    """A schema error that is an ARRAY map's ``shape`` entry missing, nil or mistyped: SPEC 10.1 answers
+    it ``E_SHAPE`` (1.3), so it is the one fault of a case expecting that code."""
+    path = list(error.absolute_path)
+    return (bool(path) and path[-1] == "shape") or (error.validator == "required" and "'shape'" in error.message)
+
+
 def _schema_problem(case: dict[str, Any], form: str, validators: dict[str, Any]) -> str | None:
     """Why a case's payload disagrees with its form's spec schema (valid cases: any break; invalid cases
     expecting only content codes: a break their fault cannot explain), or ``None``."""
@@ -178,7 +185,7 @@ def _schema_problem(case: dict[str, Any], form: str, validators: dict[str, Any])
         return None
     allowed = frozenset().union(*(_CONTENT_FAULTS[code] for code in codes))
     for error in validators[form].iter_errors(instance):
-        if error.validator not in allowed:
+        if error.validator not in allowed and not ("E_SHAPE" in codes and _is_shape_entry_fault(error)):
             where = "/".join(str(p) for p in error.absolute_path) or "(top)"
             return (
                 f"more than one fault: besides {' / '.join(codes)} the payload breaks "

@@ -8,7 +8,8 @@ Every case input, request and result is plain JSON (conformance/README.md, "Payl
 - a **model mask** (form ``model``, and every decoded result) is ``{"rows": [[id, ...], ...],
   "cu_seqlens": [...], "vocab_size": int | null, <companions>, "metadata": {...}}``; float
   companions are JSON numbers or the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``;
-  ``support_logprobs`` nests like ``rows``. A *canonical* model mask has every row ascending.
+  ``support_logprobs`` nests like ``rows``; metadata values are as in the JSON document (SPEC
+  11.2: a non-finite float is ``{"float": "NaN"}``, an integer has no fraction, a float has one). A *canonical* model mask has every row ascending.
 
 The array layout forms (dense, packed, ragged, counts, bitmask) are objects of typed arrays plus
 the optional keys ``vocab_size``, ``cu_seqlens``, the companions and ``metadata``.
@@ -213,10 +214,35 @@ def _vocab_size(payload: Mapping[str, Any]) -> int | None:
 
 
 def _metadata(payload: Mapping[str, Any]) -> Any:
+    """The metadata of a model mask: values as in the JSON document (SPEC 11.2), a non-finite float
+    spelled ``{"float": "NaN" | "Infinity" | "-Infinity"}``."""
+    from ..codecs._common import metadata_from_json
+
     metadata = payload.get("metadata")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise _schema("metadata must be an object", "metadata")
-    return metadata
+    return None if metadata is None else metadata_from_json(dict(metadata))
+
+
+def _metadata_value(value: Any) -> Any:
+    """A metadata value for comparison: a NaN (a bare ``NaN`` token too) as its JSON spelling."""
+    return {"float": "NaN"} if isinstance(value, float) and math.isnan(value) else value
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def metadata_kinds_differ(expected: Mapping[str, Any], result: Any) -> str | None:
+    """Where a result's metadata value is of another kind (integer / float / ...) than the expected
+    one's, though equal by value (3.5): SPEC 3.6 gives a concatenation the first mask's values as
+    that mask spells them (``4.0`` stays a float). ``None`` when every kind agrees."""
+    got = result.get("metadata") if isinstance(result, Mapping) else None
+    for key, want in (expected.get("metadata") or {}).items():
+        have = got.get(key) if isinstance(got, Mapping) else None
+        if _kind(want) != _kind(have):
+            return f"metadata {key!r}: expected {want!r} ({_kind(want)}), got {have!r} ({_kind(have)})"
+    return None
 
 
 def _first_non_integer(values: list[Any]) -> list[Any]:
@@ -297,7 +323,9 @@ def mask_to_json(mask: SamplingMask) -> dict[str, Any]:
         else:
             out[name] = values
     if mask.metadata:
-        out["metadata"] = dict(mask.metadata)
+        from ..codecs._common import metadata_to_json
+
+        out["metadata"] = metadata_to_json(mask.metadata)
     return out
 
 
@@ -356,8 +384,11 @@ def compare_masks(expected: Mapping[str, Any], got: Any) -> str | None:
     extra = set(res) - set(exp) - {"metadata"}
     if extra & set(COMPANIONS):
         return f"unexpected companions {sorted(extra & set(COMPANIONS))}"
-    if exp["metadata"] != res["metadata"]:
-        return f"metadata: expected {exp['metadata']!r}, got {res['metadata']!r}"
+    exp_meta, res_meta = exp["metadata"], res["metadata"]
+    if not isinstance(res_meta, Mapping) or {k: _metadata_value(v) for k, v in exp_meta.items()} != {
+        k: _metadata_value(v) for k, v in res_meta.items()
+    }:
+        return f"metadata: expected {exp_meta!r}, got {res_meta!r}"
     return None
 
 
@@ -462,7 +493,9 @@ def encode_layout(form: str, mask: SamplingMask, options: Mapping[str, Any] | No
     for name, arr in mask.companions.items():
         out[name] = array_to_json(arr)
     if mask.metadata:
-        out["metadata"] = dict(mask.metadata)
+        from ..codecs._common import metadata_to_json
+
+        out["metadata"] = metadata_to_json(mask.metadata)
     return out
 
 

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["V1_0_MSGPACK_KEYS", "profile_forms", "v1_0_findings"]
+__all__ = ["V1_0_MSGPACK_KEYS", "default_output_findings", "profile_forms", "v1_0_findings"]
 
 #: The envelope keys of 1.0 (SPEC 1.0, 10.1); ``counts`` came with 1.1.
 V1_0_MSGPACK_KEYS = (
@@ -205,3 +205,27 @@ def _arrow_column(schema: Any, name: str, depth: int, leaf: Any, form: str, *, r
             return [f"{form}: {name!r} is {schema.field(name).type}, not a 1.0 list nesting"]
         kind = kind.value_type
     return [] if kind == leaf else [f"{form}: {name!r} has leaf {kind}, not {leaf}"]
+
+
+def default_output_findings(form: str, payload: Any) -> str | None:
+    """``None`` when an encode answer of ``form`` is within the 1.0 profile (SPEC 6: a writer's
+    default output is 1.0 output), else what it uses that 1.0 does not define. Every encode case and
+    every generated writer case asks for default output (the protocol's options select only what
+    1.0 defines: a dense width, a layout), so this holds for every answer of the implementation
+    under test, not only for the reference's. Forms without a byte encoding have no profile."""
+    from ..core.errors import SamplingMaskError
+    from .reference import payload_bytes
+
+    if form not in profile_forms():
+        return None
+    try:
+        data = payload_bytes(payload)
+    except SamplingMaskError as exc:
+        return f"the payload is not {{text}} or {{hex}}: {exc}"
+    try:
+        found = v1_0_findings(data, form)
+    except Exception as exc:  # noqa: BLE001 - bytes the profile cannot read are not 1.0 output
+        found = [f"cannot read it as {form}: {type(exc).__name__}: {exc}"]
+    if not found:
+        return None
+    return "default output is not within the 1.0 profile (SPEC 6): " + "; ".join(found)

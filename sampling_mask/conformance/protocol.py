@@ -44,6 +44,7 @@ __all__ = [
     "FunctionImplementation",
     "Implementation",
     "LaunchError",
+    "RunStopped",
     "load_python_implementation",
     "response_kind",
     "serve",
@@ -60,6 +61,13 @@ STARTUP_GRACE = 30.0
 
 class LaunchError(Exception):
     """The program cannot be started, or exited or hung before answering its first request."""
+
+
+class RunStopped(Exception):
+    """A run that cannot go on: the program cannot be started or keeps crashing (exit status 2).
+
+    It lives here, beside the protocol, so that the runner and the generated mode both import it
+    (the runner re-exports it as ``runner.RunStopped``)."""
 
 
 @runtime_checkable

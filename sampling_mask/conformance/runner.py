@@ -29,13 +29,15 @@ from typing import Any, NoReturn, TextIO
 
 from ..core.errors import SamplingMaskError
 from .declarations import check_properties
-from .payloads import compare_arrays, compare_masks, mask_from_json, mask_to_json
+from .payloads import compare_arrays, compare_masks, mask_from_json, mask_to_json, metadata_kinds_differ
+from .profile import default_output_findings
 from .protocol import (
     DEFAULT_TIMEOUT,
     DESCRIBE,
     CommandImplementation,
     Implementation,
     LaunchError,
+    RunStopped,
     load_python_implementation,
     response_kind,
 )
@@ -52,7 +54,15 @@ from .suite import (
     vectors_dir,
 )
 
-__all__ = ["CaseResult", "Report", "RunStopped", "declared_classes", "judge", "main", "run"]
+__all__ = [
+    "CaseResult",
+    "Report",
+    "RunStopped",
+    "declared_classes",
+    "judge",
+    "main",
+    "run",
+]
 
 #: Statuses that fail a run. ``UNSUPPORTED`` is counted apart from failures but still fails a run:
 #: declare the classes you implement (``--class`` / ``describe``) and the others are not run at all.
@@ -60,10 +70,6 @@ FAILING = ("FAIL", "ERROR", "UNSUPPORTED", "XPASS")
 _COLUMNS = ("PASS", "FAIL", "ERROR", "UNSUPPORTED", "XFAIL", "XPASS")
 #: Consecutive crashes (the program died or hung) after which a run stops.
 MAX_CRASHES = 5
-
-
-class RunStopped(Exception):
-    """A run that cannot go on: the program cannot be started or keeps crashing (exit status 2)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +259,8 @@ def judge(case: Case, response: Any, reference: ReferenceImplementation | None =
     expected = case.expected
     if "mask" in expected:
         why = compare_masks(expected["mask"], value)
+        if why is None and case.op == "concatenate":
+            why = metadata_kinds_differ(expected["mask"], value)
     elif "valid" in expected:
         why = None
     elif "payload" in expected:
@@ -276,6 +284,8 @@ def judge(case: Case, response: Any, reference: ReferenceImplementation | None =
         why = _check_scores(expected["scores"], float(expected["tolerance"]), value)
     else:  # pragma: no cover - the schema forbids it
         return "error", f"the case expects nothing the runner knows: {sorted(expected)}"
+    if why is None and case.op == "encode":
+        why = default_output_findings(case.form, value)
     return ("pass", "ok") if why is None else ("fail", why)
 
 
@@ -445,9 +455,12 @@ def _parser() -> argparse.ArgumentParser:
         dest="profile",
         action="append",
         default=[],
+        nargs="?",
+        const=None,
         metavar="FILE",
         type=Path,
-        help="check that FILE uses nothing spec 1.0 does not define (repeatable; --form names the encoding)",
+        help="check that FILE uses nothing spec 1.0 does not define (repeatable; --form names the encoding); "
+        "without FILE, what the implementation under test writes: its answer to every encode case of a byte form",
     )
     return parser
 
@@ -507,7 +520,7 @@ def _main(argv: Sequence[str] | None, out: TextIO) -> int:
         from .lint import main as lint_main
 
         return lint_main(["--vectors", str(args.vectors)] if args.vectors else [], out=out)
-    if args.profile:
+    if args.profile and None not in args.profile:
         return _profile(args.profile, args.form, out)
     _check_names("form", args.form, FORMS)
     try:
@@ -534,6 +547,8 @@ def _main(argv: Sequence[str] | None, out: TextIO) -> int:
     implementation = _implementation(args)
     try:
         claimed = args.classes or declared_classes(implementation)
+        if args.profile:
+            return _profile_writes(implementation, cases, claimed, out)
         if args.generated:
             return _generated(implementation, args, claimed, out)
         if claimed is not None:
@@ -607,6 +622,45 @@ def _profile(paths: Sequence[Path], forms: Sequence[str], out: TextIO) -> int:
         bad += bool(found)
         out.write(f"{'within 1.0' if not found else 'NOT 1.0':<12}{path}\n")
         out.writelines(f"  {line}\n" for line in found)
+    return 1 if bad else 0
+
+
+def _profile_writes(
+    implementation: Implementation, cases: Sequence[Case], claimed: Sequence[str] | None, out: TextIO
+) -> int:
+    """``--profile-1.0`` without a file: the implementation's answer to every encode case of a byte
+    form (default output, SPEC 6) through the 1.0 profile; one line per case, 0 when all are within."""
+    from .profile import profile_forms
+
+    chosen = [
+        c
+        for c in cases
+        if c.op == "encode"
+        and c.form in profile_forms()
+        and not c.error_codes
+        and (claimed is None or class_matches(c.conformance_class, claimed))
+    ]
+    if not chosen:
+        raise _UsageError("no encode case of a byte form selected: check --form, -k and --class")
+    bad = 0
+    for case in chosen:
+        try:
+            response = implementation.handle(case.request())
+        except LaunchError as exc:
+            raise RunStopped(str(exc)) from None
+        kind, value = response_kind(response, case.id)
+        if kind != "ok":
+            bad += 1
+            out.write(f"{'NO PAYLOAD':<12}{case.id}  answered {kind}: {str(value)[:200]}\n")
+            continue
+        why = default_output_findings(case.form, value)
+        bad += why is not None
+        out.write(f"{'within 1.0' if why is None else 'NOT 1.0':<12}{case.id}\n")
+        if why is not None:
+            out.write(f"  {why}\n")
+    out.write(
+        f"{len(chosen) - bad} of {len(chosen)} payloads written by {getattr(implementation, 'name', 'it')} are within 1.0\n"
+    )
     return 1 if bad else 0
 
 

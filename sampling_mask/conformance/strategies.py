@@ -228,14 +228,18 @@ _CONCAT_CHANGES = ("none", "drop-vocab", "other-vocab", "drop-companion", "metad
 def operation_requests(draw: Any, *, max_rows: int = 6) -> dict[str, Any]:
     """A ``concatenate``, ``slice`` or ``take`` request of class ``model operations`` (SPEC 3.6):
     compatible masks and ones that differ in V, companions or metadata (a float metadata value equal
-    to an integer one is the same metadata, 3.5), zero masks, slice bounds negative, reversed or
-    beyond T, and segment indices inside and outside ``[-B, B)``."""
+    to an integer one is the same metadata, 3.5, and NaN equals NaN), zero masks, slice bounds
+    negative, reversed, beyond T, omitted or null, and segment indices inside and outside ``[-B, B)``."""
     from .payloads import mask_to_json
 
     op = draw(st.sampled_from(["concatenate", "slice", "take"]))
     vocab = draw(st.integers(1, 40))
     companions = draw(st.booleans())
-    metadata = draw(st.sampled_from([None, {"seed": 4}, {"seed": 4, "producer": "test", "top_p": 0.5}]))
+    metadata = draw(
+        st.sampled_from(
+            [None, {"seed": 4}, {"seed": 4, "producer": "test", "top_p": 0.5}, {"seed": 4.0, "x": {"float": "NaN"}}]
+        )
+    )
 
     def one() -> dict[str, Any]:
         doc = mask_to_json(draw(masks(vocab_size=vocab, max_rows=max_rows, companions=companions, metadata=False)))
@@ -259,7 +263,8 @@ def operation_requests(draw: Any, *, max_rows: int = 6) -> dict[str, Any]:
             elif change == "drop-companion" and companions:
                 del doc[draw(st.sampled_from(["sampled_token_ids", "temperature", "support_logprobs"]))]
             elif change == "metadata-float" and metadata is not None:
-                doc["metadata"] = {**metadata, "seed": 4.0}  # equal by value (3.5): the same metadata
+                # equal by value (3.5): the same metadata; the result keeps the first mask's kind (3.6)
+                doc["metadata"] = {**metadata, "seed": 4 if isinstance(metadata["seed"], float) else 4.0}
             elif change == "other-metadata":
                 doc["metadata"] = {**(metadata or {}), "seed": draw(st.sampled_from([5, True, "4"]))}
         return {"op": "concatenate", "form": "model", "input": {"masks": docs}}
@@ -268,7 +273,14 @@ def operation_requests(draw: Any, *, max_rows: int = 6) -> dict[str, Any]:
     if op == "slice":
         start = draw(st.integers(-2, num_rows + 2))
         stop = draw(st.integers(-2, num_rows + 2))
-        return {"op": "slice", "form": "model", "input": {"mask": doc, "start": start, "stop": stop}}
+        payload: dict[str, Any] = {"mask": doc, "start": start, "stop": stop}
+        omitted = draw(st.sampled_from([None, None, None, None, "start", "stop"]))
+        if omitted is not None:  # an omitted or null bound is E_SCHEMA, never a default (3.6, 1.3)
+            if draw(st.booleans()):
+                del payload[omitted]
+            else:
+                payload[omitted] = None
+        return {"op": "slice", "form": "model", "input": payload}
     num_segments = len(doc["cu_seqlens"]) - 1
     segments = draw(st.lists(st.integers(-num_segments - 2, num_segments + 1), max_size=4))
     return {"op": "take", "form": "model", "input": {"mask": doc, "segments": segments}}

@@ -2722,6 +2722,8 @@ def msgpack_cases(book: Book) -> None:
 #: Arrow / Parquet payloads are built by pyarrow once (``--rebuild-binaries``) and committed in
 #: ``sources/arrow-payloads.json``: pyarrow versions differ in incidental bytes, the goldens must not.
 _ARROW_SOURCE = "arrow-payloads.json"
+#: Rows of the spec 1.3 payloads whose mask (8.1: 8 bytes an offset) is far larger than their bytes.
+MANY_EMPTY_ROWS = 100_000
 
 
 def _forge_uncompressed_length(ipc: bytes, length: int) -> bytes:
@@ -2912,6 +2914,30 @@ def _arrow_payloads() -> dict[str, bytes]:
         pa.list_(pa.list_(pa.int32())), 1, [None, pa.py_buffer(np.array([0, 3], "<i4").tobytes())], children=[bad_inner]
     )
     out["arrow.offsets-decreasing"] = ipc_file(table({"sampling_mask": outer}, meta()))
+    # Spec 1.3: bodies larger than what the mask produces, and masks far larger than their bytes.
+    blob = pa.array([bytes(range(256)) * 16, bytes(4096)], pa.binary())  # 8 KiB of user bytes
+    out["arrow.large-user-column"] = ipc_file(
+        table({"sampling_mask": issue.column(0), "blob": blob}, meta(vocab_size="10", id_order="ascending"))
+    )
+    out["arrows.large-user-column"] = ipc_stream(
+        table({"sampling_mask": issue.column(0), "blob": blob}, meta(vocab_size="10", id_order="ascending"))
+    )
+    many = MANY_EMPTY_ROWS
+    compact_many = compact_table([[[]] * many], [many], [0])
+    out["arrow.compact-many-empty-rows"] = ipc_file(compact_many, compression="zstd")
+    out["parquet.compact-many-empty-rows"] = parquet(compact_many)
+    list_many = table({"sampling_mask": lists([0, many], [0] * (many + 1), pa.array([], pa.int32()))}, meta())
+    out["parquet.many-empty-rows"] = parquet(list_many)
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, issue.schema):
+        pass  # a stream of no record batch: the schema, then the end-of-stream marker
+    out["arrows.no-batches"] = sink.getvalue()
+    out["parquet.no-rows"] = parquet(issue.schema.empty_table())
+    sink = io.BytesIO()
+    with pa.ipc.new_file(sink, issue.schema) as writer:
+        for batch in issue.to_batches(max_chunksize=1):
+            writer.write_batch(batch)  # one record batch per segment: two blocks in the footer
+    out["arrow.one-batch-per-segment"] = sink.getvalue()
     return out
 
 
@@ -4238,6 +4264,417 @@ def v1_2_teeth_cases(book: Book) -> None:
     )
 
 
+def _ipc_blocks(data: bytes) -> tuple[int, list[int]]:
+    """Where the footer of IPC file ``data`` starts and the footer positions of its record-batch
+    Blocks (struct Block {offset: long, metaDataLength: int, pad, bodyLength: long}), found as the
+    24-byte runs that name a message inside the file (the generator's own reading, for forging)."""
+    import struct
+
+    footer_length = struct.unpack_from("<i", data, len(data) - 10)[0]
+    start = len(data) - 10 - footer_length
+    found = []
+    for at in range(start, len(data) - 10 - 24 + 1):
+        offset, meta, pad, body = struct.unpack_from("<qiiq", data, at)
+        if 8 <= offset < start and 0 < meta and meta % 8 == 0 and pad == 0 and body >= 0:
+            if offset + meta + body <= start and data[offset : offset + 4] == b"\xff\xff\xff\xff":
+                found.append(at)
+    return start, found
+
+
+def v1_3_cases(book: Book) -> None:
+    """Cases added with spec 1.3: one or more for each of the twelve points it settles (Change log,
+    1.3), and cases written from the MUSTs of 3.6, 6, 8.1, 8.4, 9.3, 10.1 and 11 that no case
+    tested in both directions (Appendix A lists a case next to each)."""
+    bins = _arrow_source()
+    bad_model = book.file("invalid/model.json", "model")
+    ops = book.file("model/operations.json", "model")
+    four = model([[1], [2], [3], [4]], cu_seqlens=[0, 2, 2, 4], vocab_size=10)
+
+    # (1) 4, 10.1: a missing or nil ARRAY entry has the entry's code; no offsets and no counts is E_SCHEMA.
+    ragged = {"layout": "ragged", "vocab_size": 10, "offsets": _marray([0, 2, 2, 3], "int64")}
+    ids = _marray([5, 1, 7], "int32")
+    bad_mp = book.file("invalid/msgpack.json", "msgpack")
+    bad_mp.add(
+        "array-shape-nil",
+        "nil under an ARRAY's shape is that entry missing, answered as a wrong shape: E_SHAPE (10.1), not E_SCHEMA.",
+        "msgpack",
+        _mhex({**ragged, "ids": {**ids, "shape": None}}),
+        err("E_SHAPE"),
+    )
+    for entry, code in (("dtype", "E_DTYPE"), ("shape", "E_SHAPE"), ("data", "E_SCHEMA")):
+        bad_mp.add(
+            f"array-{entry}-missing",
+            f"An ARRAY map without its {entry} entry is answered as a wrong {entry}: {code} (10.1).",
+            "msgpack",
+            _mhex({**ragged, "ids": {k: v for k, v in ids.items() if k != entry}}),
+            err(code),
+        )
+    bad_mp.add(
+        "offsets-and-counts-missing",
+        "A ragged envelope with ids but neither offsets nor counts: a missing required array, E_SCHEMA (4, "
+        "10.1), never E_OFFSETS.",
+        "msgpack",
+        _mhex({"layout": "ragged", "vocab_size": 10, "ids": ids}),
+        err("E_SCHEMA"),
+    )
+    bad_mp.add(
+        "offsets-nil-counts-missing",
+        "offsets: nil and no counts: nil is a missing key, so E_SCHEMA (10.1), never E_OFFSETS.",
+        "msgpack",
+        _mhex({"layout": "ragged", "vocab_size": 10, "ids": ids, "offsets": None}),
+        err("E_SCHEMA"),
+    )
+    book.file("invalid/ragged.json", "ragged").add(
+        "offsets-and-counts-missing",
+        "A ragged payload with ids and no offsets: a missing required array is E_SCHEMA (4), never E_OFFSETS.",
+        "layouts",
+        {"ids": arr([5, 1, 7])},
+        err("E_SCHEMA"),
+    )
+
+    # (2) 5.2: an integral float is no integer; top_k 4.0 is E_SCHEMA.
+    book.file("invalid/json.json", "json").add(
+        "metadata-top-k-integral-float",
+        "top_k is an integer (5.2): 4.0, a number with a fraction, is a float and E_SCHEMA, though equal to 4.",
+        "metadata",
+        {"text": _doc(rows=[[1]], metadata={"top_k": 4.0})},
+        err("E_SCHEMA"),
+    )
+    bad_mp.add(
+        "metadata-top-k-integral-float",
+        "top_k is an integer (5.2): a msgpack float 4.0 is E_SCHEMA, though equal to 4.",
+        "metadata",
+        _mhex({**ragged, "ids": ids, "metadata": {"top_k": 4.0}}),
+        err("E_SCHEMA"),
+    )
+    book.file("json/decode.json", "json").add(
+        "metadata-top-k-integer",
+        "top_k 4, an integer, is valid metadata (5.2).",
+        "metadata",
+        {"text": _doc(rows=[[1]], metadata={"top_k": 4})},
+        ok(mask([[1]], metadata={"top_k": 4})),
+    )
+
+    # (3) 3.6: the result keeps the first mask's metadata values, kinds included.
+    ops.add(
+        "concatenate-keeps-first-metadata-kind",
+        "{seed: 4.0} then {seed: 4}: the same metadata (3.5), and the result keeps the first mask's value, "
+        "the float 4.0 (3.6; the kind is compared).",
+        "3.6",
+        {"masks": [model([[1]], metadata={"seed": 4.0}), model([[2]], metadata={"seed": 4})]},
+        ok(mask([[1], [2]], cu=[0, 1, 2], metadata={"seed": 4.0})),
+        op="concatenate",
+    )
+    ops.add(
+        "concatenate-keeps-first-metadata-of-three",
+        "Three masks, {seed: 1} {seed: 1.0} {seed: 1.0}: the result keeps the first one's integer 1, not the last's float.",
+        "3.6",
+        {
+            "masks": [
+                model([[1]], metadata={"seed": 1}),
+                model([[2]], metadata={"seed": 1.0}),
+                model([[3]], metadata={"seed": 1.0}),
+            ]
+        },
+        ok(mask([[1], [2], [3]], cu=[0, 1, 2, 3], metadata={"seed": 1})),
+        op="concatenate",
+    )
+    nan = {"float": "NaN"}
+    ops.add(
+        "concatenate-metadata-nan-equals-nan",
+        'NaN metadata values are equal (3.5: NaN equals NaN; a model mask spells NaN {"float": "NaN"} as 11.2 does).',
+        "3.6",
+        {"masks": [model([[1]], metadata={"x": nan}), model([[2]], metadata={"x": nan})]},
+        ok(mask([[1], [2]], cu=[0, 1, 2], metadata={"x": nan})),
+        op="concatenate",
+    )
+    bad_model.add(
+        "concatenate-metadata-nan-against-number",
+        "NaN and 1.0 are different metadata values: E_SCHEMA (3.5, 3.6).",
+        "3.6",
+        {"masks": [model([[1]], metadata={"x": nan}), model([[2]], metadata={"x": 1.0})]},
+        err("E_SCHEMA"),
+        op="concatenate",
+    )
+
+    # (4) 10.1: offsets of either width are valid default output; a reader takes both.
+    book.file("msgpack/decode.json", "msgpack").add(
+        "ragged-int64-offsets-that-fit-int32",
+        "int64 offsets and cu_seqlens whose values fit int32 are valid (1.0 allows either width; int32 is no rule).",
+        "msgpack",
+        _mhex({**ragged, "ids": ids, "cu_seqlens": _marray([0, 2, 3], "int64")}),
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+    )
+
+    # (5), (7) 8.4: the compact layout's bound comes from its count columns, before any blob.
+    many = MANY_EMPTY_ROWS
+    produced = 8 * (many + 1) + 8 * 2  # 8.1: no ids, T + 1 offsets, B + 1 = 2 cu_seqlens entries
+    for form in ("arrow", "parquet"):
+        book.file(f"invalid/{form}.json", form).add(
+            "compact-many-empty-rows-over-max-bytes",
+            f"A compact batch of one segment of {many} empty rows produces {produced} bytes (8.1, T from the "
+            f"count column, 8.4) though it stores about {many} bytes: max_bytes {produced // 2} is E_LIMIT.",
+            "8.4",
+            {"hex": bins[f"{form}.compact-many-empty-rows"].hex()},
+            err("E_LIMIT"),
+            limits={"max_bytes": produced // 2},
+        )
+    # (12) 8.4: a Parquet chunk is found by position; path_in_schema changes nothing.
+    needle = b"\x58\x0dsampling_mask"  # list header (5 strings), then the first, "sampling_mask"
+    for source in ("parquet.issue-example", "parquet.many-empty-rows"):
+        assert bins[source].count(needle) == 1, source
+    book.file("parquet/decode.json", "parquet").add(
+        "path-in-schema-not-utf8",
+        "ColumnMetaData.path_in_schema[0] of the mask's chunk is not UTF-8 (\\x80ampling_mask), the schema "
+        "intact: the chunk belongs to the schema leaf at its position, and the path is not read (8.4).",
+        "8.4",
+        {"hex": bins["parquet.issue-example"].replace(needle, b"\x58\x0d\x80ampling_mask").hex()},
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+    )
+    bad_pq = book.file("invalid/parquet.json", "parquet")
+    bad_pq.add(
+        "many-empty-rows-over-max-bytes",
+        f"A row group of {many} empty rows declares {many} values in the mask's leaf chunk: T bounded by "
+        f"them, 8.1 gives about {produced} bytes; max_bytes {produced // 2} is E_LIMIT (8.4).",
+        "8.4",
+        {"hex": bins["parquet.many-empty-rows"].hex()},
+        err("E_LIMIT"),
+        limits={"max_bytes": produced // 2},
+    )
+    bad_pq.add(
+        "path-in-schema-wrong-name-still-bounded",
+        "The mask's chunk names another path (xampling_mask, valid UTF-8): it is still the mask's chunk by "
+        f"position, and its {many} values bound the row group: E_LIMIT under max_bytes {produced // 2} (8.4).",
+        "8.4",
+        {"hex": bins["parquet.many-empty-rows"].replace(needle, b"\x58\x0dxampling_mask").hex()},
+        err("E_LIMIT"),
+        limits={"max_bytes": produced // 2},
+    )
+
+    # (6) 8.1, 9.5: the stored buffers are not what a batch produces.
+    for form in ("arrow", "arrows"):
+        book.file(f"{form}/decode.json", form).add(
+            "large-user-column-within-max-bytes",
+            "A batch whose body stores 8 KiB of a user column produces the mask of section 14 (68 bytes, 8.1): "
+            "max_bytes 6000 is enough; the stored buffers are not counted (8.1, 9.5).",
+            "arrow-reading",
+            {"hex": bins[f"{form}.large-user-column"].hex()},
+            ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+            limits={"max_bytes": 6000},
+        )
+
+    # (8) 9.3: a file of no batch is the empty mask, its V from the schema.
+    book.file("arrows/decode.json", "arrows").add(
+        "no-batches",
+        "A stream with a schema and no record batch holds T = 0 and B = 0, with the schema's V (9.3): "
+        "not the E_SCHEMA of concatenating zero masks (3.6).",
+        "arrow-batches",
+        {"hex": bins["arrows.no-batches"].hex()},
+        ok(mask([], cu=[0], vocab=10)),
+    )
+    book.file("parquet/decode.json", "parquet").add(
+        "no-rows",
+        "A Parquet file of zero rows holds T = 0 and B = 0, with the schema's V (9.3).",
+        "arrow-batches",
+        {"hex": bins["parquet.no-rows"].hex()},
+        ok(mask([], cu=[0], vocab=10)),
+    )
+
+    # (9), (10) 3.6: both bounds given; negative bounds are never counted from the end.
+    for slug, bounds, why in (
+        ("slice-stop-omitted", {"start": 0}, "The stop bound omitted: the bounds are integers, E_SCHEMA, never T."),
+        ("slice-start-omitted", {"stop": 2}, "The start bound omitted: E_SCHEMA, never 0."),
+        ("slice-stop-null", {"start": 0, "stop": None}, "A null bound is no integer: E_SCHEMA."),
+    ):
+        bad_model.add(slug, why, "3.6", {"mask": four, **bounds}, err("E_SCHEMA"), op="slice")
+    for slug, start, stop, why in (
+        (
+            "slice-negative-start-valid-from-the-end",
+            -2,
+            4,
+            "M[-2:4] of 4 rows is E_RANGE: counted from the end it would be M[2:4], which is valid.",
+        ),
+        ("slice-negative-stop", 0, -1, "M[0:-1] is E_RANGE: counted from the end it would be M[0:3]."),
+    ):
+        bad_model.add(slug, why, "3.6", {"mask": four, "start": start, "stop": stop}, err("E_RANGE"), op="slice")
+    ops.add(
+        "slice-empty-between-segments",
+        "M[2:2] where segments [0, 2) and [2, 4) touch 2 and [2, 2) is empty at 2: only the empty one is kept.",
+        "3.6",
+        {"mask": four, "start": 2, "stop": 2},
+        ok(mask([], cu=[0, 0], vocab=10)),
+        op="slice",
+    )
+    ops.add(
+        "slice-empty-inside-a-segment",
+        "M[1:1] lies inside segment [0, 2), which shares no row with it: no segment, B = 0.",
+        "3.6",
+        {"mask": four, "start": 1, "stop": 1},
+        ok(mask([], cu=[0], vocab=10)),
+        op="slice",
+    )
+
+    # 3.6 take: k = 0 keeps V, companions (empty) and metadata.
+    full = model(
+        [[1], [2]],
+        cu_seqlens=[0, 1, 2],
+        vocab_size=10,
+        sampled_token_ids=[1, 2],
+        temperature=[1.0, 0.5],
+        support_logprobs=[[0.0], [0.0]],
+        metadata={"top_k": 4, "producer": "test"},
+    )
+    ops.add(
+        "take-no-segment-keeps-companions-and-metadata",
+        "take([]) keeps the mask's V, its companions (empty) and its metadata (3.6).",
+        "3.6",
+        {"mask": full, "segments": []},
+        ok(
+            mask(
+                [],
+                cu=[0],
+                vocab=10,
+                sampled_token_ids=[],
+                temperature=[],
+                support_logprobs=[],
+                metadata={"top_k": 4, "producer": "test"},
+            )
+        ),
+        op="take",
+    )
+
+    # (11) 9.3: a validity bitmap of a node with no null is never read; other buffers lie in the body.
+    pattern = np.array([0, 0, 0, 12], "<i8").tobytes()  # the outer list's validity (empty), its offsets
+    for form in ("arrow", "arrows"):
+        data = bins[f"{form}.issue-example"]
+        assert data.count(pattern) == 1, form
+        book.file(f"{form}/decode.json", form).add(
+            "unread-validity-bitmap-outside-body",
+            "The outer list (null count 0) names a validity bitmap of 256 bytes at offset 64 of a 48-byte "
+            "body: never read, so never checked (9.3); valid.",
+            "arrow-batches",
+            {"hex": data.replace(pattern, np.array([64, 256, 0, 12], "<i8").tobytes()).hex()},
+            ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        )
+        book.file(f"invalid/{form}.json", form).add(
+            "offsets-buffer-outside-body",
+            "The outer list's offsets buffer (12 bytes) at offset 2**20 of a 48-byte body: E_ENCODING (9.3).",
+            "arrow-batches",
+            {"hex": data.replace(pattern, np.array([0, 0, 1 << 20, 12], "<i8").tobytes()).hex()},
+            err("E_ENCODING"),
+        )
+
+    # 8.4: a footer whose blocks repeat or overlap; a stream without its end-of-stream marker.
+    two = bins["arrow.one-batch-per-segment"]
+    _, blocks = _ipc_blocks(two)
+    assert len(blocks) == 2 and blocks[1] == blocks[0] + 24, blocks
+    first, second = blocks
+    book.file("arrow/decode.json", "arrow").add(
+        "one-batch-per-segment",
+        "A file of two record batches, one per segment (two footer blocks): their concatenation (9.3).",
+        "arrow-batches",
+        {"hex": two.hex()},
+        ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+    )
+    bad_arrow = book.file("invalid/arrow.json", "arrow")
+    bad_arrow.add(
+        "footer-block-repeated",
+        "The footer names the first record batch twice (its second block a copy of the first): E_ENCODING (8.4).",
+        "8.4",
+        {"hex": (two[:second] + two[first : first + 24] + two[second + 24 :]).hex()},
+        err("E_ENCODING"),
+    )
+    offset = int(np.frombuffer(two[first : first + 8], "<i8")[0])
+    overlapping = np.frombuffer(two[second : second + 8], "<i8").copy()
+    overlapping[0] = offset + 8
+    bad_arrow.add(
+        "footer-blocks-overlap",
+        "The second footer block starts 8 bytes into the first batch's message: blocks overlap, E_ENCODING (8.4).",
+        "8.4",
+        {"hex": (two[:second] + overlapping.tobytes() + two[second + 8 :]).hex()},
+        err("E_ENCODING"),
+    )
+    end = bytes.fromhex("ffffffff00000000")
+    bad_arrows = book.file("invalid/arrows.json", "arrows")
+    for source, what in (("arrows.issue-example", "one batch"), ("arrows.one-batch-per-segment", "two batches")):
+        assert bins[source].endswith(end), source
+        bad_arrows.add(
+            f"no-end-of-stream-marker-after-{what.replace(' ', '-')}",
+            f"A stream of {what} cut exactly before its end-of-stream marker: incomplete, E_ENCODING (8.4), "
+            "not silently a complete mask.",
+            "8.4",
+            {"hex": bins[source][: -len(end)].hex()},
+            err("E_ENCODING"),
+        )
+
+    # 8.1: max_rows bounds T, never B (the reference's JSON reader bounded cu_seqlens by it).
+    segments_only = _doc(vocab_size=None, id_order="ascending", cu_seqlens=[0, 0, 0], rows=[])
+    book.file("json/decode.json", "json").add(
+        "empty-segments-under-max-rows-zero",
+        "T = 0 in B = 2 empty segments is within max_rows = 0: max_rows bounds T, not the length of cu_seqlens "
+        "(8.1; found by generated cases).",
+        "limits",
+        {"text": segments_only},
+        ok(mask([], cu=[0, 0, 0])),
+        limits={"max_rows": 0},
+    )
+    book.file("invalid/json.json", "json").add(
+        "segments-over-max-segments",
+        "B = 2 under max_segments = 1: E_LIMIT (8.1).",
+        "limits",
+        {"text": segments_only},
+        err("E_LIMIT"),
+        limits={"max_segments": 1},
+    )
+    book.file("model/validate.json", "model").add(
+        "empty-segments-under-max-rows-zero",
+        "T = 0 in B = 2 empty segments is within max_rows = 0 (8.1).",
+        "limits",
+        model([], cu_seqlens=[0, 0, 0]),
+        {"valid": True},
+        op="validate",
+        limits={"max_rows": 0},
+    )
+
+    # 8.4: a dense array of shape [T, 0] still produces T + 1 offsets.
+    rows = 100
+    zero_width = 8 * (rows + 1) + 8 * 2
+    book.file("invalid/dense.json", "dense").add(
+        "zero-width-rows-over-max-bytes",
+        f"A dense [{rows}, 0] array holds no byte but produces {rows + 1} offsets: {zero_width} bytes (8.1, "
+        f"8.4); max_bytes {zero_width - 1} is E_LIMIT.",
+        "8.4",
+        {"dense": arr([[]] * rows, "int32", shape=[rows, 0])},
+        err("E_LIMIT"),
+        limits={"max_bytes": zero_width - 1},
+    )
+    # 11.1: valid UTF-8 beyond ASCII is read as it is.
+    book.file("json/decode.json", "json").add(
+        "metadata-non-ascii-utf8",
+        "A metadata string of multi-byte UTF-8 (é, 語) is valid and read as written (11.1).",
+        "json-rules",
+        {"hex": '{"sampling_mask": 1, "rows": [[1]], "metadata": {"producer": "vllm-é-語"}}'.encode().hex()},
+        ok(mask([[1]], metadata={"producer": "vllm-é-語"})),
+    )
+
+    # 4, 5.1: a sampled id given as int64 is never wrapped to int32.
+    book.file("invalid/ragged.json", "ragged").add(
+        "sampled-id-int64-beyond-int32",
+        "sampled_token_ids int64 [2**32 + 5] for the row {5}: wrapped to int32 it would read 5; E_RANGE, or "
+        "E_DTYPE from a reader that takes int32 only (4).",
+        "companions",
+        {"ids": arr([5]), "offsets": arr([0, 1], "int64"), "sampled_token_ids": arr([2**32 + 5], "int64")},
+        err("E_RANGE", "E_DTYPE"),
+    )
+    book.file("invalid/json.json", "json").add(
+        "sampled-id-beyond-int32",
+        "A sampled id of 2**32 + 5 for the row {5}: outside int32, E_RANGE (11.1), never wrapped to 5.",
+        "json-rules",
+        {"text": _doc(rows=[[5]], sampled_token_ids=[2**32 + 5])},
+        err("E_RANGE"),
+    )
+
+
 BUILDERS: list[Callable[[Book], None]] = [
     dense_cases,
     packed_cases,
@@ -4255,6 +4692,7 @@ BUILDERS: list[Callable[[Book], None]] = [
     teeth_cases,
     v1_2_cases,
     v1_2_teeth_cases,
+    v1_3_cases,
 ]
 
 

@@ -6,7 +6,10 @@
 // stdout (conformance/README.md, "Runner protocol"). It decodes, validates and encodes two forms:
 //   - "json-rows": bare JSON nested lists (vLLM choices[i].sampling_mask, SGLang);
 //   - "ragged":    ids int32 [nnz] + offsets int64 [T+1] typed arrays, with cu_seqlens, vocab_size,
-//                  companions and metadata.
+//                  companions and metadata;
+// and the model operations of SPEC 3.6 (concatenate, slice, take) on model masks.
+// Requests are parsed with the same number-keeping tokenizer as json-rows, so a metadata value keeps
+// its kind: 4 is an integer and 4.0 a float (SPEC 5.2, 3.6), as the answers write them back.
 // It declares these conformance classes in answer to the runner's "describe" request (CLASSES
 // below), so only their cases run; anything else is answered {"unsupported": ...}.
 //
@@ -136,6 +139,27 @@ function floatVector(arr, field, size) {
   return arr.data.map(Math.fround);
 }
 
+// ------------------------------------------------------------------------------------ metadata values
+// A metadata number keeps its JSON spelling: 4 is an integer, 4.0 and 1e2 are floats (SPEC 11.2),
+// {"float": "NaN"} a non-finite float. Equality (SPEC 3.5) compares by value; the kind survives.
+class MetaNumber {
+  constructor(text, value, isFloat) { this.text = text; this.value = value; this.isFloat = isFloat; }
+  static fromToken(text) { return new MetaNumber(text, Number(text), /[.eE]/.test(text)); }
+}
+
+function metadataEqual(a, b) {
+  const ka = Object.keys(a), kb = Object.keys(b);
+  if (ka.length !== kb.length || !ka.every((k) => Object.prototype.hasOwnProperty.call(b, k))) return false;
+  return ka.every((k) => {
+    const x = a[k], y = b[k];
+    if (x instanceof MetaNumber || y instanceof MetaNumber) {
+      if (!(x instanceof MetaNumber && y instanceof MetaNumber)) return false;
+      return x.value === y.value || (Number.isNaN(x.value) && Number.isNaN(y.value));
+    }
+    return x === y;
+  });
+}
+
 // ------------------------------------------------------------------------------------ the model
 // A mask: {ids: Number[], offsets: Number[], cu: Number[], vocab: Number|null, companions: {}, metadata: {}}.
 function buildMask(ids, offsets, opts, limits) {
@@ -209,10 +233,12 @@ function checkMetadata(metadata) {
   if (typeof metadata !== "object" || Array.isArray(metadata)) reject("E_SCHEMA", "metadata must be an object", { field: "metadata" });
   for (const [key, value] of Object.entries(metadata)) {
     const field = `metadata.${key}`;
-    if (value !== null && !["string", "number", "boolean"].includes(typeof value)) reject("E_SCHEMA", "metadata values are scalars", { field });
+    const isNumber = value instanceof MetaNumber;
+    if (value !== null && !isNumber && !["string", "boolean"].includes(typeof value)) reject("E_SCHEMA", "metadata values are scalars", { field });
     const want = METADATA_TYPES[key];
     if (want !== undefined && value !== null) {
-      const good = want === "integer" ? Number.isInteger(value) : typeof value === want;
+      // An integer key takes integers only: 4.0 is a float (SPEC 5.2).
+      const good = want === "integer" ? isNumber && !value.isFloat : want === "number" ? isNumber : typeof value === want;
       if (!good) reject("E_SCHEMA", `metadata ${key} must be ${want}`, { field });
     }
   }
@@ -369,8 +395,10 @@ function parseJson(text) {
     i += m[0].length;
     return new NumberToken(m[0]);
   }
+  const STRING = /"(?:[^"\\\u0000-\u001f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"/y;
   function string() {
-    const m = /^"(?:[^"\\\u0000-\u001f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"/.exec(text.slice(i));
+    STRING.lastIndex = i;  // sticky: matches at i without copying the rest of the text
+    const m = STRING.exec(text);
     if (!m) fail("bad string");
     i += m[0].length;
     return JSON.parse(m[0]);
@@ -441,8 +469,122 @@ function maskFromModel(obj, limits) {
   return buildMask(ids, offsets, opts, limits);
 }
 
+// ------------------------------------------------------------------------------------ model operations
+// SPEC 3.6, on masks built from model masks (and checked by buildMask).
+const PER_ROW = ["sampled_token_ids", "sampled_logprobs", "temperature"];
+
+// The rows [a, b) of a mask and their companions, as plain arrays (no segments).
+function rowsOf(m, a, b) {
+  const ids = m.ids.slice(m.offsets[a], m.offsets[b]);
+  const offsets = [];
+  for (let t = a; t <= b; t++) offsets.push(m.offsets[t] - m.offsets[a]);
+  const companions = {};
+  for (const name of Object.keys(m.companions)) {
+    companions[name] = name === "support_logprobs" ? m.companions[name].slice(m.offsets[a], m.offsets[b]) : m.companions[name].slice(a, b);
+  }
+  return { ids, offsets, companions };
+}
+
+// Appends parts (each {ids, offsets, companions} of whole segments) with the given segment lengths.
+function assemble(parts, lengths, names, vocab, metadata, limits) {
+  const ids = [], offsets = [0], cu = [0], companions = {};
+  for (const name of names) companions[name] = [];
+  for (const part of parts) {
+    const base = ids.length;
+    ids.push(...part.ids);
+    for (let t = 1; t < part.offsets.length; t++) offsets.push(base + part.offsets[t]);
+    for (const name of names) companions[name].push(...part.companions[name]);
+  }
+  for (const n of lengths) cu.push(cu[cu.length - 1] + n);
+  return buildMask(ids, offsets, { cu, vocab, companions, metadata }, limits);
+}
+
+function concatenate(payload, limits) {
+  if (!payload || !Array.isArray(payload.masks)) reject("E_SCHEMA", "masks is a list of model masks", { field: "masks" });
+  const masks = payload.masks.map((m) => maskFromModel(m, limits));
+  if (masks.length === 0) reject("E_SCHEMA", "concatenating zero masks: nothing gives the result its V, companions or metadata");
+  const vocabs = new Set(masks.map((m) => m.vocab).filter((v) => v !== null));
+  if (vocabs.size > 1) reject("E_SCHEMA", "masks carry different vocab_size", { field: "vocab_size" });
+  const names = Object.keys(masks[0].companions).sort();
+  for (const m of masks) {
+    if (Object.keys(m.companions).sort().join() !== names.join()) reject("E_SCHEMA", "masks carry different companions");
+    if (!metadataEqual(masks[0].metadata, m.metadata)) reject("E_SCHEMA", "masks carry different metadata", { field: "metadata" });
+  }
+  const vocab = vocabs.size ? [...vocabs][0] : null;
+  const parts = [], lengths = [];
+  for (const m of masks) {
+    const numRows = m.offsets.length - 1;
+    parts.push(rowsOf(m, 0, numRows));
+    for (let b = 0; b + 1 < m.cu.length; b++) lengths.push(m.cu[b + 1] - m.cu[b]);
+  }
+  // The first mask's metadata, each value as it spells it (SPEC 3.6).
+  return assemble(parts, lengths, names, vocab, masks[0].metadata, limits);
+}
+
+function sliceRows(payload, limits) {
+  const m = maskFromModel(payload && payload.mask, limits);
+  const { start, stop } = payload;
+  // Both bounds are integers, given; never defaulted, clipped or counted from the end (SPEC 3.6).
+  if (!Number.isInteger(start) || !Number.isInteger(stop)) reject("E_SCHEMA", "start and stop are integers", { field: "start" });
+  const numRows = m.offsets.length - 1;
+  if (!(start >= 0 && start <= stop && stop <= numRows)) reject("E_RANGE", `0 <= start <= stop <= T = ${numRows}`, { field: "start" });
+  const lengths = [];
+  for (let b = 0; b + 1 < m.cu.length; b++) {
+    const s = m.cu[b], e = m.cu[b + 1];
+    if (s < e ? Math.max(s, start) < Math.min(e, stop) : start <= s && s <= stop) {
+      lengths.push(s < e ? Math.min(e, stop) - Math.max(s, start) : 0);
+    }
+  }
+  return assemble([rowsOf(m, start, stop)], lengths, Object.keys(m.companions), m.vocab, m.metadata, limits);
+}
+
+function take(payload, limits) {
+  const m = maskFromModel(payload && payload.mask, limits);
+  const segments = payload.segments;
+  if (!Array.isArray(segments) || !segments.every(Number.isInteger)) reject("E_SCHEMA", "segments is a list of integers", { field: "segments" });
+  const numSegments = m.cu.length - 1;
+  const parts = [], lengths = [];
+  for (const index of segments) {
+    if (index < -numSegments || index >= numSegments) reject("E_SEGMENTS", `segment ${index} of B = ${numSegments}`, { segment: index });
+    const b = index < 0 ? numSegments + index : index;
+    parts.push(rowsOf(m, m.cu[b], m.cu[b + 1]));
+    lengths.push(m.cu[b + 1] - m.cu[b]);
+  }
+  return assemble(parts, lengths, Object.keys(m.companions), m.vocab, m.metadata, limits);
+}
+
 // ------------------------------------------------------------------------------------ protocol
-const CLASSES = ["json-rows reader", "json-rows writer", "ragged reader", "ragged writer"];
+const CLASSES = ["json-rows reader", "json-rows writer", "ragged reader", "ragged writer", "model operations"];
+const OPERATIONS = { concatenate, slice: sliceRows, take };
+
+// A request as JSON values, numbers as JS numbers except metadata values (MetaNumber, kind kept).
+function plain(value, inMetadata) {
+  if (value instanceof NumberToken) return inMetadata ? MetaNumber.fromToken(value.text) : Number(value.text);
+  if (Array.isArray(value)) return value.map((v) => plain(v, false));
+  if (value !== null && typeof value === "object") {
+    if (inMetadata && Object.keys(value).length === 1 && typeof value.float === "string" && value.float in NON_FINITE) {
+      return new MetaNumber(null, NON_FINITE[value.float], true);
+    }
+    const out = {};
+    for (const [k, v] of Object.entries(value)) {
+      out[k] = k === "metadata" && v !== null && typeof v === "object" && !Array.isArray(v) && !(v instanceof NumberToken)
+        ? Object.fromEntries(Object.entries(v).map(([mk, mv]) => [mk, plain(mv, true)]))
+        : plain(v, false);
+    }
+    return out;
+  }
+  return value;
+}
+
+// JSON text of a response: a MetaNumber is written as it was read (4 or 4.0), a non-finite one as {"float": ...}.
+function render(response) {
+  const out = JSON.stringify(response, (key, value) => {
+    if (!(value instanceof MetaNumber)) return value;
+    if (!Number.isFinite(value.value)) return { float: Number.isNaN(value.value) ? "NaN" : value.value > 0 ? "Infinity" : "-Infinity" };
+    return `\u0001NUM:${value.text}\u0001`;
+  });
+  return out.replace(/"\\u0001NUM:([^"\\]*)\\u0001"/g, "$1");
+}
 
 function handle(request) {
   if (request.op === "describe") return { ok: { classes: CLASSES } };
@@ -450,6 +592,7 @@ function handle(request) {
   const { op, form } = request;
   const decoders = { "json-rows": decodeJsonRows, ragged: decodeRagged };
   try {
+    if (op in OPERATIONS && form === "model") return { ok: toModelJson(OPERATIONS[op](request.input, limits)) };
     if (!(form in decoders)) throw new Unsupported(`form ${form}`);
     if (op === "decode") return { ok: toModelJson(decoders[form](request.input, limits)) };
     if (op === "validate") { decoders[form](request.input, limits); return { ok: true }; }
@@ -471,10 +614,10 @@ rl.on("line", (line) => {
   if (!line.trim()) return;
   let response;
   try {
-    const request = JSON.parse(line);
+    const request = plain(parseJson(line), false);
     response = { id: request.id, ...handle(request) };
   } catch (e) {
     response = { error: `bad request: ${e.message}` };
   }
-  process.stdout.write(JSON.stringify(response) + "\n");
+  process.stdout.write(render(response) + "\n");
 });
