@@ -366,7 +366,9 @@ def _audit(
 
 def _caps(caps: Any) -> tuple[int, ...]:
     values = tuple(caps) if isinstance(caps, (list, tuple, np.ndarray)) else None
-    if values is None or not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c > 0 for c in values):
+    if values is None or not all(
+        isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c > 0 for c in values
+    ):
         raise SamplingMaskError(ErrorCode.E_RANGE, "caps must be a sequence of integers > 0", field="caps")
     return tuple(int(c) for c in values)
 
