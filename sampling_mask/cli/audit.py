@@ -174,12 +174,32 @@ def _report_lines(path: Path, summary: dict[str, Any], params: dict[str, Any], r
         )
     elif m["mean_support_part"] is not None:
         lines.append(f"support part of the log-prob mismatch (no rollout log-probs): {_fmt(m['mean_support_part'], 4)}")
+    classes = summary["row_classes"]
+    named = [f"{name} {classes[name]:,}" for name in _CLASS_HINTS if classes[name]]
+    if named:
+        lines.append("row classes: " + ", ".join(named))
+        lines.extend(f"  {name}: {_CLASS_HINTS[name]}" for name in _CLASS_HINTS if classes[name] and name != "equal")
     differ = [int(t) for t in (~report.equal & report.compared).nonzero()[0][:5]]
     if differ:
         missing, extra = report.missing, report.extra
         parts = [f"row {t}: missing {missing.row(t).tolist()[:6]} extra {extra.row(t).tolist()[:6]}" for t in differ]
         lines.append("first differing rows: " + "; ".join(parts))
     return lines
+
+
+#: What each named row class means (``sampling_mask.reference_scorer.ROW_CLASSES``), in print order.
+_CLASS_HINTS = {
+    "equal": "",
+    "vllm_triton_top_p_drop": "the recorded support is the rule's minus its least likely id: vLLM's Triton top-p "
+    "kernel (_topk_topp_kernel) drops it when top-p should keep every id min-p left (--rule vllm-triton "
+    "reproduces it); replay over these rows is exact",
+    "sampled_forced_in": "the sampled id was forced into a full row in place of its least likely id (SkyRL's "
+    "_sample_support_from_flat_logprobs repair, NovaSky-AI/SkyRL #2237)",
+    "cut_at_cap": "the recorded support is a strict subset of the rule's, its size at a cap (--caps)",
+    "empty_over_cap": "an empty recorded row whose recomputed support is wider than the smallest cap (prime-rl "
+    "and verifiers record count 0 above 512)",
+    "other": "differences no named engine behaviour explains",
+}
 
 
 def plot_panels(report: Any) -> list[tuple[str, Any]]:
@@ -223,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ..reference_scorer import audit
+    from ..reference_scorer.support_audit import DEFAULT_CAPS
 
     mask = read_all(open_input(args))
     logits = read_logits(Path(args.logits), args.logits_key)
@@ -230,7 +251,8 @@ def run(args: argparse.Namespace) -> int:
     sampled = None if args.sampled is None else read_sampled(Path(args.sampled))
     vocab = int(logits.shape[1])  # read_logits gives [T, V]
     _check_width(mask, vocab, args.logits)
-    report = audit(mask, logits, rule=args.rule, sampled=sampled, chunk_rows=args.chunk_rows, **params)
+    caps = DEFAULT_CAPS if args.caps is None else tuple(args.caps)
+    report = audit(mask, logits, rule=args.rule, sampled=sampled, chunk_rows=args.chunk_rows, caps=caps, **params)
     summary = report.summary()
     used, source = _temperature_used(args, mask, params)
     parameters = {**params, "temperature": used, "temperature_source": source}
@@ -262,7 +284,19 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--logits", required=True, metavar="FILE", help="raw logits [T, V]: .npy or .safetensors")
     p.add_argument("--logits-key", metavar="NAME", help="the tensor's name in a .safetensors file (default: logits)")
     p.add_argument("--format", help=FORMAT_HELP)
-    p.add_argument("--rule", choices=("vllm", "sglang", "hf"), default="vllm", help="whose sampler (default vllm)")
+    p.add_argument(
+        "--rule",
+        choices=("vllm", "vllm-triton", "sglang", "hf"),
+        default="vllm",
+        help="whose sampler (default vllm: its PyTorch path; vllm-triton: where Triton runs, e.g. GPUs)",
+    )
+    p.add_argument(
+        "--caps",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="support widths at which the engine cuts or drops rows (default 512 2048 4096)",
+    )
     p.add_argument("--temperature", type=float, help="default: the mask's temperature companion / metadata, else 1")
     p.add_argument("--top-k", dest="top_k", type=int, help="default: the mask's metadata (off: -1 or 0)")
     p.add_argument("--top-p", dest="top_p", type=float, help="default: the mask's metadata (off: 1)")

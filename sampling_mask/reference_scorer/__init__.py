@@ -69,12 +69,13 @@ from .scoring import (
     masked_support_logprobs,
 )
 from .support import RULES, support_from_logits
-from .support_audit import SupportAudit, audit, audit_from_hidden
+from .support_audit import ROW_CLASSES, SupportAudit, audit, audit_from_hidden
 
 __all__ = [
     "EMPTY_ROW_POLICIES",
     "MISSING_TARGET_POLICIES",
     "MaskedScores",
+    "ROW_CLASSES",
     "RULES",
     "ReplayDiagnostics",
     "SupportAudit",

