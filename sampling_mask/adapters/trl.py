@@ -585,9 +585,17 @@ def replay_trainer(base: type | None = None) -> type:
             target = self.accelerator.unwrap_model(self.model_wrapped)
             original = target.generate
             eos = list(self.eos_token_ids)
+            named_at_init = self.processors_not_replayed
 
             def generate(*g_args: Any, **g_kwargs: Any) -> Any:
                 recorder = SamplingMaskRecorder(g_kwargs.get("generation_config"), model=target)
+                unexpected = set(hf_processors_not_replayed(recorder.generation_config)) - set(named_at_init)
+                if unexpected:  # generate() got processors the construction check did not see: never silent
+                    raise SamplingMaskError(
+                        ErrorCode.E_SCHEMA,
+                        "generate() runs processors replay cannot reproduce: " + ", ".join(sorted(unexpected)),
+                        field="processors_not_replayed",
+                    )
                 processors = list(g_kwargs.pop("logits_processor", None) or [])
                 out = original(*g_args, logits_processor=[*processors, recorder], **g_kwargs)
                 self._replay_generated.append(recorder.mask(out, eos_token_id=eos))
@@ -605,12 +613,6 @@ def replay_trainer(base: type | None = None) -> type:
                 raise SamplingMaskError(ErrorCode.E_SCHEMA, "no sampling mask was captured", field=MASK_KEY)
             mask = self._replay_generated[-1]
             _check_capture(mask, completion_ids)
-            if mask.metadata.get("processors_not_replayed") and not self.processors_not_replayed:
-                raise SamplingMaskError(  # the construction check and the recorder disagree: never silent
-                    ErrorCode.E_SCHEMA,
-                    f"generate() ran processors replay cannot reproduce: {mask.metadata['processors_not_replayed']}",
-                    field="processors_not_replayed",
-                )
             if logprobs is None:
                 logprobs = _float_lists(mask)
             return completion_ids, logprobs
