@@ -397,6 +397,35 @@ def test_grpo_continuous_batching_is_refused_before_generation(tmp_path) -> None
     assert not trainer.replay_enabled
 
 
+def test_grpo_a_mask_is_never_dropped_silently(tmp_path) -> None:
+    """A mask that is active but does not fit, belongs to no replayed model, or is not consumed by the
+    replay forward raises instead of leaving TRL's full-vocabulary scores in place."""
+    trainer = _grpo(tmp_path, steps=1, top_p=0.9)
+    mask = SamplingMask.from_rows([[3, 4], [5]], cu_seqlens=[0, 1, 2], sampled_token_ids=[3, 5])
+    parts = trl_adapter.completion_masks(mask)
+    input_ids = torch.tensor([[6, 7, 3], [6, 7, 5]])
+    attention = torch.ones_like(input_ids)
+    score = trainer._get_per_token_logps_and_entropies
+    trainer._replay_current = parts[:1]
+    with pytest.raises(SamplingMaskError) as err:  # one mask for two completions
+        score(trainer.model, input_ids, attention, 1)
+    assert err.value.code is ErrorCode.E_SHAPE and err.value.field == trl_adapter.MASK_KEY
+    trainer._replay_current = parts
+    with pytest.raises(SamplingMaskError) as err:  # a model whose forward does not replay
+        score(_model(503), input_ids, attention, 1)
+    assert err.value.field == "model"
+    logps, _, _ = score(trainer.model, input_ids, attention, 1)  # the replayed rows, renormalized
+    assert float(logps[1, 0]) == 0.0 and float(logps[0, 0]) < 0.0  # row {5} holds one id: log-prob 0
+    trainer._replay_state.take = lambda rows: None  # as if the forward were replaced after construction
+    with pytest.raises(SamplingMaskError) as err:
+        score(trainer.model, input_ids, attention, 1)
+    assert err.value.field == "model" and "scored 0 of 2" in err.value.message
+    plain = _grpo(tmp_path, steps=1)  # nothing truncates: a mask in the inputs is an error, not ignored
+    with pytest.raises(SamplingMaskError) as err:
+        plain._compute_loss(plain.model, {trl_adapter.MASK_KEY: parts})
+    assert err.value.field == trl_adapter.MASK_KEY
+
+
 class _ColocatedEngine:
     """Stands in for TRL's ``VLLMGeneration`` in colocate mode: ``llm.generate`` returns the fixture's
     ``RequestOutput``s (vLLM 0.32's own classes where they import) and ``generate`` returns what

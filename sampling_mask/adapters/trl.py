@@ -543,11 +543,12 @@ def replay_trainer(base: type | None = None) -> type:
                 return
             self._refuse_uncovered(config)
             _install_replay_forward(policy, self._replay_state, float(self.temperature))
-            self._replay_models = [self.model]
+            # the models whose forward replays, as TRL passes them unwrapped (DDP / DeepSpeed wrap them)
+            self._replay_models = [self.accelerator.unwrap_model(self.model)]
             if self.ref_model is not None:
                 ref = self.accelerator.unwrap_model(self.ref_model)
                 _install_replay_forward(ref, self._replay_state, float(self.temperature))
-                self._replay_models.append(self.ref_model)
+                self._replay_models.append(ref)
             if self.use_vllm:
                 self.vllm_generation.top_k = self.replay_vllm_top_k  # vLLM needs top_k > 0 for masks
                 self._wrap_vllm()
@@ -704,7 +705,8 @@ def replay_trainer(base: type | None = None) -> type:
                     f"inputs[{MASK_KEY!r}] must be a list of {rows} completion masks",
                     field=MASK_KEY,
                 )
-            if not any(model is m for m in self._replay_models):
+            scored = self.accelerator.unwrap_model(model)
+            if not any(scored is m for m in self._replay_models):
                 raise SamplingMaskError(
                     ErrorCode.E_SCHEMA, "a mask is active but the model scored is not the policy or the reference",
                     field="model",
