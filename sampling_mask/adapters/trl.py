@@ -71,7 +71,7 @@ import functools
 import logging
 import types
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Sized
 from typing import Any
 
 import numpy as np
@@ -102,10 +102,12 @@ def masks_from_request_outputs(outputs: Sequence[Any], *, vocab_size: int | None
     all_outputs for output in outputs.outputs``). A null ``sampling_mask`` is ``E_SCHEMA``, except on
     a completion without tokens (an aborted request): its segment is empty, as its completion."""
     masks = []
-    for r, request in enumerate(outputs):
-        for c, output in enumerate(get_field(request, "outputs", where=f"outputs[{r}]")):
+    for r, request in enumerate(_sequence(outputs, "outputs")):
+        completions = _sequence(get_field(request, "outputs", where=f"outputs[{r}]"), f"outputs[{r}].outputs")
+        for c, output in enumerate(completions):
             token_ids = get_field(output, "token_ids", None)
-            if get_field(output, "sampling_mask", None) is None and token_ids is not None and len(token_ids) == 0:
+            empty_ids = isinstance(token_ids, Sized) and not isinstance(token_ids, (str, bytes)) and len(token_ids) == 0
+            if get_field(output, "sampling_mask", None) is None and empty_ids:
                 empty = np.zeros(0, np.int32)
                 masks.append(
                     SamplingMask(
@@ -122,6 +124,15 @@ def masks_from_request_outputs(outputs: Sequence[Any], *, vocab_size: int | None
             assert mask is not None  # on_missing="raise"
             masks.append(mask)
     return _segments(masks)
+
+
+def _sequence(value: Any, field: str) -> Sequence[Any]:
+    """``value`` if it is a sequence (not text), else ``E_SCHEMA`` naming ``field``."""
+    if not isinstance(value, Sequence) or isinstance(value, (str, bytes, bytearray)):
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, f"expected a sequence, got {type(value).__name__}", field=field, value=repr(value)[:80]
+        )
+    return value
 
 
 def _json_list(value: Any, field: str, segment: int | None = None) -> list[Any] | tuple[Any, ...]:
