@@ -500,3 +500,32 @@ def test_the_top_k_sent_to_vllm() -> None:
     assert trl_adapter.vllm_top_k({"top_k": 0, "min_p": 0.05}) == 512
     assert trl_adapter.vllm_top_k(SimpleNamespace(top_k=0, top_p=1.0, min_p=None, temperature=0.7)) is None
     assert trl_adapter.vllm_top_k(None) is None  # TRL's defaults truncate nothing: no mask requested
+
+
+def test_the_settings_vllm_would_not_replay_are_named() -> None:
+    """TRL sends its sampling fields, then generation_kwargs over them: value-changing ones and unknown
+    ones are named; masking ones (bad words, structured outputs, ...) and neutral values are not."""
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(
+        temperature=1.0,
+        top_k=0,
+        top_p=0.9,
+        min_p=None,
+        repetition_penalty=1.3,
+        generation_kwargs={"presence_penalty": 0.5, "bad_words": ["w1"], "min_tokens": 2, "seed": 3, "foo": 1},
+    )
+    named = trl_adapter.vllm_processors_not_replayed(config)
+    assert named == ["repetition_penalty=1.3", "presence_penalty=0.5", "foo=1"]
+    config.repetition_penalty, config.generation_kwargs = 1.0, {"temperature": 0.5, "frequency_penalty": 0.0}
+    assert trl_adapter.vllm_processors_not_replayed(config)[0].startswith("temperature=0.5")
+    assert trl_adapter.vllm_processors_not_replayed(SimpleNamespace(top_p=0.9, generation_kwargs=None)) == []
+    with pytest.raises(SamplingMaskError) as err:
+        trl_adapter.vllm_processors_not_replayed(SimpleNamespace(generation_kwargs=[1]))
+    assert err.value.field == "generation_kwargs"
+
+
+def test_grpo_a_sampling_temperature_the_trainer_does_not_score_at_is_refused(tmp_path) -> None:
+    with pytest.raises(SamplingMaskError) as err:
+        _grpo(tmp_path, top_p=0.9, temperature=1.0, generation_kwargs={"temperature": 0.5})
+    assert err.value.field == "temperature" and "scores at temperature=1.0" in err.value.message

@@ -41,7 +41,8 @@ change a user makes) fixes that:
   instead of ``entropy`` (which keeps TRL's meaning, full vocabulary, whenever replay is off).
 - **Processors.** Settings that change logit values the trainer does not see
   (``repetition_penalty``, ``sequence_bias``, ``guidance_scale``, vLLM's penalties / ``logit_bias`` /
-  custom processors, greedy decoding; :func:`hf_processors_not_replayed`,
+  custom processors, greedy decoding, a ``generation_kwargs`` temperature other than the one TRL
+  scores at; :func:`hf_processors_not_replayed`,
   :func:`vllm_processors_not_replayed`) are refused at construction (``E_SCHEMA``, ``field`` the
   first one), or, with ``allow_processors_not_replayed=True``, named in a ``UserWarning`` and the
   log, kept in ``processors_not_replayed`` and counted per batch as
@@ -415,7 +416,7 @@ def vllm_processors_not_replayed(config: Any) -> list[str]:
     not see (penalties, ``logit_bias``, custom ``logits_processors``) or that this adapter does not
     know; settings that only mask ids (``bad_words``, ``allowed_token_ids``, ``min_tokens``,
     structured outputs) are replayed exactly, since the recorded support carries them."""
-    named = []
+    named = _temperature_mismatch(_vllm_sampling(config).get("temperature"), _config_value(config, "temperature", 1.0))
     for name, value in _vllm_sampling(config).items():
         if name in _VLLM_NEUTRAL:
             if value is not None and value != _VLLM_NEUTRAL[name]:
@@ -423,6 +424,13 @@ def vllm_processors_not_replayed(config: Any) -> list[str]:
         elif name not in _VLLM_REPLAYED and value not in (None, {}, [], ()):
             named.append(f"{name}={value!r}")
     return named
+
+
+def _temperature_mismatch(sampled: Any, scored: Any) -> list[str]:
+    """``generation_kwargs`` may override the temperature TRL samples at, not the one it scores at."""
+    if sampled is None or scored is None or float(sampled) == float(scored):
+        return []
+    return [f"temperature={sampled!r} (generation_kwargs; the trainer scores at temperature={scored!r})"]
 
 
 def hf_processors_not_replayed(generation_config: Any) -> list[str]:
@@ -525,6 +533,8 @@ def replay_trainer(base: type | None = None) -> type:
             else:
                 resolved = resolve_generation_config(self.generation_config, model=policy)
                 named = hf_processors_not_replayed(resolved)
+                if resolved.do_sample:
+                    named += _temperature_mismatch(resolved.temperature, self.temperature)
                 settings = sampler_settings(resolved, resolve=False)
                 truncates = (
                     bool(resolved.do_sample)
