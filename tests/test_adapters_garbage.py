@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sampling_mask import SamplingMask, SamplingMaskError
-from sampling_mask.adapters import miles, nemo_rl, prime_rl, sglang, skyrl, slime, vllm
+from sampling_mask.adapters import miles, nemo_rl, prime_rl, sglang, skyrl, slime, trl, vllm
 
 _scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=True), st.text(max_size=6)
@@ -35,6 +35,8 @@ READERS = [
         _with_keys(["token_ids", "counts", "packed_mask", "vocab_size", "rows_per_request", "num_sampled_tokens"]),
     ),
     (vllm.from_flat_logprobs, _with_keys(["start_indices", "end_indices", "token_ids", "logprobs", "ranks"])),
+    (trl.masks_from_server_response, _with_keys(["sampling_mask", "completion_ids"])),
+    (lambda d: trl.masks_from_request_outputs([d]), _with_keys(["outputs"])),
     (
         sglang.from_meta_info,
         _with_keys(
