@@ -252,7 +252,7 @@ SERVER = textwrap.dedent(
             pass
 
     server = HTTPServer(("127.0.0.1", 0), Handler)  # loopback only
-    server.timeout = 30  # handle_request gives up rather than hang
+    server.timeout = 300  # handle_request gives up rather than hang (far beyond the work, on any machine)
     print(server.server_address[1], flush=True)
     for _ in range(2):
         server.handle_request()
@@ -264,7 +264,6 @@ SERVER = textwrap.dedent(
 
 
 def test_a_stdlib_http_server_encodes_with_the_copy_and_the_library_decodes(tmp_path: Path) -> None:
-    pytest.importorskip("msgpack")
     (tmp_path / "acme").mkdir()
     (tmp_path / "acme" / "__init__.py").write_text("")
     assert vendor(tmp_path / "acme" / "sm", "acme.sm", "--codecs", "msgpack,json") == 0
@@ -276,10 +275,10 @@ def test_a_stdlib_http_server_encodes_with_the_copy_and_the_library_decodes(tmp_
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
         bodies = {
-            fmt: urllib.request.urlopen(f"http://127.0.0.1:{port}/{fmt}", timeout=30).read()
+            fmt: urllib.request.urlopen(f"http://127.0.0.1:{port}/{fmt}", timeout=300).read()
             for fmt in ("msgpack", "json")
         }
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
     assert proc.returncode == 0 and "served" in out, err
