@@ -14,6 +14,10 @@ byte, and the goldens written with it stay valid.
 A value it cannot write (an integer out of range, a string that is not valid Unicode, a ``bin`` or
 string of 4 GiB or more, another type, containers nested deeper than :data:`MAX_DEPTH`) is
 ``E_RANGE`` (``E_LIMIT`` for the 4 GiB), naming ``field``; msgpack-python refuses the same values.
+(msgpack-python's own ``ExtType`` and ``Timestamp`` objects are not values here: no ``ext`` is written.)
+Lists and dicts of scalars (an ARRAY's shape, the metadata) take a one-pass path; deeper values an
+iterative one, so no nesting can exhaust the Python stack. Tested against msgpack-python itself:
+``tests/test_msgpack_writer.py``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ Wire format (spec/v1/SPEC.md, section ``msgpack``)::
                                                 # "pad" (optional): 0-63 zero bytes that put "data"
                                                 # at a multiple of 64 from the envelope's start
 
-The encoder writes the version key first (that is how :func:`sampling_mask.decode` recognises the
+The envelope is written by :mod:`._msgpack_writer` and read by :mod:`._msgpack_reader`, both the
+library's own code (numpy only: no ``msgpack`` package; the bytes are msgpack-python's, byte for
+byte). The encoder writes the version key first (that is how :func:`sampling_mask.decode` recognises the
 envelope), pads every ARRAY of :data:`PAD_FROM` bytes or more (an envelope in an aligned buffer,
 such as a ``bytes`` object, then decodes to aligned arrays; a 1.0 reader ignores ``pad`` as an
 unknown key) and, by default, writes ``offsets`` (int32 when they fit, else int64), which every
