@@ -3,7 +3,8 @@
     python fuzz/run.py --list
     python fuzz/run.py TARGET --seconds 60 [--corpus DIR] [--rss-limit-mb 2048] [-- LIBFUZZER_FLAGS...]
     python fuzz/run.py TARGET --seconds 60 --untrusted   # under Limits.for_untrusted_input, memory asserted
-    python fuzz/run.py TARGET --seconds 60 --both        # every input as is, then --untrusted (the smoke test)
+    python fuzz/run.py TARGET --seconds 60 --both        # every input as is, then --untrusted
+    python fuzz/run.py TARGET --runs 2000 --both         # exactly 2000 inputs, however long (the smoke test)
     python fuzz/run.py TARGET --replay FILE...          # run inputs once, no fuzzing (no atheris needed)
     python fuzz/run.py --seeds DIR [TARGET...]           # write seed corpora to DIR/<target>/
     python fuzz/run.py --add-regression TARGET FILE...   # copy inputs into fuzz/regressions/<target>/
@@ -11,7 +12,9 @@
 Fuzzing needs ``atheris``. Only ``sampling_mask`` is instrumented for coverage. The corpus starts
 with :func:`targets.seeds` (written into ``--corpus`` when it is empty, else a temporary folder).
 Crash / timeout / OOM inputs go to ``--artifacts`` (default: a temporary folder, printed at the end).
-Exit status: 0 when the time ran out without a finding, non-zero otherwise.
+Fuzzing stops after ``--seconds`` (default 60) or, with ``--runs N``, after exactly N inputs
+(libFuzzer's ``-runs``; no time limit unless ``--seconds`` is given too). Exit status: 0 when the
+time or the count ran out without a finding, non-zero otherwise.
 """
 
 from __future__ import annotations
@@ -108,28 +111,35 @@ def fuzz(name: str, args: argparse.Namespace, extra: list[str]) -> int:
         return 2
     run_one = targets.run_one  # type: ignore[attr-defined]
 
-    # The time limit is kept here rather than by libFuzzer: libFuzzer ends with exit(), whose C++
-    # static destructors (pyarrow's thread pools) can hang past its own timeout alarm. os._exit skips them.
-    # The clock starts at the first input: start-up (instrumentation, loading the corpus) on a busy
-    # machine must not eat the fuzzing time.
+    # The time and count limits are kept here rather than by libFuzzer: libFuzzer ends with exit(),
+    # whose C++ static destructors (pyarrow's thread pools) can hang past its own timeout alarm.
+    # os._exit skips them. The clock starts at the first input: start-up (instrumentation, loading
+    # the corpus) on a busy machine must not eat the fuzzing time. With --runs the N-th input ends
+    # the process (libFuzzer's own -runs=N, a backstop, is never reached first).
+    seconds = args.seconds if args.seconds is not None else (None if args.runs is not None else 60)
     deadline = float("inf")
     executed = untrusted = 0
 
+    def finish() -> None:
+        print(f"Done {executed} runs", file=sys.stderr)
+        print(f"untrusted-preset executions: {untrusted}", file=sys.stderr)
+        print(f"stat::number_of_executed_units: {executed}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(0)
+
     def test_one_input(data: bytes) -> None:
         nonlocal executed, untrusted, deadline
-        if not executed:
-            deadline = time.monotonic() + args.seconds
+        if not executed and seconds is not None:
+            deadline = time.monotonic() + seconds
         if time.monotonic() > deadline:
-            print(f"Done {executed} runs in {args.seconds} second(s)", file=sys.stderr)
-            print(f"untrusted-preset executions: {untrusted}", file=sys.stderr)
-            print(f"stat::number_of_executed_units: {executed}", file=sys.stderr, flush=True)
-            sys.stdout.flush()
-            os._exit(0)
+            finish()
         executed += 1
         run_one(name, data, untrusted=args.untrusted)
         if args.both:
             run_one(name, data, untrusted=True)
         untrusted += args.untrusted or args.both
+        if executed == args.runs:
+            finish()
 
     # libFuzzer ends the process with exit(): nothing runs afterwards, so scratch files go inside
     # the artifacts folder when one is given (the caller cleans it), else in a printed temp folder.
@@ -151,7 +161,7 @@ def fuzz(name: str, args: argparse.Namespace, extra: list[str]) -> int:
     artifacts = Path(args.artifacts) if args.artifacts else scratch / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
     flags = [
-        f"-max_total_time={args.seconds + 60}",  # a backstop; see test_one_input
+        *([f"-max_total_time={seconds + 60}"] if seconds is not None else []),  # a backstop; see test_one_input
         f"-rss_limit_mb={args.rss_limit_mb}",
         f"-timeout={args.timeout}",
         f"-artifact_prefix={artifacts}{os.sep}",
@@ -175,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("target", nargs="*")
     parser.add_argument("--list", action="store_true", help="print the target names")
-    parser.add_argument("--seconds", type=int, default=60, help="fuzzing time in seconds")
-    parser.add_argument("--runs", type=int, default=None, help="stop after this many inputs (libFuzzer -runs)")
+    parser.add_argument("--seconds", type=int, default=None, help="fuzzing time in seconds (default 60 without --runs)")
+    parser.add_argument("--runs", type=int, default=None, help="stop after exactly this many inputs (libFuzzer -runs)")
     parser.add_argument("--rss-limit-mb", type=int, default=2048, help="memory blow-up threshold")
     parser.add_argument("--timeout", type=int, default=10, help="seconds one input may take")
     parser.add_argument(
@@ -213,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("name exactly one target (see --list)")
     if args.both and args.untrusted:
         parser.error("--both already runs every input with --untrusted too")
+    if args.runs is not None and args.runs < 1:
+        parser.error("--runs must be at least 1")
     if args.replay:
         return replay(args.target[0], args.replay, untrusted=args.untrusted, both=args.both)
     return fuzz(args.target[0], args, extra)

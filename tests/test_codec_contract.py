@@ -151,33 +151,31 @@ def test_json_honours_validate_false_and_still_checks_the_structure() -> None:
 
 
 # ---------------------------------------------------------------------------- missing packages
-@pytest.mark.parametrize(
-    ("package", "extra", "fmt"), [("msgpack", "msgpack", "msgpack"), ("pyarrow", "arrow", "parquet")]
-)
-def test_a_missing_package_is_unavailable_naming_the_extra(
-    monkeypatch: pytest.MonkeyPatch, package: str, extra: str, fmt: str
-) -> None:
-    pytest.importorskip(package)
-    data = sm.encode(_mask(), fmt)
-    monkeypatch.setitem(sys.modules, package, None)  # import of it now fails
+def test_a_missing_package_is_unavailable_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("pyarrow")
+    data = sm.encode(_mask(), "parquet")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import of it now fails
     with pytest.raises(UnavailableError) as info:
-        sm.encode(_mask(), fmt)
+        sm.encode(_mask(), "parquet")
     err = info.value
-    assert err.code == "E_UNAVAILABLE" and err.name == package and err.extra == extra
-    assert f"pip install 'sampling-mask[{extra}]'" in str(err) and isinstance(err, ModuleNotFoundError)
-    if package == "msgpack":
-        assert sm.decode(data) == _mask()  # reading needs only our own reader
+    assert err.code == "E_UNAVAILABLE" and err.name == "pyarrow" and err.extra == "arrow"
+    assert "pip install 'sampling-mask[arrow]'" in str(err) and isinstance(err, ModuleNotFoundError)
+    with pytest.raises(UnavailableError, match=r"sampling-mask\[arrow\]"):
+        sm.decode(data)
+    module = importlib.import_module("sampling_mask.codecs.arrow")
+    for call in (lambda: module.encode(_mask()), lambda: module.decode(data)):  # the codec module, called directly
         with pytest.raises(UnavailableError):
-            sm.codecs.encode_frames(_mask())
-    else:
-        with pytest.raises(UnavailableError, match=r"sampling-mask\[arrow\]"):
-            sm.decode(data)
-    module = importlib.import_module(f"sampling_mask.codecs.{package.removeprefix('py')}")
-    with pytest.raises(UnavailableError):  # the codec module itself, called directly
-        module.encode(_mask())
-    if package == "pyarrow":
-        with pytest.raises(UnavailableError):
-            module.decode(data)
+            call()
+
+
+def test_msgpack_needs_no_msgpack_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The envelope is written by our own writer and read by our own reader (issue 37); a fresh
+    interpreter with ``import msgpack`` refused: tests/test_msgpack_writer.py."""
+    data = sm.encode(_mask(), "msgpack")
+    monkeypatch.setitem(sys.modules, "msgpack", None)  # import of it now fails
+    assert _registry.CODECS["msgpack"].packages == ()
+    assert sm.encode(_mask(), "msgpack") == data and sm.decode(data) == _mask()
+    assert b"".join(bytes(f) for f in sm.codecs.encode_frames(_mask(), offsets_dtype=None)) == data
 
 
 def test_the_command_line_reports_a_missing_package_in_one_line(
@@ -187,11 +185,12 @@ def test_the_command_line_reports_a_missing_package_in_one_line(
 
     src = Path(str(tmp_path)) / "m.json"
     sm.save(_mask(), src)
-    monkeypatch.setitem(sys.modules, "msgpack", None)
-    assert main(["convert", str(src), str(Path(str(tmp_path)) / "m.msgpack")]) == 2
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    assert main(["convert", str(src), str(Path(str(tmp_path)) / "m.parquet")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("sampling-mask: error: E_UNAVAILABLE: ") and "sampling-mask[msgpack]" in err
+    assert err.startswith("sampling-mask: error: E_UNAVAILABLE: ") and "sampling-mask[arrow]" in err
     assert err.count("\n") == 1
+    assert main(["convert", str(src), str(Path(str(tmp_path)) / "m.msgpack")]) == 0  # msgpack needs no package
 
 
 def test_torch_for_the_scorer_is_unavailable_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

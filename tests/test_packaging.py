@@ -34,7 +34,7 @@ def test_import_loads_no_heavy_dependency() -> None:
         "m.to_dense(); m.to_bitmask(); m.canonical()\n"
         f"print(sorted({set(HEAVY)!r} & set(sys.modules)))\n"
     )
-    result = _run("-c", code, timeout=60)
+    result = _run("-c", code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
@@ -81,7 +81,7 @@ def test_readme_quickstart_runs() -> None:
     section = readme.split("<!-- section: quickstart -->", 1)[1].split("<!-- section:", 1)[0]
     block = re.search(r"```python\n(.*?)```", section, flags=re.S)
     assert block is not None, "the quickstart has no python block"
-    result = _run("-c", block.group(1), timeout=60)
+    result = _run("-c", block.group(1))
     assert result.returncode == 0, result.stderr
     assert "E_PADDING 0" in result.stdout
 

@@ -8,7 +8,7 @@ DEST becomes the package NAME (NAME's last part must be DEST's folder name)::
     DEST/codecs/          the chosen codec modules and the helpers they import (relative imports only)
     DEST/LICENSE          Apache-2.0
     DEST/README.md        source, version, contents, how to update
-    DEST/VENDORED.json    the manifest: version, package, codecs, sha256 of every file written
+    DEST/VENDORED.json    the manifest: version, package, codecs, what each needs, sha256 of every file written
 
 Every copied file's first line names the release and the file it came from. Running the command again
 updates the copy: it rewrites the files of the manifest and removes those no longer chosen. A file
@@ -59,6 +59,16 @@ def vendorable_files(codecs: tuple[str, ...] = tuple(CODECS)) -> list[str]:
     core = sorted(f"core/{p.name}" for p in (_PACKAGE / "core").glob("*.py"))
     modules = sorted({f"codecs/{m}" for codec in codecs for m in CODECS[codec].files})
     return core + modules
+
+
+def needs(codecs: tuple[str, ...]) -> dict[str, list[str]]:
+    """What the core and each of ``codecs`` import beyond the standard library (pip package names):
+    numpy, and the codec's own packages (none for json and msgpack)."""
+    return {"core": ["numpy"], **{c: ["numpy", *CODECS[c].packages] for c in codecs}}
+
+
+def _needs_text(packages: list[str]) -> str:
+    return "numpy only" if packages == ["numpy"] else ", ".join(packages)
 
 
 def _sha256(data: bytes) -> str:
@@ -226,9 +236,13 @@ def _readme(name: str, version: str, codecs: tuple[str, ...]) -> str:
         f"A copy of the core of sampling-mask {version} (Apache-2.0, see LICENSE), made by `sampling-mask vendor`:",
         "`core/` is `sampling_mask/core/`"
         + (f"; `codecs/` holds the {', '.join(codecs)} codec{'s' if len(codecs) > 1 else ''}." if codecs else "."),
-        "It imports only the standard library and numpy"
-        + "".join(f", and {dep} for {c} encoding" for c in codecs for dep in CODECS[c].packages)
-        + ".",
+        "",
+        "What it imports beyond the standard library (also in VENDORED.json, `needs`):",
+        "",
+        *(
+            f"- {'core' if part == 'core' else f'codec {part}'}: {_needs_text(deps)}"
+            for part, deps in needs(codecs).items()
+        ),
         "",
         f"    from {name} import SamplingMask, SamplingMaskError",
         *([f"    from {name} import decode, encode  # formats: {', '.join(_formats(codecs))}"] if codecs else []),
@@ -277,6 +291,7 @@ def vendor(dest: Path, package: str, codecs: tuple[str, ...], *, force: bool = F
         "version": __version__,
         "package": package,
         "codecs": list(codecs),
+        "needs": needs(codecs),
         "files": {rel: _sha256(data) for rel, data in sorted(contents.items())},
     }
     contents[MANIFEST] = (json.dumps(manifest, indent=2) + "\n").encode()  # written last
@@ -311,13 +326,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         from .. import __version__
 
-        deps = sorted({dep for c in codecs for dep in CODECS[c].packages})
+        deps = sorted({dep for packages in needs(codecs).values() for dep in packages})
         out(
             f"vendored sampling-mask {__version__} into {dest} as {args.package}: core"
             + (f", codecs {', '.join(codecs)}" if codecs else "")
-            + f" ({len(written)} files; needs numpy"
-            + "".join(f", {d}" for d in deps)
-            + ")"
+            + f" ({len(written)} files; needs {_needs_text(deps)})"
         )
     return 0
 

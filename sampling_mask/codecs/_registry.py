@@ -111,9 +111,8 @@ CODECS: Mapping[str, Codec] = {
         "msgpack",
         ("msgpack",),
         {".msgpack": "msgpack"},
-        sniffer="is_envelope",
-        encode_packages=("msgpack",),  # decoding uses our own bounded reader
-        files=("msgpack.py", "_msgpack_reader.py", "compact.py", *_SHARED),
+        sniffer="is_envelope",  # numpy only: our own writer and bounded reader (no msgpack package)
+        files=("msgpack.py", "_msgpack_reader.py", "_msgpack_writer.py", "compact.py", *_SHARED),
     ),
     "json": Codec(
         "json",

@@ -17,7 +17,9 @@ Wire format (spec/v1/SPEC.md, section ``msgpack``)::
                                                 # "pad" (optional): 0-63 zero bytes that put "data"
                                                 # at a multiple of 64 from the envelope's start
 
-The encoder writes the version key first (that is how :func:`sampling_mask.decode` recognises the
+The envelope is written by :mod:`._msgpack_writer` and read by :mod:`._msgpack_reader`, both the
+library's own code (numpy only: no ``msgpack`` package; the bytes are msgpack-python's, byte for
+byte). The encoder writes the version key first (that is how :func:`sampling_mask.decode` recognises the
 envelope), pads every ARRAY of :data:`PAD_FROM` bytes or more (an envelope in an aligned buffer,
 such as a ``bytes`` object, then decodes to aligned arrays; a 1.0 reader ignores ``pad`` as an
 unknown key) and, by default, writes ``offsets`` (int32 when they fit, else int64), which every
@@ -37,7 +39,6 @@ True
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -48,10 +49,9 @@ from ..core.checks import check_structure, is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, remaining
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
-from ..core.optional import require
-from . import _msgpack_reader
+from . import _msgpack_reader, _msgpack_writer
 from ._buffers import array_from_buffer, input_view, wire_dtype, wire_shape
-from ._common import SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order
+from ._common import ID_ORDERS, SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order
 from ._registry import own_format
 
 __all__ = ["LAYOUTS", "decode", "encode", "encode_frames", "encode_into", "is_envelope", "read_value"]
@@ -96,19 +96,15 @@ def _array(arr: np.ndarray) -> _Array:
 
 def _bin_header(nbytes: int, key: str) -> bytes:
     """The msgpack ``bin 8 / 16 / 32`` header for ``nbytes`` (the smallest, as msgpack-python writes)."""
-    if nbytes < 1 << 8:
-        return struct.pack(">BB", 0xC4, nbytes)
-    if nbytes < 1 << 16:
-        return struct.pack(">BH", 0xC5, nbytes)
-    if nbytes < 1 << 32:
-        return struct.pack(">BI", 0xC6, nbytes)
-    raise SamplingMaskError(
-        ErrorCode.E_LIMIT,
-        f"{nbytes} bytes exceed a msgpack bin (4 GiB); write large masks as a streaming Arrow file: "
-        "codecs.open_writer(path, format='arrows') or save(mask, 'mask.arrows')",
-        field=key,
-        value=nbytes,
-    )
+    if nbytes > _msgpack_writer.MAX_BIN:
+        raise SamplingMaskError(
+            ErrorCode.E_LIMIT,
+            f"{nbytes} bytes exceed a msgpack bin (4 GiB); write large masks as a streaming Arrow file: "
+            "codecs.open_writer(path, format='arrows') or save(mask, 'mask.arrows')",
+            field=key,
+            value=nbytes,
+        )
+    return _msgpack_writer.bin_header(nbytes)
 
 
 def read_value(data: Any, *, max_depth: int, max_bytes: int | None = None) -> Any:
@@ -127,17 +123,24 @@ ALIGN = 64
 PAD_FROM = 4096
 _PAD_KEY = b"\xa3pad"  # fixstr "pad"; its value is a bin 8 of zero bytes
 _DATA_KEY = b"\xa4data"
+_SHAPE_KEY = b"\xa5shape"
+#: An ARRAY's map header (3 entries, 4 with ``pad``) and its first key, fixstr "dtype".
+_ARRAY_HEADS = {False: b"\x83\xa5dtype", True: b"\x84\xa5dtype"}
+_KEYS = (VERSION_KEY, "layout", "vocab_size", "id_order", "num_rows", "nnz", "ids", "offsets", "counts", "dense")
+_NAMES = (*_KEYS, "compact", "cu_seqlens", *COMPANIONS, "metadata", *LAYOUTS, *ID_ORDERS, *_INDEX_DTYPES)
+#: The envelope's own keys, layouts, id orders and dtype names, packed once (every envelope writes them).
+_PACKED_NAMES = {name: _msgpack_writer.pack(name) for name in (*_NAMES, *_COUNT_DTYPES, "float32")}
 
 
 def _frames(env: Mapping[str, Any]) -> list[Any]:
     """``msgpack.packb(env, use_bin_type=True)`` as frames, but for the ``pad`` entries that align
-    large ARRAYs: the small msgpack parts joined into ``bytes`` and every ARRAY / bin value as its
-    own frame (a memoryview of the array, no copy). Their concatenation is the envelope; the work
-    is O(1) in rows."""
-    msgpack = require("msgpack", what="msgpack encoding")
-    packer = msgpack.Packer(use_bin_type=True, use_single_float=False)
+    large ARRAYs: the small msgpack parts (written by :mod:`._msgpack_writer`, byte for byte what
+    msgpack-python writes) joined into ``bytes`` and every ARRAY / bin value as its own frame (a
+    memoryview of the array, no copy). Their concatenation is the envelope; the work is O(1) in rows."""
+    pack = _msgpack_writer.pack
+    packed = _PACKED_NAMES
     frames: list[Any] = []
-    head: list[bytes] = [packer.pack_map_header(len(env))]
+    head: list[bytes] = [_msgpack_writer.map_header(len(env))]
     written = 0  # bytes in ``frames``
 
     def data(value: Any, nbytes: int, key: str) -> None:
@@ -149,11 +152,11 @@ def _frames(env: Mapping[str, Any]) -> list[Any]:
         head.clear()
 
     for key, value in env.items():
-        head.append(packer.pack(key))
+        head.append(packed.get(key) or pack(key, field=key))
         if isinstance(value, _Array):
             pad = value.data.nbytes >= PAD_FROM
-            head += [packer.pack_map_header(4 if pad else 3), packer.pack("dtype"), packer.pack(value.dtype)]
-            head += [packer.pack("shape"), packer.pack(value.shape)]
+            dtype = packed.get(value.dtype) or pack(value.dtype, field=key)
+            head += [_ARRAY_HEADS[pad], dtype, _SHAPE_KEY, pack(value.shape, field=key)]
             if pad:
                 start = written + sum(map(len, head)) + 2 + len(_PAD_KEY) + len(_DATA_KEY)
                 size = -(start + len(_bin_header(value.data.nbytes, key))) % ALIGN
@@ -163,12 +166,7 @@ def _frames(env: Mapping[str, Any]) -> list[Any]:
         elif isinstance(value, bytes):
             data(value, len(value), key)
         else:
-            try:
-                head.append(packer.pack(value))
-            except (OverflowError, TypeError, ValueError) as exc:
-                raise SamplingMaskError(
-                    ErrorCode.E_RANGE, f"a value cannot be written as msgpack: {exc}", field=key
-                ) from None
+            head.append(isinstance(value, str) and packed.get(value) or pack(value, field=key))
     if head:
         frames.append(b"".join(head))
     return frames

@@ -3,7 +3,9 @@
 
 ``import`` of this package needs numpy only; a codec or tool that needs more calls :func:`require`
 where it needs it. A missing package is :class:`UnavailableError` (code ``E_UNAVAILABLE``, the
-command line's exit status 2), whose message names the extra to install. It is a
+command line's exit status 2), whose message names what to install: the extra of sampling-mask
+in the library, the package itself in a vendored copy (``sampling-mask vendor``), which lives in
+another project where there is no sampling-mask to install extras of. It is a
 ``ModuleNotFoundError``, so ``except ImportError`` keeps working.
 """
 
@@ -13,20 +15,25 @@ import importlib
 import sys
 from types import ModuleType
 
-__all__ = ["EXTRAS", "UnavailableError", "require"]
+__all__ = ["EXTRAS", "VENDORED", "UnavailableError", "require"]
 
 #: Import name of an optional package -> the extra of sampling-mask that installs it.
 EXTRAS = {"pyarrow": "arrow", "msgpack": "msgpack", "torch": "torch", "matplotlib": "plot"}
+#: The library's import name; a vendored copy of this module lives under the server's own package.
+_LIBRARY = "sampling_mask"
+#: True in a vendored copy: missing packages are named as ``pip install NAME``, never as an extra.
+VENDORED = __name__.rpartition(".core.")[0] != _LIBRARY
 
 
 class UnavailableError(ModuleNotFoundError):
     """An optional package is not installed. ``code`` is ``"E_UNAVAILABLE"``; ``name`` the package;
-    ``extra`` the extra of sampling-mask that installs it (None when there is none)."""
+    ``extra`` the extra of sampling-mask that installs it (None when there is none, and always in a
+    vendored copy, whose message says ``pip install NAME``)."""
 
     code = "E_UNAVAILABLE"
 
     def __init__(self, name: str, *, what: str | None = None) -> None:
-        self.extra = EXTRAS.get(name)
+        self.extra = None if VENDORED else EXTRAS.get(name)
         self.what = what
         install = f"pip install 'sampling-mask[{self.extra}]'" if self.extra else f"pip install {name}"
         self.message = f"{what or 'this'} needs {name}, which is not installed ({install})"
@@ -41,7 +48,7 @@ def _rebuild(name: str, what: str | None) -> UnavailableError:
 
 
 def require(name: str, *, what: str | None = None) -> ModuleType:
-    """The module ``name`` (imported on first use), or :class:`UnavailableError` naming its extra.
+    """The module ``name`` (imported on first use), or :class:`UnavailableError` naming what installs it.
 
     ``what`` says what needs it (``"msgpack encoding"``). A package that is installed but fails
     to import for another reason raises that error unchanged."""
