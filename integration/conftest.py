@@ -53,4 +53,3 @@ def configure_environment() -> bool:
 
 
 CPU_SHIM = configure_environment()
-

@@ -18,8 +18,14 @@ NEW_TOKENS = 16
 
 
 def build_tiny_model(directory: Path, *, seed: int = 0) -> Path:
-    """A random-weight Qwen2 (fp32) and a word-level tokenizer of ``VOCAB`` tokens, saved in
-    ``directory`` (no download). ``initializer_range=0.2`` gives peaked distributions: every filter cuts."""
+    """A random-weight Qwen2 (fp32) in ``directory / "model"`` and a word-level tokenizer of ``VOCAB``
+    tokens (``w3`` .. ``w511``) in ``directory / "tokenizer"`` (:func:`tokenizer_path`); no download.
+    ``initializer_range=0.2`` gives peaked distributions: every filter cuts.
+
+    The tokenizer is also saved beside the model, for engines that load it from the model's path
+    (only to detokenize: prompts go in as token ids); there transformers 5 loads it as a
+    ``Qwen2Tokenizer`` (from ``config.json``'s model type), which cannot encode these words. Loaded
+    from its own folder it is the word-level tokenizer it was saved as."""
     import tokenizers
     import torch
     import transformers
@@ -46,16 +52,21 @@ def build_tiny_model(directory: Path, *, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     model = transformers.Qwen2ForCausalLM(config)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+    model.save_pretrained(directory / "model")
+    tokenizer.save_pretrained(directory / "model")
+    tokenizer.save_pretrained(directory / "tokenizer")
+    return directory / "model"
+
+
+def tokenizer_path(model_dir: Path) -> Path:
+    """The folder of the tiny model's tokenizer (see :func:`build_tiny_model`)."""
+    return Path(model_dir).parent / "tokenizer"
 
 
 def trainer_logits(model_dir: Path, prompts: list[list[int]], completions: list[list[int]]) -> Any:
     """The trainer's raw logits [sum of completion lengths, V] (fp32, transformers' forward): row t of a
     completion is the logits that predicted its token t."""
     import torch
-    import transformers
 
     model = _hf_model(str(model_dir))
     parts = []
@@ -64,7 +75,6 @@ def trainer_logits(model_dir: Path, prompts: list[list[int]], completions: list[
             ids = torch.tensor([list(prompt) + list(completion)])
             logits = model(input_ids=ids).logits[0]
             parts.append(logits[len(prompt) - 1 : len(prompt) - 1 + len(completion)].float())
-    del transformers
     return torch.cat(parts)
 
 
@@ -101,7 +111,9 @@ def kernel_drop_rows(recorded: Any, recomputed: Any, logits: Any, temperature: A
 def peak_rss_mib() -> float:
     """The largest peak resident memory of this process and of its ended children (the engine core,
     the server), MiB (Linux reports KiB)."""
-    kib = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    kib = max(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    )
     return kib / 1024
 
 

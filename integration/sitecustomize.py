@@ -42,9 +42,11 @@ def install() -> bool:
                 return False
 
         backends.backends["cpu"] = backends.Backend(compiler=None, driver=_InactiveDriver)  # type: ignore[arg-type]
+    # Triton's interpreter patches ``tl`` per kernel call in ``_patch_lang_core``: wrap it (once per
+    # process; the flag is read with getattr since the test process may load this file twice).
     if getattr(interpreter, "_sampling_mask_int32_range", False):
         return True
-    original_patch = interpreter._patch_lang_core
+    original_patch = interpreter._patch_lang_core  # noqa: SLF001 - the interpreter hook being wrapped
 
     def scalar(value: int) -> tl.tensor:
         return tl.tensor(interpreter.TensorHandle(np.array([value], dtype=np.int32), tl.int32), tl.int32)
@@ -65,8 +67,8 @@ def install() -> bool:
         original_patch(lang, scope)
         scope.set_attr(lang, "range", int32_range)  # static_range keeps yielding ints (compile-time loops)
 
-    interpreter._patch_lang_core = patch_lang_core
-    interpreter._sampling_mask_int32_range = True
+    interpreter._patch_lang_core = patch_lang_core  # noqa: SLF001
+    interpreter._sampling_mask_int32_range = True  # noqa: SLF001
     return True
 
 

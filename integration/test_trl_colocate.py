@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from helpers import record_figures
 
 pytest.importorskip("vllm")

@@ -2,7 +2,7 @@
 ``sampling_mask.adapters.vllm`` that a ``RequestOutput`` reaches, the scorer against vLLM's processed
 log-probs, and the support rules against the recorded rows.
 
-One ``LLM`` serves five sampler settings (top_k, top_p, min_p and two combinations; ``top_k > 0`` on
+One ``LLM`` serves six sampler settings (top_k, top_p, min_p and three combinations; ``top_k > 0`` on
 every request, as vLLM returns masks only then), 4 prompts x 16 new tokens each.
 """
 
@@ -14,8 +14,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from helpers import NEW_TOKENS, PROMPTS, VOCAB, build_tiny_model, kernel_drop_rows, peak_rss_mib, record_figures, trainer_logits
+from helpers import (
+    NEW_TOKENS,
+    PROMPTS,
+    VOCAB,
+    build_tiny_model,
+    kernel_drop_rows,
+    peak_rss_mib,
+    record_figures,
+    tokenizer_path,
+    trainer_logits,
+)
 
 vllm = pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
@@ -31,6 +40,8 @@ CONFIGS: dict[str, dict[str, float]] = {
     "min_p=0.1": {"temperature": 1.0, "min_p": 0.1},
     "top_k=20,top_p=0.8": {"temperature": 0.7, "top_k": 20, "top_p": 0.8},
     "top_p=0.9,min_p=0.05": {"temperature": 1.0, "top_p": 0.9, "min_p": 0.05},
+    # min-p leaves few ids and top-p should keep them all: where vLLM's Triton top-p kernel drops one
+    "top_p=0.95,min_p=0.1": {"temperature": 0.7, "top_p": 0.95, "min_p": 0.1},
 }
 LISTED = 20  # processed log-probs listed per position (vLLM's default max_logprobs)
 #: The row classes the suite accepts besides ``equal`` (issue 36: vLLM's Triton top-p kernel drops
@@ -58,6 +69,7 @@ def offline(model_dir: Any) -> dict[str, Any]:
     started = time.perf_counter()
     llm = vllm.LLM(
         model=str(model_dir),
+        tokenizer=str(tokenizer_path(model_dir)),
         dtype="float32",
         max_model_len=128,
         enforce_eager=True,

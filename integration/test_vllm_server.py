@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from helpers import NEW_TOKENS, PROMPTS, VOCAB, build_tiny_model, record_figures, trainer_logits
+from helpers import NEW_TOKENS, PROMPTS, VOCAB, build_tiny_model, record_figures, tokenizer_path, trainer_logits
 
 vllm = pytest.importorskip("vllm")
 
@@ -44,8 +43,11 @@ def _free_port() -> int:
 
 def _post(url: str, body: dict[str, Any], timeout: float = 600) -> Any:
     request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        raise AssertionError(f"{url}: HTTP {error.code}: {error.read().decode()[:2000]}") from None
 
 
 def _post_stream(url: str, body: dict[str, Any], timeout: float = 600) -> list[Any]:
@@ -71,11 +73,11 @@ def server(model_dir: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     log = tmp_path_factory.mktemp("server") / "server.log"
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir), "--served-model-name", "tiny",
+        "--model", str(model_dir), "--tokenizer", str(tokenizer_path(model_dir)), "--served-model-name", "tiny",
         "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--max-model-len", "128", "--enforce-eager", "--seed", "0",
         "--generation-config", "vllm", "--logprobs-mode", "processed_logprobs",
-        "--return-sampling-mask", "--enable-scale-out",
+        "--return-sampling-mask", "--enable-scale-out", "--chat-template-content-format", "string",
     ]  # fmt: skip
     started = time.perf_counter()
     with open(log, "wb") as out:

