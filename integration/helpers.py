@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 import resource
+import socket
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +129,20 @@ def record_figures(name: str, figures: dict[str, Any]) -> None:
     report = json.loads(file.read_text()) if file.exists() else {}
     report[name] = figures
     file.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def post_json(url: str, body: dict[str, Any], timeout: float = 600) -> Any:
+    """POST ``body`` as JSON, the decoded answer; an HTTP error fails with the server's message."""
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        raise AssertionError(f"{url}: HTTP {error.code}: {error.read().decode()[:2000]}") from None

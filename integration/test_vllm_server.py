@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import NEW_TOKENS, PROMPTS, VOCAB, build_tiny_model, record_figures, tokenizer_path, trainer_logits
+from helpers import (
+    NEW_TOKENS,
+    PROMPTS,
+    VOCAB,
+    build_tiny_model,
+    free_port,
+    post_json,
+    record_figures,
+    tokenizer_path,
+    trainer_logits,
+)
 
 vllm = pytest.importorskip("vllm")
 
@@ -33,21 +42,6 @@ REQUESTS = {
     "top_p=0.9,min_p=0.05": {"temperature": 0.9, "top_k": VOCAB, "top_p": 0.9, "min_p": 0.05},
 }
 LISTED = 20
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _post(url: str, body: dict[str, Any], timeout: float = 600) -> Any:
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        raise AssertionError(f"{url}: HTTP {error.code}: {error.read().decode()[:2000]}") from None
 
 
 def _post_stream(url: str, body: dict[str, Any], timeout: float = 600) -> list[Any]:
@@ -69,7 +63,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture(scope="module")
 def server(model_dir: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
@@ -120,7 +114,7 @@ def generated(server: str) -> dict[str, Any]:
         plain, streamed = [], []
         for i, prompt in enumerate(PROMPTS):
             seed = 100 * n + i
-            plain.append(_post(f"{server}/inference/v1/generate", generate_body(prompt, params, seed, False)))
+            plain.append(post_json(f"{server}/inference/v1/generate", generate_body(prompt, params, seed, False)))
             streamed.append(_post_stream(f"{server}/inference/v1/generate", generate_body(prompt, params, seed, True)))
         out[name] = {"plain": plain, "streamed": streamed}
     return out
@@ -178,8 +172,8 @@ def test_openai_endpoints_carry_no_mask(server: str) -> None:
     adapter's documented position: only ``/inference/v1/generate`` does). Fails, so the docs get
     updated, the day a release adds one."""
     params = {"max_tokens": 4, "temperature": 1.0, "top_k": 20, "logprobs": 2}
-    completion = _post(f"{server}/v1/completions", {"model": "tiny", "prompt": PROMPTS[0], **params})
-    chat = _post(
+    completion = post_json(f"{server}/v1/completions", {"model": "tiny", "prompt": PROMPTS[0], **params})
+    chat = post_json(
         f"{server}/v1/chat/completions",
         {"model": "tiny", "messages": [{"role": "user", "content": "w5 w6"}], "max_tokens": 4, "top_k": 20},
     )
