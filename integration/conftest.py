@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -53,3 +54,11 @@ def configure_environment() -> bool:
 
 
 CPU_SHIM = configure_environment()
+_STARTED = time.perf_counter()
+
+
+def pytest_sessionfinish(session: object, exitstatus: int) -> None:
+    """The whole run's wall time and peak memory, into the figures report (if asked for)."""
+    from helpers import peak_rss_mib, record_figures
+
+    record_figures("suite", {"wall_s": round(time.perf_counter() - _STARTED, 1), "peak_rss_mib": round(peak_rss_mib())})
