@@ -1,7 +1,7 @@
 """What recording the sampling mask adds to transformers' ``generate()`` (issue 33, item 5).
 
 ``python benchmarks/bench_recorder.py [--vocab 32000] [--hidden 64] [--layers 2] [--batch 8]
-[--prompt 16] [--new 64] [--repeats 7] [--top-k 50] [--top-p 0.9] [--temperature 0.8]``
+[--prompt 16] [--new 32] [--repeats 9] [--top-k 50] [--top-p 0.9] [--temperature 0.8] [--threads 1]``
 
 A random-weight Qwen2 built from a config (no download) samples ``--new`` tokens for ``--batch``
 left-padded prompts, three ways, each from the same seed (so each samples the same tokens):
@@ -89,12 +89,14 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=16)
-    parser.add_argument("--new", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--new", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--top-k", type=int, default=50)
     parser.add_argument("--top-p", type=float, default=0.9)
     parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the least scheduling noise)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     c = build(args)
     results = {how: run(c, how) for how in ("plain", "processor", "recorder.generate")}

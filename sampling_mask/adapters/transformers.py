@@ -1,7 +1,8 @@
 """Hugging Face transformers adapter: the sampling mask of ``generate()``.
 
 Read in transformers 5.23.0 (huggingface/transformers, ``src/transformers/generation/utils.py``
-``GenerationMixin._prepare_generation_config``, ``_get_logits_processor`` and ``_sample``;
+``GenerationMixin._prepare_generation_config``, ``_get_logits_processor``, ``_sample`` and
+``_assisted_decoding``; ``generation/candidate_generator.py``;
 ``generation/configuration_utils.py`` ``GenerationConfig._get_default_generation_params``;
 ``generation/logits_process.py`` the warpers). In ``_sample`` every step computes
 ``next_token_scores = logits_processor(input_ids, logits.float())`` and samples from
@@ -20,12 +21,21 @@ score is finite, and the sampler's log-prob is ``log_softmax(next_token_scores)[
   *before* its sampling warpers (``_get_logits_processor`` merges them first), so the recorder runs
   transformers' own warpers (``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``,
   ``MinPLogitsWarper``, instantiated from the same resolved config in ``generate()``'s order) on the
-  scores it receives and returns those scores unchanged; ``generate()`` then applies the very same
-  warpers. Steps that ``generate()`` undoes at the end (its deferred stop check) are dropped by
-  :meth:`SamplingMaskRecorder.mask`, which reads the row counts from the returned sequences.
+  scores it receives. Beside ``generate()``'s warpers it returns those scores unchanged and
+  ``generate()`` applies the very same warpers again; through :meth:`SamplingMaskRecorder.generate`
+  ``generate()`` builds no warper (each is off by an explicit value) and the recorder returns the
+  processed scores: the same warpers in the same place, run once. Assisted generation
+  (``_assisted_decoding``, transformers 5.23) calls the processors for each candidate position with
+  ``candidate_input_ids[:, :cur_len + i]``, and its candidate generators (the assistant's own
+  ``generate()``, prompt lookup's probe with ones) call them before that: a later call for a
+  position replaces the earlier ones. Steps that ``generate()`` undoes at the end (its deferred stop
+  check, rejected candidates) are dropped by :meth:`SamplingMaskRecorder.mask`, which reads the row
+  counts from the returned sequences.
 - :func:`resolve_generation_config` applies ``generate()``'s own priority: keyword arguments, then the
   given config, then the model's ``generation_config``, then the global defaults, which are read from
-  the installed transformers at run time (5.x: an unset ``top_k`` is 50).
+  the installed transformers at run time (5.x: an unset ``top_k`` is 50). The global ``max_length``
+  / ``min_length`` stay unset, as in ``generate()`` (a set ``max_length`` beside ``max_new_tokens``
+  is a warning on every call), so the result can be passed to ``generate()``.
 - :func:`sampler_settings` gives what ``support_from_logits(rule="hf")`` needs from a config, and the
   processors it cannot see (``repetition_penalty``, ``min_new_tokens``, bad words, ...).
 
@@ -649,17 +659,18 @@ class SamplingMaskRecorder:
             for warper in self._filters:  # they mask ids with -inf, the kept ones keep their scaled value
                 processed = warper(input_ids, processed)
             peak = scaled.float().amax(dim=-1, keepdim=True)
-            bad = torch.isnan(peak[:, 0]) | torch.isposinf(peak[:, 0])
-            if bool(bad.any()):
-                b = int(torch.nonzero(bad)[0, 0])
-                raise SamplingMaskError(
-                    ErrorCode.E_RANGE,
-                    f"sequence {b} step {step}: a NaN or +inf score (a score is finite, or -inf for a filtered id)",
-                    segment=b,
-                    row=step,
-                    field="scores",
-                )
-            peak = torch.where(torch.isinf(peak), torch.zeros_like(peak), peak)  # a row of -inf only: nothing kept
+            if not bool(torch.isfinite(peak).all()):  # one check per step; the details only when it fails
+                bad = torch.isnan(peak[:, 0]) | torch.isposinf(peak[:, 0])
+                if bool(bad.any()):
+                    b = int(torch.nonzero(bad)[0, 0])
+                    raise SamplingMaskError(
+                        ErrorCode.E_RANGE,
+                        f"sequence {b} step {step}: a NaN or +inf score (a score is finite, or -inf for a filtered id)",
+                        segment=b,
+                        row=step,
+                        field="scores",
+                    )
+                peak = torch.where(torch.isinf(peak), torch.zeros_like(peak), peak)  # a row of -inf: nothing kept
             # every sum is shifted by the row's maximum, so huge scores stay exact
             full = torch.exp(scaled.float() - peak).sum(dim=-1)
             keep = torch.isfinite(processed)
@@ -668,15 +679,8 @@ class SamplingMaskRecorder:
             shifted = processed.float()[keep] - peak[rows, 0]  # the kept ids only, row-major
             kept = torch.zeros_like(full).index_add_(0, rows, torch.exp(shifted))
             values = shifted - torch.log(kept)[rows]
-            self._steps.append(
-                (
-                    rows.cpu(),
-                    nz[:, 1].to(torch.int32).cpu(),
-                    values.cpu(),
-                    (kept / full).cpu(),
-                    int(scores.shape[-1]),
-                )
-            )
+            pairs = nz.to(torch.int32).cpu()  # (sequence, id) of each kept id: one copy
+            self._steps.append((pairs[:, 0], pairs[:, 1], values.cpu(), (kept / full).cpu(), int(scores.shape[-1])))
             self._seen = input_ids.detach().clone()
             self.vocab_size = int(scores.shape[-1])
         return processed if self._applies_warpers else scores
