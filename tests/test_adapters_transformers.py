@@ -236,3 +236,25 @@ def test_from_generate_output_refuses_bad_input() -> None:
     mask = hf.from_generate_output({"sequences": sequences, "scores": scores}, prompt_length=2, eos_token_id=[7, 99])
     assert mask.num_rows == 1 and mask.sampled_token_ids.tolist() == [7]
     assert np.allclose(mask.sampled_logprobs, -np.log(10))
+
+
+def test_left_padded_replay_needs_generates_attention_mask_and_positions(model) -> None:
+    """docs/trainers.md says why the trainer's forward passes generate()'s attention mask and position
+    ids: without them a left-padded sequence attends to its pads and its positions start at the
+    padding, and its replayed log-probs are off by nats (the unpadded sequences are not)."""
+    settings = SETTINGS["top_p"]
+    recorder = hf.SamplingMaskRecorder(dict(settings, do_sample=True, eos_token_id=None, pad_token_id=PAD), model=model)
+    out, config, attention = _generate(model, settings, None, logits_processor=[recorder])
+    mask = recorder.mask(out)
+    right = masked_logprobs(_replay_logits(model, out.sequences, attention, mask), mask).logprobs.numpy()
+    lengths = np.diff(mask.cu_seqlens)
+    seq = np.repeat(np.arange(lengths.size), lengths)
+    t = np.arange(mask.num_rows) - mask.cu_seqlens[seq]
+    with torch.no_grad():
+        plain = model(input_ids=out.sequences).logits.float()[torch.from_numpy(seq), torch.from_numpy(PROMPT - 1 + t)]
+    wrong = masked_logprobs(plain, mask).logprobs.numpy()
+    error = np.abs(wrong - mask.sampled_logprobs)
+    padded = np.isin(seq, [0, 1, 4, 5])  # prompts 0 and 2 (two sequences each) are left-padded
+    print(f"without attention_mask / position_ids: padded rows off by up to {error[padded].max():.2f} nats")
+    assert np.abs(right - mask.sampled_logprobs).max() <= 1e-5
+    assert error[padded].max() > 0.5 and error[~padded].max() <= 1e-5

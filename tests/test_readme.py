@@ -1,7 +1,10 @@
 """Every Python block of README.md and of the pages in docs/ runs as written (issues 14 and 28).
 
 Each block runs on its own, in a fresh interpreter whose working folder is an empty temporary one,
-so a block cannot lean on a name another block defined, and fails on a deprecated call of ours.
+so a block cannot lean on a name another block defined. A block that warns fails: every warning a
+user running it would see (a Python warning the default filters show, our deprecations included, or
+a record of WARNING or above from any logger, transformers' ``logger.warning`` included) is listed
+and fails the block (:data:`_RUNNER`).
 A block preceded by ``<!-- readme-test: skip REASON -->`` is skipped; that is
 only for what CI cannot have (a GPU), and the reason must say so. A block preceded by
 ``<!-- readme-test: needs MODULE -->`` runs where MODULE imports (an optional tool CI does not
@@ -33,6 +36,29 @@ _BLOCK = re.compile(
 )
 _LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 _CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
+#: Runs a block (``sys.argv[1]``) in ``__main__`` and exits 3 listing every warning it showed: Python
+#: warnings under the default filters plus ``error::DeprecationWarning:__main__`` (a deprecated call of
+#: ours fails where it is made), and log records of WARNING or above from any logger.
+_RUNNER = """
+import logging, sys, warnings
+_readme_shown = []
+_readme_show = warnings.showwarning
+def _readme_record(message, category, filename, lineno, file=None, line=None):
+    _readme_shown.append(f"{category.__name__}: {message} ({filename}:{lineno})")
+    _readme_show(message, category, filename, lineno, file, line)
+warnings.showwarning = _readme_record
+warnings.filterwarnings("error", category=DeprecationWarning, module="__main__")
+_readme_call_handlers = logging.Logger.callHandlers
+def _readme_log(self, record):
+    if record.levelno >= logging.WARNING:
+        _readme_shown.append(f"log {record.levelname} {record.name}: {record.getMessage()}")
+    _readme_call_handlers(self, record)
+logging.Logger.callHandlers = _readme_log
+exec(compile(sys.argv[1], "<block>", "exec"), vars(sys.modules["__main__"]))
+if _readme_shown:
+    print("the block warned:", *_readme_shown, sep="\\n  ", file=sys.stderr)
+    sys.exit(3)
+"""
 #: What a C++ runtime prints when a joinable thread is destroyed at interpreter exit.
 _EXIT_RACE = "terminate called without an active exception"
 
@@ -109,8 +135,7 @@ def test_block_runs(page: str, line: int, code: str, skip: str | None, needs: st
         pytest.skip(f"{page} line {line}: {skip}")
     if needs is not None:
         pytest.importorskip(needs)
-    # -W: a block shows no deprecated call.
-    command = [sys.executable, "-W", "error::DeprecationWarning:__main__", "-c", code]
+    command = [sys.executable, "-c", _RUNNER, code]
     result = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     if result.returncode == -signal.SIGABRT and result.stderr.strip() == _EXIT_RACE:
         # A C++ thread pool (pyarrow's, DuckDB's) torn down during interpreter exit, after the block

@@ -1,7 +1,8 @@
 """Hugging Face transformers adapter: the sampling mask of ``generate()``.
 
 Read in transformers 5.23.0 (huggingface/transformers, ``src/transformers/generation/utils.py``
-``GenerationMixin._prepare_generation_config``, ``_get_logits_processor`` and ``_sample``;
+``GenerationMixin._prepare_generation_config``, ``_get_logits_processor``, ``_sample`` and
+``_assisted_decoding``; ``generation/candidate_generator.py``;
 ``generation/configuration_utils.py`` ``GenerationConfig._get_default_generation_params``;
 ``generation/logits_process.py`` the warpers). In ``_sample`` every step computes
 ``next_token_scores = logits_processor(input_ids, logits.float())`` and samples from
@@ -20,12 +21,21 @@ score is finite, and the sampler's log-prob is ``log_softmax(next_token_scores)[
   *before* its sampling warpers (``_get_logits_processor`` merges them first), so the recorder runs
   transformers' own warpers (``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``,
   ``MinPLogitsWarper``, instantiated from the same resolved config in ``generate()``'s order) on the
-  scores it receives and returns those scores unchanged; ``generate()`` then applies the very same
-  warpers. Steps that ``generate()`` undoes at the end (its deferred stop check) are dropped by
-  :meth:`SamplingMaskRecorder.mask`, which reads the row counts from the returned sequences.
+  scores it receives. Beside ``generate()``'s warpers it returns those scores unchanged and
+  ``generate()`` applies the very same warpers again; through :meth:`SamplingMaskRecorder.generate`
+  ``generate()`` builds no warper (each is off by an explicit value) and the recorder returns the
+  processed scores: the same warpers in the same place, run once. Assisted generation
+  (``_assisted_decoding``, transformers 5.23) calls the processors for each candidate position with
+  ``candidate_input_ids[:, :cur_len + i]``, and its candidate generators (the assistant's own
+  ``generate()``, prompt lookup's probe with ones) call them before that: a later call for a
+  position replaces the earlier ones. Steps that ``generate()`` undoes at the end (its deferred stop
+  check, rejected candidates) are dropped by :meth:`SamplingMaskRecorder.mask`, which reads the row
+  counts from the returned sequences.
 - :func:`resolve_generation_config` applies ``generate()``'s own priority: keyword arguments, then the
   given config, then the model's ``generation_config``, then the global defaults, which are read from
-  the installed transformers at run time (5.x: an unset ``top_k`` is 50).
+  the installed transformers at run time (5.x: an unset ``top_k`` is 50). The global ``max_length``
+  / ``min_length`` stay unset, as in ``generate()`` (a set ``max_length`` beside ``max_new_tokens``
+  is a warning on every call), so the result can be passed to ``generate()``.
 - :func:`sampler_settings` gives what ``support_from_logits(rule="hf")`` needs from a config, and the
   processors it cannot see (``repetition_penalty``, ``min_new_tokens``, bad words, ...).
 
@@ -40,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.checks import is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask
@@ -82,6 +93,14 @@ _UNSEEN_PROCESSORS = (
     ("guidance_scale", lambda v: v is not None and v != 1),
     ("num_beams", lambda v: v is not None and v > 1),
 )
+# The fields that decide which warpers generate() builds (the recorder builds the same from them).
+_SAMPLER_FIELDS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "num_beams") + tuple(
+    name for name, _ in _UNSEEN_WARPERS
+)
+# Global defaults resolve_generation_config leaves unset: generate() treats an unset length as "not
+# given by the user" (a set max_length next to max_new_tokens is a warning on every call).
+_LENGTH_DEFAULTS = ("max_length", "min_length")
+_INT64_MAX = 2**63 - 1
 
 
 def _transformers() -> Any:
@@ -118,21 +137,39 @@ def _as_dict(config: Any, field: str) -> dict[str, Any]:
     raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected a GenerationConfig or a mapping", field=field)
 
 
+def _config_error(exc: Exception, field: str) -> SamplingMaskError:
+    """transformers' own refusal of a config value (its ``validate()``), as ``E_SCHEMA``."""
+    return SamplingMaskError(ErrorCode.E_SCHEMA, f"transformers refuses the config: {exc}", field=field)
+
+
 def resolve_generation_config(generation_config: Any = None, *, model: Any = None, **kwargs: Any) -> Any:
     """The ``GenerationConfig`` ``generate(generation_config=..., **kwargs)`` of ``model`` really uses:
     ``kwargs`` > ``generation_config`` > ``model.generation_config`` > :func:`generation_defaults`
-    (``_prepare_generation_config``: only ``None`` fields are filled from the lower levels)."""
+    (``_prepare_generation_config``: only ``None`` fields are filled from the lower levels). The
+    global ``max_length`` / ``min_length`` defaults stay unset, as ``generate()`` treats an unset
+    length (``max_new_tokens`` wins silently), so the result can be passed to ``generate()``."""
     config_class = _transformers().GenerationConfig
-    if generation_config is None:
-        config = config_class()
-    elif isinstance(generation_config, Mapping):
-        config = config_class(**generation_config)
-    else:
-        config = copy.deepcopy(generation_config)
+    try:
+        if generation_config is None:
+            config = config_class()
+        elif isinstance(generation_config, Mapping):
+            config = config_class(**generation_config)
+        elif isinstance(generation_config, config_class):
+            config = copy.deepcopy(generation_config)
+        else:
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"expected a GenerationConfig or a mapping, got {type(generation_config).__name__}",
+                field="generation_config",
+            )
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, SamplingMaskError):
+            raise
+        raise _config_error(exc, "generation_config") from None
     lower = (
         [_as_dict(get_field(model, "generation_config", None), "model.generation_config")] if model is not None else []
     )
-    lower.append(generation_defaults())
+    lower.append({k: v for k, v in generation_defaults().items() if k not in _LENGTH_DEFAULTS})
     for level in lower:
         for key, value in level.items():
             if not key.startswith("_") and getattr(config, key, None) is None and value is not None:
@@ -142,6 +179,15 @@ def resolve_generation_config(generation_config: Any = None, *, model: Any = Non
     return config
 
 
+def _is_on(name: str, on: Any, value: Any) -> bool:
+    try:
+        return bool(on(value))
+    except TypeError:  # a string where a number belongs
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, f"{name}={value!r} is not a number", field=f"generation_config.{name}"
+        ) from None
+
+
 def unseen_processors(generation_config: Any) -> list[str]:
     """``name=value`` of each processor a resolved config turns on that ``rule="hf"`` (temperature,
     top-k, top-p, min-p) does not reproduce; ``do_sample=False`` (greedy) is named too."""
@@ -149,27 +195,61 @@ def unseen_processors(generation_config: Any) -> list[str]:
     named = [] if cfg.get("do_sample") else [f"do_sample={cfg.get('do_sample')!r} (greedy: no warpers)"]
     for name, on in _UNSEEN_WARPERS + _UNSEEN_PROCESSORS:
         value = cfg.get(name)
-        if on(value):
+        if _is_on(name, on, value):
             named.append(f"{name}={value!r}")
     return named
 
 
+def _real(value: Any, field: str) -> float:
+    """A finite real number (int or float, never a bool or a string), as a float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"expected a number, got {type(value).__name__}", field=field)
+    number = float(value)
+    if not np.isfinite(number):
+        raise SamplingMaskError(ErrorCode.E_RANGE, f"expected a finite number, got {number}", field=field)
+    return number
+
+
+def _temperature(value: Any, field: str) -> float:
+    temperature = _real(value, field)
+    if temperature <= 0.0:
+        raise SamplingMaskError(ErrorCode.E_RANGE, f"temperature must be > 0, got {temperature}", field=field)
+    return temperature
+
+
+def _unit(value: Any, field: str) -> float | None:
+    if value is None:
+        return None
+    number = _real(value, field)
+    if not 0.0 <= number <= 1.0:
+        raise SamplingMaskError(ErrorCode.E_RANGE, f"expected a value in [0, 1], got {number}", field=field)
+    return number
+
+
 def sampler_settings(generation_config: Any, *, resolve: bool = True) -> dict[str, Any]:
     """``temperature``, ``top_k``, ``top_p``, ``min_p`` of a config after ``generate()``'s defaults
-    (:func:`resolve_generation_config` unless ``resolve=False``), ready for ``support_from_logits``."""
+    (:func:`resolve_generation_config` unless ``resolve=False``), ready for ``support_from_logits``.
+    ``E_SCHEMA`` / ``E_RANGE`` naming the field for a value that is not a number in its domain."""
     config = resolve_generation_config(generation_config) if resolve else generation_config
     cfg = _as_dict(config, "generation_config")
     temperature = cfg.get("temperature")
+    top_k = cfg.get("top_k")
+    if top_k is not None and (not is_int(top_k) or int(top_k) < 0):
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, f"top_k={top_k!r} is not an integer >= 0", field="generation_config.top_k"
+        )
     return {
-        "temperature": 1.0 if temperature is None else float(temperature),
-        "top_k": cfg.get("top_k") or None,
-        "top_p": cfg.get("top_p"),
-        "min_p": cfg.get("min_p"),
+        "temperature": 1.0 if temperature is None else _temperature(temperature, "generation_config.temperature"),
+        "top_k": int(top_k) if top_k else None,
+        "top_p": _unit(cfg.get("top_p"), "generation_config.top_p"),
+        "min_p": _unit(cfg.get("min_p"), "generation_config.min_p"),
     }
 
 
 def eos_token_ids(generation_config: Any = None, eos_token_id: Any = None) -> list[int]:
-    """The EOS ids: ``eos_token_id`` (an int or a list), else the config's; ``[]`` when none is set."""
+    """The EOS ids: ``eos_token_id`` (an int, a list or a 1-D tensor), else the config's; ``[]`` when
+    none is set. ``E_SCHEMA`` for anything else (bools included), ``E_RANGE`` for an id that no token
+    id can equal (negative, or beyond int64)."""
     value = (
         eos_token_id
         if eos_token_id is not None
@@ -177,32 +257,74 @@ def eos_token_ids(generation_config: Any = None, eos_token_id: Any = None) -> li
     )
     if value is None:
         return []
-    if hasattr(value, "tolist"):
+    if hasattr(value, "tolist") and not isinstance(value, (list, tuple)):
+        if getattr(getattr(value, "device", None), "type", None) == "meta":
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "a meta tensor holds no values", field="eos_token_id")
         value = value.tolist()
     values = value if isinstance(value, (list, tuple)) else [value]
-    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
+    if not all(is_int(v) for v in values):
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, "eos_token_id must be an int or a list of ints", field="eos_token_id"
+        )
+    bad = [int(v) for v in values if not 0 <= int(v) <= _INT64_MAX]
+    if bad:
+        raise SamplingMaskError(
+            ErrorCode.E_RANGE, f"eos_token_id {bad[0]} is outside [0, 2**63)", field="eos_token_id", value=bad[0]
         )
     return [int(v) for v in values]
 
 
-def _sequences(sequences: Any, prompt_length: Any) -> Any:
+def _tensor(value: Any, field: str) -> Any:
+    """A strided torch tensor with values (numpy arrays are wrapped): ``E_SCHEMA`` for anything else,
+    meta and sparse tensors included."""
     import torch
 
-    if isinstance(sequences, np.ndarray):
-        sequences = torch.from_numpy(sequences)
-    if not isinstance(sequences, torch.Tensor) or sequences.ndim != 2 or sequences.dtype.is_floating_point:
-        raise SamplingMaskError(ErrorCode.E_SHAPE, "sequences must be an integer tensor [N, L]", field="sequences")
-    if isinstance(prompt_length, bool) or not isinstance(prompt_length, (int, np.integer)):
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf":
+            raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected numbers, got {value.dtype}", field=field)
+        value = torch.from_numpy(np.array(value, dtype=value.dtype.newbyteorder("=")))
+    if not isinstance(value, torch.Tensor):
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"expected a tensor, got {type(value).__name__}", field=field)
+    if value.device.type == "meta":
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "a meta tensor holds no values", field=field)
+    if value.layout != torch.strided:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"expected a dense tensor, got {value.layout}", field=field)
+    return value
+
+
+def _sequences(sequences: Any, prompt_length: Any) -> Any:
+    """``sequences`` [N, L] as int64 on the CPU; ``E_DTYPE`` unless they hold integers (bools are
+    not token ids)."""
+    import torch
+
+    tensor = _tensor(sequences, "sequences")
+    if tensor.dtype == torch.bool or tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"token ids must be integers, got {tensor.dtype}", field="sequences")
+    if tensor.ndim != 2:
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE, f"sequences must be [N, L], got {list(tensor.shape)}", field="sequences"
+        )
+    if not is_int(prompt_length):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "prompt_length must be an integer", field="prompt_length")
-    if not 0 <= int(prompt_length) <= sequences.shape[1]:
+    if not 0 <= int(prompt_length) <= tensor.shape[1]:
         raise SamplingMaskError(
             ErrorCode.E_RANGE,
-            f"prompt_length {int(prompt_length)} outside [0, {sequences.shape[1]}]",
+            f"prompt_length {int(prompt_length)} outside [0, {tensor.shape[1]}]",
             field="prompt_length",
         )
-    return sequences[:, int(prompt_length) :].to("cpu", torch.int64)
+    return tensor.detach().to("cpu", torch.int64)
+
+
+def _step_scores(value: Any, t: int, num_seq: int, vocab: int | None) -> Any:
+    """``scores[t]``: a float tensor [N, V] with V the same at every step."""
+    field = f"scores[{t}]"
+    s = _tensor(value, field)
+    if not s.dtype.is_floating_point:
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"scores must be floats, got {s.dtype}", field=field)
+    if s.ndim != 2 or s.shape[0] != num_seq or s.shape[1] == 0 or (vocab is not None and s.shape[1] != vocab):
+        want = f"[{num_seq}, {'V' if vocab is None else vocab}]"
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"scores[{t}] must be {want}, got {list(s.shape)}", field="scores")
+    return s
 
 
 def _row_lengths(generated: Any, eos: list[int]) -> np.ndarray:
@@ -281,13 +403,21 @@ def from_generate_output(
     limits: Limits = DEFAULT_LIMITS,
 ) -> SamplingMask:
     """The mask of ``generate(..., output_scores=True, return_dict_in_generate=True)``'s ``output``
-    (see the module doc). ``prompt_length``: ``input_ids.shape[1]`` of the (left-padded) prompts.
-    ``generation_config``: what ``generate()`` ran with (:func:`resolve_generation_config`), for the
-    EOS ids, the ``temperature`` companion and ``metadata["processors_not_replayed"]`` (the
-    processors temperature replay does not reproduce, comma-separated);
-    ``eos_token_id`` / ``temperature`` override it. ``E_SCHEMA`` without scores, ``E_SHAPE`` when the
-    scores and the sequences disagree, ``E_MISSING_SAMPLED`` naming the row if a sampled id has no
-    finite score."""
+    (see the module doc); assisted and prompt-lookup generation too (their ``scores`` hold the target
+    model's processed scores of each accepted token). ``prompt_length``: ``input_ids.shape[1]`` of
+    the (left-padded) prompts. ``generation_config``: what ``generate()`` ran with
+    (:func:`resolve_generation_config`), for the EOS ids, the ``temperature`` companion and
+    ``metadata["processors_not_replayed"]`` (the processors temperature replay does not reproduce,
+    comma-separated); ``eos_token_id`` / ``temperature`` override it.
+
+    A row's support is its finite scores; ``-inf`` is a filtered id. Log-probs are computed in
+    float64 after subtracting the row's maximum, so huge scores stay exact. Errors, each naming the
+    field (and the sequence as ``segment``, the step as ``row``): ``E_SCHEMA`` without scores or for a
+    value that is not a tensor (meta and sparse tensors included) or a number; ``E_DTYPE`` for
+    non-integer (bool) sequences or non-float scores; ``E_SHAPE`` when the scores and the sequences
+    disagree; ``E_RANGE`` for a NaN or ``+inf`` score of a generated token's row (not a valid score),
+    an id outside the vocabulary, an EOS id beyond int64, a temperature <= 0; ``E_MISSING_SAMPLED``
+    if a sampled id has no finite score."""
     import torch
 
     scores = get_field(output, "scores", None)
@@ -297,7 +427,16 @@ def from_generate_output(
             "no scores: call generate(..., output_scores=True, return_dict_in_generate=True)",
             field="scores",
         )
-    generated = _sequences(get_field(output, "sequences", where="output"), prompt_length)
+    if not isinstance(scores, (tuple, list)):
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, f"scores must be a tuple of [N, V] tensors, got {type(scores).__name__}", field="scores"
+        )
+    if temperature is None:
+        temperature = (
+            sampler_settings(generation_config, resolve=False)["temperature"] if generation_config is not None else 1.0
+        )
+    temperature = _temperature(temperature, "temperature")
+    generated = _sequences(get_field(output, "sequences", where="output"), prompt_length)[:, int(prompt_length) :]
     num_seq, steps = generated.shape
     if len(scores) != steps:
         raise SamplingMaskError(
@@ -306,23 +445,29 @@ def from_generate_output(
     lengths = _row_lengths(generated, eos_token_ids(generation_config, eos_token_id))
     vocab = None
     parts: list[tuple[np.ndarray, np.ndarray]] = []
-    logprobs = np.zeros((num_seq, steps), dtype=np.float32)
+    logprobs = np.zeros((num_seq, steps), dtype=np.float64)
     gen = generated.numpy()
     for t, step_scores in enumerate(scores):
-        s = torch.as_tensor(step_scores)
-        if s.ndim != 2 or s.shape[0] != num_seq or (vocab is not None and s.shape[1] != vocab):
-            raise SamplingMaskError(
-                ErrorCode.E_SHAPE, f"scores[{t}] must be [{num_seq}, V], got {list(s.shape)}", field="scores"
-            )
+        s = _step_scores(step_scores, t, num_seq, vocab)
         vocab = int(s.shape[1])
         active = np.flatnonzero(lengths > t)
         if active.size == 0:
             continue
-        if int(gen[active].max(initial=0)) >= vocab or int(gen[active].min(initial=0)) < 0:
+        if int(gen[active, t].max()) >= vocab or int(gen[active, t].min()) < 0:
             raise SamplingMaskError(
                 ErrorCode.E_RANGE, f"a generated id at step {t} is outside [0, {vocab})", field="sequences"
             )
-        sub = s[torch.from_numpy(active)].to("cpu", torch.float32)
+        sub = s.detach()[torch.from_numpy(active).to(s.device)].to("cpu", torch.float64)
+        invalid = torch.isnan(sub).any(1) | torch.isposinf(sub).any(1)
+        if bool(invalid.any()):
+            b = int(active[int(torch.nonzero(invalid)[0, 0])])
+            raise SamplingMaskError(
+                ErrorCode.E_RANGE,
+                f"sequence {b} step {t}: a NaN or +inf score (a score is finite, or -inf for a filtered id)",
+                segment=b,
+                row=t,
+                field="scores",
+            )
         keep = torch.isfinite(sub)
         y = torch.from_numpy(gen[active, t])
         hit = keep.gather(1, y[:, None])[:, 0]
@@ -335,20 +480,17 @@ def from_generate_output(
                 row=t,
                 field="scores",
             )
-        logprobs[active, t] = (sub.gather(1, y[:, None])[:, 0] - torch.logsumexp(sub, dim=1)).numpy()
+        shifted = sub - sub.amax(1, keepdim=True)  # every row has a finite score (its sampled id)
+        logprobs[active, t] = (shifted.gather(1, y[:, None])[:, 0] - torch.logsumexp(shifted, dim=1)).numpy()
         nz = torch.nonzero(keep).numpy()
         parts.append((active[nz[:, 0]], nz[:, 1]))
-    if temperature is None:
-        temperature = (
-            sampler_settings(generation_config, resolve=False)["temperature"] if generation_config is not None else 1.0
-        )
     return _assemble(
         parts,
         lengths,
         gen,
         logprobs,
         vocab=vocab if vocab is not None else 0,
-        temperature=float(temperature),
+        temperature=temperature,
         metadata=_metadata(generation_config, "sampling_mask.adapters.transformers.from_generate_output", metadata),
         limits=limits,
     )
@@ -359,77 +501,189 @@ class SamplingMaskRecorder:
 
     ``generation_config``: the config ``generate()`` runs with (resolved here with ``model``'s and
     transformers' defaults, see :func:`resolve_generation_config`; pass the same ``**kwargs`` you give
-    ``generate()``). Use: ``rec = SamplingMaskRecorder(cfg, model=model)``, ``out =
-    model.generate(..., generation_config=cfg, logits_processor=[rec])``, ``mask =
-    rec.mask(out.sequences)`` (or ``out`` itself). Memory: the kept ids and their scores, not
-    ``[steps, N, V]``. A warper the recorder cannot run (``typical_p``, ``epsilon_cutoff``, ...) is
-    refused (``E_SCHEMA`` naming it). Each ``generate()`` call starts a new recording (the recorder
-    notices a new prompt by its length); :meth:`reset` forces one.
+    ``generate()``). A warper the recorder cannot run (``typical_p``, ``epsilon_cutoff``, ...) is
+    refused (``E_SCHEMA`` naming it). Memory: the kept ids and their log-probs, not ``[steps, N, V]``.
+
+    Two ways to use it:
+
+    - ``out = rec.generate(model, input_ids=..., attention_mask=..., max_new_tokens=...)`` calls
+      ``model.generate`` with the recorder and its config; the recorder then applies the sampling
+      warpers itself and ``generate()`` builds none (the same warpers, in the same place, run once
+      instead of twice: ``generate()``'s result is unchanged). Each call starts a new recording.
+    - ``model.generate(..., generation_config=cfg, logits_processor=[rec])``: the recorder sees the
+      scores before ``generate()``'s own warpers and runs the same warpers on them a second time.
+
+    Then ``mask = rec.mask(out)`` (``out`` or ``out.sequences``). A recording is one ``generate()``
+    call: each call's input must be the recorded prompt plus the tokens sampled so far, or the same
+    with fewer tokens (assisted / speculative / prompt-lookup generation scores candidate tokens and
+    then goes back to the last accepted one: a later score of a position replaces the earlier ones,
+    so every row is the target model's, exactly what its warpers kept). :meth:`mask` ends the
+    recording (the next call starts a new one) and checks that the sequences are the recorded
+    prompt and tokens. A call that continues nothing while a recording is unread (a second
+    ``generate()`` before :meth:`mask` or :meth:`reset`, or an assistant with its own tokenizer)
+    raises ``E_SCHEMA`` naming the cause; so does a NaN or ``+inf`` score (``E_RANGE``).
     """
 
     def __init__(self, generation_config: Any = None, *, model: Any = None, **kwargs: Any) -> None:
-        transformers = _transformers()
         self.generation_config = resolve_generation_config(generation_config, model=model, **kwargs)
-        cfg = _as_dict(self.generation_config, "generation_config")
-        blocked = [f"{n}={cfg.get(n)!r}" for n, on in _UNSEEN_WARPERS if on(cfg.get(n))]
+        self._temperature_warper, self._filters = self._warpers(self.generation_config)
+        self.temperature = float(getattr(self._temperature_warper, "temperature", 1.0))
+        #: per row of the last :meth:`mask`: the probability mass the sampler kept (the support under the
+        #: temperature-scaled distribution before truncation), what a trainer without replay is off by.
+        self.kept_mass: np.ndarray | None = None
+        self._applies_warpers = False  # set by generate(): the recorder is generate()'s warper stage
+        self.reset()
+
+    @staticmethod
+    def _warpers(config: Any) -> tuple[Any, list[Any]]:
+        """``generate()``'s sampling warpers for ``config`` (``_get_logits_processor``, same order):
+        the temperature warper (or None) and the filters after it."""
+        transformers = _transformers()
+        cfg = _as_dict(config, "generation_config")
+        blocked = [f"{n}={cfg.get(n)!r}" for n, on in _UNSEEN_WARPERS if _is_on(n, on, cfg.get(n))]
         if cfg.get("num_beams") not in (None, 1):
             blocked.append(f"num_beams={cfg.get('num_beams')!r}")
         if blocked:
             raise SamplingMaskError(
                 ErrorCode.E_SCHEMA, "the recorder cannot reproduce: " + ", ".join(blocked), field="generation_config"
             )
-        self._warpers: list[Any] = []
-        if cfg.get("do_sample"):
-            settings = sampler_settings(self.generation_config, resolve=False)
-            if settings["temperature"] != 1.0:
-                self._warpers.append(transformers.TemperatureLogitsWarper(settings["temperature"]))
-            if settings["top_k"]:
-                self._warpers.append(transformers.TopKLogitsWarper(top_k=settings["top_k"], min_tokens_to_keep=1))
-            if settings["top_p"] is not None and settings["top_p"] < 1.0:
-                self._warpers.append(transformers.TopPLogitsWarper(top_p=settings["top_p"], min_tokens_to_keep=1))
-            if settings["min_p"] is not None:
-                self._warpers.append(transformers.MinPLogitsWarper(min_p=settings["min_p"], min_tokens_to_keep=1))
-        self.temperature = (
-            sampler_settings(self.generation_config, resolve=False)["temperature"] if cfg.get("do_sample") else 1.0
-        )
-        #: per row of the last :meth:`mask`: the probability mass the sampler kept (the support under the
-        #: temperature-scaled distribution before truncation), what a trainer without replay is off by.
-        self.kept_mass: np.ndarray | None = None
-        self.reset()
+        if not cfg.get("do_sample"):
+            return None, []
+        settings = sampler_settings(config, resolve=False)
+        temperature = None
+        if settings["temperature"] != 1.0:
+            temperature = transformers.TemperatureLogitsWarper(settings["temperature"])
+        filters = []
+        if settings["top_k"]:
+            filters.append(transformers.TopKLogitsWarper(top_k=settings["top_k"], min_tokens_to_keep=1))
+        if settings["top_p"] is not None and settings["top_p"] < 1.0:
+            filters.append(transformers.TopPLogitsWarper(top_p=settings["top_p"], min_tokens_to_keep=1))
+        if settings["min_p"] is not None:
+            filters.append(transformers.MinPLogitsWarper(min_p=settings["min_p"], min_tokens_to_keep=1))
+        return temperature, filters
 
     def reset(self) -> None:
-        """Forget what was recorded."""
+        """Forget what was recorded; the next call starts a new recording."""
         self.prompt_length: int | None = None
         self.num_sequences: int | None = None
         self.vocab_size: int | None = None
-        # per step: kept (sequence, id) pairs, their log-probs, each sequence's kept mass
-        self._steps: list[tuple[Any, Any, Any, Any]] = []
+        self._seen: Any = None  # the input of the last recorded step: the prompt + the tokens before it
+        self._ended = False  # mask() read the recording
+        self._run_config: Any = None  # the config of generate() when it runs through self.generate()
+        # per step: kept (sequence, id) pairs, their log-probs, each sequence's kept mass, the vocabulary size
+        self._steps: list[tuple[Any, Any, Any, Any, int]] = []
 
     @property
     def num_steps(self) -> int:
         """Steps recorded so far."""
         return len(self._steps)
 
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
+    def generate(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+        """``model.generate(*args, **kwargs)`` recording its mask, the recorder applying the sampling
+        warpers (class doc); ``model`` may also be a ``generate`` function (a bound method). Generation
+        fields in ``kwargs`` (``max_new_tokens``, ``output_scores``, ...) and a ``generation_config``
+        are merged as ``generate()`` merges them; ``E_SCHEMA`` if they change what is sampled
+        (temperature, top-k, top-p, min-p, ...): those belong to the recorder's config."""
+        run = getattr(model, "generate", model)
+        if not callable(run):
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected a model or its generate function", field="model")
+        owner = getattr(run, "__self__", model)
+        processors = [p for p in (kwargs.pop("logits_processor", None) or []) if p is not self]
+        given = kwargs.pop("generation_config", None)
+        # what generate() would fill from the model too (a min_p of its own): compared below
+        config = resolve_generation_config(self.generation_config if given is None else given, model=owner)
+        try:
+            model_kwargs = config.update(**kwargs)  # generate()'s own split of its keyword arguments
+        except (TypeError, ValueError) as exc:
+            raise _config_error(exc, "generation_config") from None
+        mine, theirs = _as_dict(self.generation_config, "generation_config"), _as_dict(config, "generation_config")
+        changed = [
+            f"{k}={theirs.get(k)!r} (recorder: {mine.get(k)!r})"
+            for k in _SAMPLER_FIELDS
+            if mine.get(k) != theirs.get(k)
+        ]
+        if changed:
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                "generate() would sample with other settings than the recorder's: " + ", ".join(changed),
+                field="generation_config",
+            )
+        run_config = copy.deepcopy(config)
+        if config.do_sample:  # generate() builds no warper: each is off by an explicit value, not None
+            run_config.temperature, run_config.top_k, run_config.top_p = 1.0, 0, 1.0
+            run_config.min_p = None if config.min_p is None else 0.0  # None would take the model's min_p
+        self.reset()
+        self._run_config = config
+        self._applies_warpers = True
+        try:
+            return run(*args, generation_config=run_config, logits_processor=[*processors, self], **model_kwargs)
+        finally:
+            self._applies_warpers = False
+
+    def _position(self, input_ids: Any) -> int:
+        """The step ``input_ids`` (prompt + tokens so far) scores; a new recording when none is open."""
         import torch
 
         n, length = int(input_ids.shape[0]), int(input_ids.shape[1])
-        if self.prompt_length is None or n != self.num_sequences or length != self.prompt_length + len(self._steps):
+        if self.prompt_length is None or self._ended or self._seen is None:
+            run_config = self._run_config if self._applies_warpers else None  # kept inside generate() only
             self.reset()
+            self._run_config = run_config
             self.prompt_length, self.num_sequences = length, n
-        self.vocab_size = int(scores.shape[-1])
+            return 0
+        step = length - self.prompt_length
+        follows = n == self.num_sequences and 0 <= step <= len(self._steps)
+        if follows:
+            known = self.prompt_length + max(step - 1, 0)  # the tokens a recorded step already saw
+            follows = torch.equal(input_ids[:, :known].to(self._seen.device), self._seen[:, :known])
+        if not follows:
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"a call with {n} sequences of length {length} does not continue the unread recording "
+                f"({self.num_sequences} sequences, prompt length {self.prompt_length}, {len(self._steps)} steps): "
+                "a second generate() before mask() or reset() (call one of them between generate() calls, "
+                "or use recorder.generate(model, ...)), or an assistant that re-tokenizes (assistant_tokenizer=), "
+                "which the recorder does not follow",
+                field="recorder",
+            )
+        del self._steps[step:]  # a candidate position scored again (assisted generation): the later score counts
+        return step
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        step = self._position(input_ids)
         with torch.no_grad():
-            processed = scores
-            for warper in self._warpers:
+            scaled = scores if self._temperature_warper is None else self._temperature_warper(input_ids, scores)
+            processed = scaled
+            for warper in self._filters:  # they mask ids with -inf, the kept ones keep their scaled value
                 processed = warper(input_ids, processed)
+            peak = scaled.float().amax(dim=-1, keepdim=True)
+            if not bool(torch.isfinite(peak).all()):  # one check per step; the details only when it fails
+                bad = torch.isnan(peak[:, 0]) | torch.isposinf(peak[:, 0])
+                if bool(bad.any()):
+                    b = int(torch.nonzero(bad)[0, 0])
+                    raise SamplingMaskError(
+                        ErrorCode.E_RANGE,
+                        f"sequence {b} step {step}: a NaN or +inf score (a score is finite, or -inf for a filtered id)",
+                        segment=b,
+                        row=step,
+                        field="scores",
+                    )
+                peak = torch.where(torch.isinf(peak), torch.zeros_like(peak), peak)  # a row of -inf: nothing kept
+            # every sum is shifted by the row's maximum, so huge scores stay exact
+            full = torch.exp(scaled.float() - peak).sum(dim=-1)
             keep = torch.isfinite(processed)
-            lse = torch.logsumexp(processed.float(), dim=-1)
-            lse_full = torch.logsumexp(scores.float() / self.temperature, dim=-1)  # before truncation
             nz = torch.nonzero(keep)
-            values = processed.float()[keep] - lse[nz[:, 0]]
-            kept = torch.exp(lse - lse_full)
-            self._steps.append((nz[:, 0].cpu(), nz[:, 1].to(torch.int32).cpu(), values.cpu(), kept.cpu()))
-        return scores
+            rows = nz[:, 0]
+            shifted = processed.float()[keep] - peak[rows, 0]  # the kept ids only, row-major
+            kept = torch.zeros_like(full).index_add_(0, rows, torch.exp(shifted))
+            values = shifted - torch.log(kept)[rows]
+            pairs = nz.to(torch.int32).cpu()  # (sequence, id) of each kept id: one copy
+            self._steps.append((pairs[:, 0], pairs[:, 1], values.cpu(), (kept / full).cpu(), int(scores.shape[-1])))
+            self._seen = input_ids.detach().clone()
+            self.vocab_size = int(scores.shape[-1])
+        return processed if self._applies_warpers else scores
 
     def mask(
         self,
@@ -440,18 +694,23 @@ class SamplingMaskRecorder:
         limits: Limits = DEFAULT_LIMITS,
     ) -> SamplingMask:
         """The recorded mask for ``sequences`` (``generate()``'s output or its ``.sequences``): one
-        segment per sequence, rows up to and including the first EOS; ``E_SHAPE`` when they do not
-        belong to the recording."""
+        segment per sequence, rows up to and including the first EOS. Ends the recording. ``E_SHAPE``
+        when their size does not match the recording, ``E_SCHEMA`` naming the sequence and position
+        where they differ from the recorded prompt and tokens, ``E_MISSING_SAMPLED`` for a last token
+        outside its recorded support."""
         import torch
 
         seq_tensor = (
             get_field(sequences, "sequences", sequences) if not isinstance(sequences, torch.Tensor) else sequences
         )
-        if self.prompt_length is None:
+        if self.prompt_length is None or self._seen is None:
             raise SamplingMaskError(
                 ErrorCode.E_SCHEMA, "nothing recorded: pass the recorder to generate()", field="recorder"
             )
-        generated = _sequences(seq_tensor, self.prompt_length)
+        self._ended = True
+        prompt = self.prompt_length
+        full = _sequences(seq_tensor, prompt)
+        generated = full[:, prompt:]
         num_seq, steps = generated.shape
         if num_seq != self.num_sequences or steps > len(self._steps):
             raise SamplingMaskError(
@@ -460,14 +719,31 @@ class SamplingMaskRecorder:
                 f"[{self.num_sequences}, {len(self._steps)} steps]",
                 field="sequences",
             )
-        lengths = _row_lengths(generated, eos_token_ids(self.generation_config, eos_token_id))
+        known = prompt + max(steps - 1, 0)  # the last token was never an input: its support is checked below
+        differ = (full[:, :known] != self._seen[:, :known].to("cpu", torch.int64)).numpy()
+        if differ.any():
+            b, j = (int(v) for v in np.argwhere(differ)[0])
+            where = f"prompt position {j}" if j < prompt else f"generated token {j - prompt}"
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"sequence {b} is not the recorded generation: its {where} differs",
+                segment=b,
+                field="sequences",
+            )
+        vocabs = {record[4] for record in self._steps[:steps]}
+        if len(vocabs) > 1:
+            raise SamplingMaskError(
+                ErrorCode.E_SHAPE, f"the recorded steps have vocabularies {sorted(vocabs)}", field="scores"
+            )
+        config = self._run_config if self._run_config is not None else self.generation_config
+        lengths = _row_lengths(generated, eos_token_ids(config, eos_token_id))
         gen = generated.numpy()
-        vocab = int(self.vocab_size or 0)
+        vocab = vocabs.pop() if vocabs else int(self.vocab_size or 0)
         parts: list[tuple[np.ndarray, np.ndarray]] = []
         logprobs = np.zeros((num_seq, steps), dtype=np.float32)
         kept_mass = np.ones((num_seq, steps), dtype=np.float64)
         for t in range(steps):
-            seq_t, ids_t, values_t, kept_t = self._steps[t]
+            seq_t, ids_t, values_t, kept_t, _ = self._steps[t]
             kept_mass[:, t] = kept_t.numpy()
             seq_np, ids_np, values_np = seq_t.numpy(), ids_t.numpy(), values_t.numpy()
             live = lengths[seq_np] > t
@@ -502,8 +778,6 @@ class SamplingMaskRecorder:
             logprobs,
             vocab=vocab,
             temperature=self.temperature,
-            metadata=_metadata(
-                self.generation_config, "sampling_mask.adapters.transformers.SamplingMaskRecorder", metadata
-            ),
+            metadata=_metadata(config, "sampling_mask.adapters.transformers.SamplingMaskRecorder", metadata),
             limits=limits,
         )
