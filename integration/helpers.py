@@ -11,8 +11,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 #: The tiny model: head size 32 (the smallest vLLM's CPU attention takes), 2 layers, V = 512.
 VOCAB = 512
 MAX_LEN = 128
@@ -90,25 +88,6 @@ def _hf_model(path: str) -> Any:
     if path not in _MODELS:
         _MODELS[path] = transformers.AutoModelForCausalLM.from_pretrained(path, dtype="float32").eval()
     return _MODELS[path]
-
-
-def kernel_drop_rows(recorded: Any, recomputed: Any, logits: Any, temperature: Any) -> np.ndarray:
-    """Rows whose recorded support is the recomputed one minus exactly its least likely id: what vLLM's
-    Triton top-p kernel (``_topk_topp_kernel``) keeps when min-p has left few ids (issue 36). To be
-    replaced by the audit's named class once it has one (then the suite fails on any other difference)."""
-    import torch
-
-    out = np.zeros(recorded.num_rows, dtype=bool)
-    rec_rows, new_rows = recorded.canonical().to_rows(), recomputed.canonical().to_rows()
-    scaled = logits.double() / torch.as_tensor(np.broadcast_to(temperature, (logits.shape[0],))).double()[:, None]
-    for t, (rec, new) in enumerate(zip(rec_rows, new_rows, strict=True)):
-        missing = set(new) - set(rec)
-        if len(missing) != 1 or not set(rec) <= set(new) or not rec:
-            continue
-        (gone,) = missing
-        weakest = min(new, key=lambda i: float(scaled[t, i]))
-        out[t] = gone == weakest or float(scaled[t, gone]) == float(scaled[t, weakest])
-    return out
 
 
 def peak_rss_mib() -> float:

@@ -19,7 +19,6 @@ from helpers import (
     PROMPTS,
     VOCAB,
     build_tiny_model,
-    kernel_drop_rows,
     peak_rss_mib,
     record_figures,
     tokenizer_path,
@@ -31,7 +30,7 @@ torch = pytest.importorskip("torch")
 
 from sampling_mask import SamplingMask, concat  # noqa: E402
 from sampling_mask.adapters import vllm as adapter  # noqa: E402
-from sampling_mask.reference_scorer import full_logprobs, masked_logprobs, support_from_logits  # noqa: E402
+from sampling_mask.reference_scorer import audit, full_logprobs, masked_logprobs, support_from_logits  # noqa: E402
 
 #: name -> sampler settings; an absent top_k is sent as V (vLLM needs top_k > 0 for masks).
 CONFIGS: dict[str, dict[str, float]] = {
@@ -44,9 +43,10 @@ CONFIGS: dict[str, dict[str, float]] = {
     "top_p=0.95,min_p=0.1": {"temperature": 0.7, "top_p": 0.95, "min_p": 0.1},
 }
 LISTED = 20  # processed log-probs listed per position (vLLM's default max_logprobs)
-#: The row classes the suite accepts besides ``equal`` (issue 36: vLLM's Triton top-p kernel drops
-#: the least likely id when min-p has left few). Tighten here once the audit names its own classes.
-ACCEPTED_CLASSES = {"kernel_drop"}
+#: The audit's row classes the suite accepts besides ``equal`` under ``rule="vllm"`` (issue 36: vLLM's
+#: Triton top-p kernel drops the least likely id when min-p has left few); ``rule="vllm-triton"``
+#: must reproduce every row.
+ACCEPTED_CLASSES = {"vllm_triton_top_p_drop"}
 
 
 def sampler(config: dict[str, float]) -> dict[str, Any]:
@@ -166,27 +166,23 @@ def test_replay_equals_the_engine_logprobs(model_dir: Any, offline: dict[str, An
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_support_rule_reproduces_the_recorded_rows(model_dir: Any, offline: dict[str, Any], name: str) -> None:
-    """``support_from_logits(rule="vllm")`` on the trainer's logits gives the recorded rows, except rows of
-    an accepted engine class (reported, not failed)."""
+    """The audit with ``rule="vllm"`` names every row that differs (only accepted engine classes), and
+    ``support_from_logits(rule="vllm-triton")``, the kernel's own rule, gives every recorded row."""
     outputs = offline["outputs"][name]
     mask = recorded_mask(outputs)
     logits = trainer_logits(model_dir, PROMPTS, [list(o.token_ids) for o in completions(outputs)])
     settings = sampler(CONFIGS[name])
-    recomputed = support_from_logits(logits, rule="vllm", **settings)
-    rec_rows, new_rows = mask.canonical().to_rows(), recomputed.to_rows()
-    equal = np.array([a == b for a, b in zip(rec_rows, new_rows, strict=True)])
-    kernel_drop = kernel_drop_rows(mask, recomputed, logits, settings["temperature"]) & ~equal
-    classes = {"kernel_drop": int(kernel_drop.sum())}
-    other = np.flatnonzero(~equal & ~kernel_drop)
-    unaccepted = {k: v for k, v in classes.items() if v and k not in ACCEPTED_CLASSES}
-    record_figures(
-        f"support {name}",
-        {"rows": mask.num_rows, "equal": int(equal.sum()), **classes, "other": int(other.size)},
-    )
-    assert not unaccepted, f"{name}: rows of classes {unaccepted}"
-    assert other.size == 0, (
-        f"{name}: {other.size} of {mask.num_rows} rows differ from rule='vllm', e.g. row {other[0]}: "
-        f"recorded {rec_rows[other[0]]} recomputed {new_rows[other[0]]}"
+    report = audit(mask, logits, rule="vllm", **settings)
+    classes = {k: v for k, v in report.summary()["row_classes"].items() if v and k != "equal"}
+    kernel = support_from_logits(logits, rule="vllm-triton", **settings)
+    rec_rows, kernel_rows = mask.canonical().to_rows(), kernel.to_rows()
+    differ = [t for t, (a, b) in enumerate(zip(rec_rows, kernel_rows, strict=True)) if a != b]
+    record_figures(f"support {name}", {"rows": mask.num_rows, **classes, "differ_from_vllm_triton": len(differ)})
+    unaccepted = {k: v for k, v in classes.items() if k not in ACCEPTED_CLASSES}
+    assert not unaccepted, f"{name}: rule='vllm' rows of classes {unaccepted}"
+    assert not differ, (
+        f"{name}: {len(differ)} of {mask.num_rows} rows differ from rule='vllm-triton', e.g. row {differ[0]}: "
+        f"recorded {rec_rows[differ[0]]} recomputed {kernel_rows[differ[0]]}"
     )
 
 
