@@ -100,7 +100,7 @@ def run(mode: str, out: Path) -> dict[str, Any]:
         for request in outputs:
             for completion in request.outputs:
                 mask = completion.sampling_mask
-                engine_rows.append(None if mask is None else [list(r) for r in mask.token_ids])
+                engine_rows.append(None if mask is None else [sorted(r) for r in mask.token_ids])
         return outputs
 
     trainer.vllm_generation.llm.generate = generate
@@ -135,9 +135,9 @@ def run(mode: str, out: Path) -> dict[str, Any]:
         "vocab": VOCAB,
     }
     if mode == "replay":
-        dense_mask = batch[trl_adapter.MASK_KEY]
+        masks = batch[trl_adapter.MASK_KEY]  # one SamplingMask per completion (O(kept ids))
         from_trainer = [
-            [[int(i) for i in dense_mask[b, t] if i >= 0] for t in range(len(completions[b]))]
+            [sorted(int(i) for i in row) for row in masks[b].to_rows()[: len(completions[b])]]
             for b in range(len(completions))
         ]
         result["engine_rows_null"] = sum(r is None for r in engine_rows)

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -166,6 +167,17 @@ def test_failed_save_keeps_the_old_file_and_cleans_up(
             fail()
 
         monkeypatch.setattr(arrow.Writer, "write", write_then_fail)
+    elif fmt == "json":  # written a chunk of rows at a time: fail after the first chunk is on disk
+        from sampling_mask.codecs import json as json_codec
+
+        real_iter = json_codec.iter_encode
+
+        def iter_then_fail(*args: object, **kwargs: object) -> Iterator[bytes]:
+            pieces = real_iter(*args, **kwargs)  # type: ignore[arg-type]
+            yield next(pieces)
+            fail()
+
+        monkeypatch.setattr(json_codec, "iter_encode", iter_then_fail)
     else:
         monkeypatch.setattr(sampling_mask.codecs, "encode", fail)
     with pytest.raises(error):

@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from ..core.checks import is_int, raise_at_first
+from ..core.checks import as_host_array, is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask, concat
 from . import vllm as vllm_adapter
-from .verl import batch_segments, dense_rows, host_array, replay_logprobs
+from .verl import batch_segments, dense_rows, replay_logprobs
 
 __all__ = [
     "MASK_KEY",
@@ -130,7 +130,7 @@ def rolled_mask(sampling_mask: Any, attention_mask: Any, *, packed: bool = False
         return None
     if not isinstance(packed, (bool, np.bool_)):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "packed must be a bool", field="packed", value=repr(packed)[:80])
-    am = host_array(attention_mask, field="attention_mask")
+    am = as_host_array(attention_mask, field="attention_mask")
     if am.ndim != 2 or am.dtype.kind not in "iub":
         raise SamplingMaskError(
             ErrorCode.E_SHAPE,

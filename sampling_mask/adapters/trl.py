@@ -644,8 +644,8 @@ def replay_trainer(base: type | None = None) -> type:
                         "generate() runs processors replay cannot reproduce: " + ", ".join(sorted(unexpected)),
                         field="processors_not_replayed",
                     )
-                processors = list(g_kwargs.pop("logits_processor", None) or [])
-                out = original(*g_args, logits_processor=[*processors, recorder], **g_kwargs)
+                # the recorder as generate()'s warper stage: transformers' warpers run once
+                out = recorder.generate(original, *g_args, **g_kwargs)
                 self._replay_generated.append(recorder.mask(out, eos_token_id=eos))
                 self._replay_kept.append(np.asarray(recorder.kept_mass))
                 return out

@@ -47,7 +47,6 @@ __all__ = [
     "batch_segments",
     "dense_rows",
     "from_non_tensor_batch",
-    "host_array",
     "logprobs_from_logits",
     "replay_logprobs",
     "rmpad_mask",
@@ -116,17 +115,9 @@ def add_to_data_proto(data: Any, *, key: str = MASK_KEY) -> Any:
     return data
 
 
-def host_array(value: Any, *, field: str) -> np.ndarray:
-    """:func:`~sampling_mask.core.checks.as_host_array`, with a tensor that holds no data (``meta``
-    device) refused as ``E_SCHEMA`` naming ``field``."""
-    if getattr(value, "is_meta", False):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "a meta tensor holds no data", field=field)
-    return as_host_array(value, field=field)
-
-
 def _host_2d(value: Any, *, field: str, binary: bool) -> np.ndarray:
     """``value`` (tensor, array or lists) as a 2-D integer host array; ``binary``: only 0 / 1 (or bools)."""
-    arr = host_array(value, field=field)
+    arr = as_host_array(value, field=field)
     if arr.ndim != 2:
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"{field} must be 2-D, got shape {list(arr.shape)}", field=field)
     if arr.dtype.kind not in "iub":
@@ -158,7 +149,7 @@ def batch_segments(sampling_mask: Any, batch_size: int, *, field: str = MASK_KEY
             f"expected a SamplingMask or a dense [B, T, W] tensor, got {type(sampling_mask).__name__}",
             field=field,
         )
-    dense = host_array(sampling_mask, field=field)
+    dense = as_host_array(sampling_mask, field=field)
     if dense.ndim != 3 or dense.shape[0] != batch_size:
         raise SamplingMaskError(
             ErrorCode.E_SHAPE, f"dense {field} must be [{batch_size}, T, W], got {list(dense.shape)}", field=field
@@ -193,7 +184,7 @@ def rmpad_mask(sampling_mask: Any, attention_mask: Any, responses: Any, *, pad_s
     if sampling_mask is None:
         return None
     am = _host_2d(attention_mask, field="attention_mask", binary=True).astype(np.int64)
-    resp_shape = tuple(getattr(responses, "shape", None) or np.shape(host_array(responses, field="responses")))
+    resp_shape = tuple(getattr(responses, "shape", None) or np.shape(as_host_array(responses, field="responses")))
     batch, width = am.shape
     if len(resp_shape) != 2 or resp_shape[0] != batch or resp_shape[1] > width:
         raise SamplingMaskError(

@@ -75,13 +75,15 @@ def _holds_bools(value: Any, ndim: int) -> bool:
 def as_host_array(value: Any, *, field: str = "array") -> np.ndarray:
     """``value`` as a numpy array: numpy arrays as they are, torch tensors moved to CPU, lists converted.
 
-    Ragged nested lists are ``E_SHAPE`` (a bare ``ValueError`` from numpy was found by fuzzing:
+    A tensor on the ``meta`` device (no data) is ``E_SCHEMA``. Ragged nested lists are ``E_SHAPE`` (a bare ``ValueError`` from numpy was found by fuzzing:
     fuzz/regressions/adapter_prime_rl/df4cf4ad322ed8ab.bin). Torch is never imported here: a tensor
     is recognized by its ``detach`` and ``cpu`` methods.
     """
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, on any device
+        if getattr(value, "is_meta", False):
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "a meta tensor holds no data", field=field)
         return np.asarray(value.detach().cpu().numpy())
     return asarray_checked(value, field=field)
 
