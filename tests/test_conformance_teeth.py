@@ -867,7 +867,7 @@ def test_generated_cases_catch_planted_bugs_of_3_6_8_1_and_13_2(
     from sampling_mask.conformance.generated import run_generated
 
     out = io.StringIO()
-    n = 100 if name == "model operations" else 60
+    n = 200 if name == "model operations" else 60
     assert run_generated(broken(), n, seed=3, classes=[name], out=out) == 1
     assert f"FAIL        {name}: {kind}:" in out.getvalue()
     out = io.StringIO()

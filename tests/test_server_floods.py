@@ -13,9 +13,7 @@ answered", which the server does only after its 20 s stall timeout, and "release
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "examples")]
+from example_server import serve  # noqa: E402
 from mask_server import HEADER_BYTES  # noqa: E402
 
 pytestmark = pytest.mark.slow  # spawns processes, runs for seconds
@@ -36,32 +35,16 @@ READ_TIMEOUT = 30.0
 MiB = 1 << 20
 
 
-def _server(*flags: str) -> Iterator[int]:
-    if not sys.platform.startswith("linux"):
-        pytest.skip("peak RSS from /proc")
-    command = [sys.executable, str(ROOT / "examples" / "mask_server.py"), "--port=0", *flags]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("listening on"), line
-        yield int(line.rsplit(":", 1)[1])
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def patient() -> Iterator[int]:
     """A server that waits 20 s for a stalled read (30 s for a whole request)."""
-    yield from _server(f"--read-timeout={READ_TIMEOUT}", "--stall-timeout=20", "--decoders=2")
+    yield from serve(f"--read-timeout={READ_TIMEOUT}", "--stall-timeout=20", "--decoders=2")
 
 
 @pytest.fixture(scope="module")
 def strict() -> Iterator[int]:
     """A server that drops a read stalled for 1 s (30 s for a whole request)."""
-    yield from _server(f"--read-timeout={READ_TIMEOUT}", "--stall-timeout=1", "--decoders=2")
+    yield from serve(f"--read-timeout={READ_TIMEOUT}", "--stall-timeout=1", "--decoders=2")
 
 
 def _answer(sock: socket.socket) -> tuple[int, dict[str, Any]]:

@@ -22,6 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "examples")]
+from example_server import serve  # noqa: E402
 from mask_server import HEADER_COST, HEADER_SLOTS, MemoryGate, memory_bound, request_cost  # noqa: E402
 
 pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
@@ -32,32 +33,16 @@ READ_TIMEOUT = 1.5
 MiB = 1 << 20
 
 
-def _server(*options: str) -> Iterator[int]:
-    if not sys.platform.startswith("linux"):
-        pytest.skip("peak RSS from /proc")
-    command = [sys.executable, str(ROOT / "examples" / "mask_server.py"), "--port=0", "--decoders=2", *options]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("listening on"), line
-        yield int(line.rsplit(":", 1)[1])
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def port() -> Iterator[int]:
-    yield from _server(f"--read-timeout={READ_TIMEOUT}", "--queue-timeout=20")
+    yield from serve(f"--read-timeout={READ_TIMEOUT}", "--decoders=2", "--queue-timeout=20")
 
 
 @pytest.fixture(scope="module")
 def patient_port() -> Iterator[int]:
     """A server whose deadlines (30 s a request, 20 s a stalled read) no loaded machine reaches in these
     tests: what they check is the order of answers, never a time."""
-    yield from _server("--read-timeout=30", "--stall-timeout=20", "--queue-timeout=20")
+    yield from serve("--read-timeout=30", "--stall-timeout=20", "--decoders=2", "--queue-timeout=20")
 
 
 def _exchange(

@@ -248,10 +248,11 @@ def operation_requests(draw: Any, *, max_rows: int = 6) -> dict[str, Any]:
         return doc
 
     if op == "concatenate":
-        docs = [one() for _ in range(draw(st.integers(0, 3)))]
+        change = draw(st.sampled_from(_CONCAT_CHANGES))
+        # a change is drawn with at least two masks, where it can make them disagree
+        docs = [one() for _ in range(draw(st.integers(0 if change == "none" else 2, 3)))]
         if docs:
             at = draw(st.integers(0, len(docs) - 1))
-            change = draw(st.sampled_from(_CONCAT_CHANGES))
             doc = docs[at]
             if change == "drop-vocab":
                 doc["vocab_size"] = None  # adopts V; E_RANGE when an id of it is not below another's V
