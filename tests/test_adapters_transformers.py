@@ -15,8 +15,8 @@ transformers = pytest.importorskip(
 from tiny_models import tiny_causal_lm  # noqa: E402
 
 from sampling_mask import ErrorCode, SamplingMaskError  # noqa: E402
-from sampling_mask.adapters import transformers as hf  # noqa: E402
 from sampling_mask.reference_scorer import audit, masked_logprobs, support_from_logits  # noqa: E402
+from sampling_mask.trainers import transformers as hf  # noqa: E402
 
 pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
 

@@ -16,7 +16,7 @@ transformers = pytest.importorskip(
 )
 
 from sampling_mask import ErrorCode, SamplingMaskError  # noqa: E402
-from sampling_mask.adapters import transformers as hf  # noqa: E402
+from sampling_mask.trainers import transformers as hf  # noqa: E402
 
 V = 12
 SEQUENCES = torch.tensor([[1, 2, 5, 3, 7], [1, 9, 4, 2, 0]])  # prompt 2, three steps; EOS 2 ends sequence 1 at step 1

@@ -19,7 +19,7 @@ transformers = pytest.importorskip(
 from tiny_models import tiny_causal_lm  # noqa: E402
 
 from sampling_mask import ErrorCode, SamplingMaskError  # noqa: E402
-from sampling_mask.adapters import transformers as hf  # noqa: E402
+from sampling_mask.trainers import transformers as hf  # noqa: E402
 
 pytestmark = pytest.mark.slow  # runs a model for seconds
 

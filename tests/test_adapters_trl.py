@@ -23,8 +23,8 @@ torch = pytest.importorskip("torch")
 from tiny_models import tiny_causal_lm  # noqa: E402
 
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError  # noqa: E402
-from sampling_mask.adapters import trl as trl_adapter  # noqa: E402
 from sampling_mask.adapters._common import get_field  # noqa: E402
+from sampling_mask.trainers import trl as trl_adapter  # noqa: E402
 
 pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
 
@@ -350,7 +350,7 @@ def test_grpo_masking_processors_replay_exactly(tmp_path) -> None:
 def test_grpo_nothing_truncated_carries_no_mask(tmp_path, monkeypatch) -> None:
     """TRL's defaults (top_k=0, top_p=1, min_p None) truncate nothing: no recorder, no mask in the
     loss, TRL's own entropy; the trainer is plain GRPOTrainer."""
-    from sampling_mask.adapters import transformers as hf_adapter
+    from sampling_mask.trainers import transformers as hf_adapter
 
     def never(*args, **kwargs):
         raise AssertionError("the recorder ran although nothing truncates")

@@ -52,7 +52,7 @@ def _empty_segments(fmt: str, segments: int = 1_000_000) -> Callable[[], bytes]:
 
 def _realistic(megabytes: float = 10.0) -> bytes:
     """Row 2: a realistic msgpack mask of about ``megabytes`` (synthetic rollout, four companions)."""
-    from sampling_mask import synthetic
+    from sampling_mask.data import synthetic
 
     tokens = int(megabytes * 1e6 / 48)  # about 48 bytes a token in msgpack
     return sm.encode(synthetic.rollout(tokens, seed=1), "msgpack")  # type: ignore[no-any-return]
@@ -131,7 +131,7 @@ def test_reports_stay_within_the_untrusted_bound(results: dict[str, dict[str, An
 def test_per_segment_figures_are_exact_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks of 7 segments / 50 rows (one long segment from its histogram), kept, spooled or both,
     give every segment's figures as a per-segment reference computes them."""
-    from sampling_mask import stats
+    from sampling_mask.data import stats
 
     monkeypatch.setattr(stats, "_CHUNK_SEGMENTS", 7)
     monkeypatch.setattr(stats, "_CHUNK_ROWS", 50)

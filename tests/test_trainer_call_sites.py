@@ -17,8 +17,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from sampling_mask.adapters import openrlhf as sm_openrlhf  # noqa: E402
-from sampling_mask.adapters import verl as sm_verl  # noqa: E402
+from sampling_mask.trainers import openrlhf as sm_openrlhf  # noqa: E402
+from sampling_mask.trainers import verl as sm_verl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINERS = ROOT / "tests" / "fixtures" / "upstream" / "trainers"

@@ -19,7 +19,7 @@ change a user makes) fixes that:
   for transformers generation, the config ``generate()`` really resolves) the support is the whole
   vocabulary: no mask is requested, captured or carried, and the trainer is plain ``GRPOTrainer``
   (``replay_enabled`` is False).
-- **Capture.** transformers generation: a :class:`~sampling_mask.adapters.transformers.SamplingMaskRecorder`
+- **Capture.** transformers generation: a :class:`~sampling_mask.trainers.transformers.SamplingMaskRecorder`
   is added to the ``generate()`` call, and the sampler's own log-probs are returned with the
   completions. vLLM colocate: the engine is built with ``return_sampling_mask=True`` (vLLM >= 0.28) and
   each ``CompletionOutput.sampling_mask`` is read. vLLM server: ``vllm_client.generate``'s response
@@ -77,10 +77,10 @@ from typing import Any
 
 import numpy as np
 
+from ..adapters import vllm as vllm_adapter
+from ..core.checks import get_field
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, concat
-from . import vllm as vllm_adapter
-from ._common import get_field
 
 __all__ = [
     "MASK_KEY",
@@ -435,10 +435,10 @@ def _temperature_mismatch(sampled: Any, scored: Any) -> list[str]:
 
 def hf_processors_not_replayed(generation_config: Any) -> list[str]:
     """``name=value`` of each processor of a resolved ``GenerationConfig`` that replay cannot reproduce:
-    :func:`~sampling_mask.adapters.transformers.unseen_processors` (transformers' processors and
+    :func:`~sampling_mask.trainers.transformers.unseen_processors` (transformers' processors and
     warpers beyond temperature / top-k / top-p / min-p, and greedy decoding) less the processors that
     only mask ids to -inf (the recorded support carries them), plus ``remove_invalid_values``."""
-    from .transformers import unseen_processors
+    from ..sampler.generation_config import unseen_processors
 
     named = [n for n in unseen_processors(generation_config) if n.split("=", 1)[0] not in _HF_MASKING]
     if _config_value(generation_config, "remove_invalid_values", False):
@@ -490,8 +490,9 @@ def _check_capture(mask: SamplingMask, completion_ids: Sequence[Sequence[int]]) 
 
 def replay_trainer(base: type | None = None) -> type:
     """A subclass of ``base`` (default TRL's ``GRPOTrainer``) with sampling replay (module doc)."""
-    from ..adapters.transformers import SamplingMaskRecorder, resolve_generation_config, sampler_settings
     from ..sampler import check_sampler
+    from ..sampler.generation_config import resolve_generation_config, sampler_settings
+    from .transformers import SamplingMaskRecorder
 
     if base is None:
         from trl import GRPOTrainer
@@ -500,7 +501,7 @@ def replay_trainer(base: type | None = None) -> type:
     parent: Any = base
 
     class ReplayGRPOTrainerClass(parent):  # type: ignore[misc, valid-type]
-        """``GRPOTrainer`` with sampling replay (``sampling_mask.adapters.trl``). Extra keywords:
+        """``GRPOTrainer`` with sampling replay (``sampling_mask.trainers.trl``). Extra keywords:
         ``replay_diagnostics`` (default False): log the importance ratios with and without replay;
         ``allow_processors_not_replayed`` (default False): train with processors replay cannot
         reproduce (warned at construction, named in ``processors_not_replayed``, counted in the logs)
