@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 from tiny_models import tiny_causal_lm  # noqa: E402
 
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError  # noqa: E402
-from sampling_mask.adapters._common import get_field  # noqa: E402
+from sampling_mask.core.checks import get_field  # noqa: E402
 from sampling_mask.trainers import trl as trl_adapter  # noqa: E402
 
 pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
