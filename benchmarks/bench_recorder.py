@@ -29,7 +29,8 @@ import torch
 import transformers
 
 from sampling_mask.cli.bench import race
-from sampling_mask.trainers.transformers import SamplingMaskRecorder, resolve_generation_config
+from sampling_mask.sampler.generation_config import resolve_generation_config
+from sampling_mask.trainers.transformers import SamplingMaskRecorder
 
 
 def build(args: argparse.Namespace) -> dict[str, Any]:

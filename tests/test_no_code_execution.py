@@ -68,7 +68,7 @@ ALLOWED_DYNAMIC_IMPORTS = {
     ),
     ("codecs/registry.py", "_load"): "the module of an entry of the fixed CODECS table, chosen by format name",
     ("core/optional.py", "require"): "optional package names: string literals of the calling code",
-    ("bench.py", "_optional"): "optional dependency names: string literals and the benchmark's fixed table",
+    ("cli/bench.py", "_optional"): "optional dependency names: string literals and the benchmark's fixed table",
 }
 
 

@@ -7,5 +7,10 @@
 - :mod:`.torch_data`: PyTorch ``Dataset`` / ``Sampler`` / collate over mask files (torch).
 
 Above :mod:`sampling_mask.codecs` (datasets read files through its batch reader), below
-:mod:`sampling_mask.sampler`; each module is imported on its own.
+:mod:`sampling_mask.sampler`. Importing the package imports the numpy modules; :mod:`.torch_data`
+is imported on its own.
 """
+
+from . import alignment, stats, synthetic, trace
+
+__all__ = ["alignment", "stats", "synthetic", "trace"]

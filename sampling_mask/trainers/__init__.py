@@ -7,5 +7,9 @@ integrations (torch; each trainer's package is imported only inside its module, 
 - :mod:`.verl`, :mod:`.openrlhf`: the functions their patched call sites use.
 
 Above :mod:`sampling_mask.adapters` (engines' wire forms) and :mod:`sampling_mask.reference_scorer`
-(the scorer), which they use.
+(the scorer), which they use. Importing the package imports none of torch, transformers or a trainer.
 """
+
+from . import openrlhf, transformers, trl, verl
+
+__all__ = ["openrlhf", "transformers", "trl", "verl"]
