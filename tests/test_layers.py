@@ -156,7 +156,7 @@ def test_no_import_circle():
         ("sampling_mask.adapters.vllm", "from ..reference_scorer import scoring", upward),
         ("sampling_mask.data.alignment", "import sampling_mask.trainers.trl", upward),
         ("sampling_mask.cli.convert", "from ..codecs import _common", private_outside),
-        ("sampling_mask.trainers.trl", "from ..adapters._common import int_array", private_outside),
+        ("sampling_mask.trainers.trl.masks", "from ...adapters._common import int_array", private_outside),
     ],
 )
 def test_the_scan_finds_a_planted_import(name, statement, check):
