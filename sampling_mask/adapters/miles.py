@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core.checks import as_float_array, get_field
+from ..core.checks import as_float_array, get_field, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
@@ -156,11 +156,9 @@ def _check_normalized(mask: SamplingMask) -> None:
     bad_value = ~np.isfinite(lp64) | (lp64 > 1e-6)
     mass = np.add.reduceat(np.exp(np.where(bad_value, 0.0, lp64)), mask.offsets[:-1])
     bad_row = np.maximum.reduceat(bad_value, mask.offsets[:-1]) | ~np.isclose(mass, 1.0, rtol=1e-4, atol=1e-6)
-    if bad_row.any():
-        row = int(np.flatnonzero(bad_row)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE, "support logprobs must be normalized log-probabilities", row=row, field="logprobs"
-        )
+    raise_at_first(
+        bad_row, ErrorCode.E_RANGE, "support logprobs must be normalized log-probabilities", field="logprobs"
+    )
 
 
 def to_rollout_sampling_masks(mask: SamplingMask, *, form: Form = "logprobs") -> list[dict[str, np.ndarray | None]]:

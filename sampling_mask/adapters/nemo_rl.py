@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..core import layouts
-from ..core.checks import get_field
+from ..core.checks import get_field, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
@@ -83,17 +83,14 @@ def from_batch(
     if width == 0 and batch * seq_len:
         raise SamplingMaskError(ErrorCode.E_SHAPE, "the support width K must be > 0", field=TOKEN_IDS_FIELD)
     flat_sizes = sizes.reshape(-1)
-    bad = (flat_sizes < 0) | (flat_sizes > width)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE,
-            f"size outside [0, K = {width}]",
-            field=SIZES_FIELD,
-            segment=row // max(seq_len, 1),
-            row=row,
-            value=int(flat_sizes[row]),
-        )
+    raise_at_first(
+        (flat_sizes < 0) | (flat_sizes > width),
+        ErrorCode.E_RANGE,
+        f"size outside [0, K = {width}]",
+        field=SIZES_FIELD,
+        values=flat_sizes,
+        segment=lambda row: row // max(seq_len, 1),
+    )
     lengths = np.full(batch, seq_len, dtype=np.int64)
     if input_lengths is not None:
         lengths = int_array(input_lengths, np.int64, field="input_lengths")
@@ -101,26 +98,22 @@ def from_batch(
             raise SamplingMaskError(
                 ErrorCode.E_SHAPE, f"input_lengths must be [{batch}], got {list(lengths.shape)}", field="input_lengths"
             )
-        out = (lengths < 0) | (lengths > seq_len)
-        if out.any():
-            b = int(np.flatnonzero(out)[0])
-            raise SamplingMaskError(
-                ErrorCode.E_RANGE,
-                f"input length outside [0, {seq_len}]",
-                field="input_lengths",
-                segment=b,
-                value=int(lengths[b]),
-            )
+        raise_at_first(
+            (lengths < 0) | (lengths > seq_len),
+            ErrorCode.E_RANGE,
+            f"input length outside [0, {seq_len}]",
+            field="input_lengths",
+            values=lengths,
+            at="segment",
+        )
         beyond = (np.arange(seq_len)[None, :] >= lengths[:, None]) & (sizes > 0)
-        if beyond.any():
-            row = int(np.flatnonzero(beyond.reshape(-1))[0])
-            raise SamplingMaskError(
-                ErrorCode.E_SHAPE,
-                "a row past its sequence's input length has a support",
-                field=SIZES_FIELD,
-                segment=row // seq_len,
-                row=row,
-            )
+        raise_at_first(
+            beyond.reshape(-1),
+            ErrorCode.E_SHAPE,
+            "a row past its sequence's input length has a support",
+            field=SIZES_FIELD,
+            segment=lambda row: row // seq_len,
+        )
     kept = (np.arange(seq_len)[None, :] < lengths[:, None]).reshape(-1)
     counts = flat_sizes[kept]
     slots = np.arange(width, dtype=np.int64)[None, :] < counts[:, None]

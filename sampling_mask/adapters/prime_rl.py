@@ -25,7 +25,7 @@ import numpy as np
 
 from ..codecs import msgpack as msgpack_codec
 from ..core import layouts
-from ..core.checks import as_float_array, get_field
+from ..core.checks import as_float_array, get_field, is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
@@ -75,7 +75,7 @@ def _nd_array(value: Mapping[str, Any], name: str, dtype: str, limits: Limits) -
     declared, shape, data = value.get("dtype"), value.get("shape"), value.get("data")
     if declared not in (dtype, "<" + ("i4" if dtype == "int32" else "f4")):
         raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected {dtype}, got {declared!r}"[:120], field=name)
-    if not isinstance(shape, list) or len(shape) != 1 or not isinstance(shape[0], int) or isinstance(shape[0], bool):
+    if not isinstance(shape, list) or len(shape) != 1 or not is_int(shape[0]):
         raise SamplingMaskError(ErrorCode.E_SHAPE, "expected a 1-D shape", field=name)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "'data' must be bytes", field=name)
@@ -328,7 +328,7 @@ def context_parallel_packed_rows(num_rows: int, world_size: int, rank: int) -> n
     Old name ``context_parallel_rows``; not :func:`sampling_mask.data.alignment.context_parallel_rows`,
     which splits each sequence of ``cu_seqlens``. A non-integer argument is ``E_DTYPE``."""
     for name, value in (("num_rows", num_rows), ("world_size", world_size), ("rank", rank)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if not is_int(value):
             raise SamplingMaskError(ErrorCode.E_DTYPE, f"{name} must be an integer", field=name, value=repr(value)[:80])
     n = check_count(num_rows, 2**62, "num_rows", field="num_rows")
     p = int(world_size)

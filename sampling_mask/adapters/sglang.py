@@ -133,11 +133,12 @@ def _logprob_companions(values: Any, offsets: np.ndarray, mode: LogprobsMode) ->
     if len(values) != num_rows or not all(nested):
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"support mode needs {num_rows} lists, one per row", field=LOGPROBS)
     flat_values, value_offsets = _float_rows(values)
-    differ = np.flatnonzero(np.diff(value_offsets) != np.diff(offsets))
-    if differ.size:
-        raise SamplingMaskError(
-            ErrorCode.E_OFFSETS, "a row's logprobs and ids differ in number", field=LOGPROBS, row=int(differ[0])
-        )
+    checks.raise_at_first(
+        np.diff(value_offsets) != np.diff(offsets),
+        ErrorCode.E_OFFSETS,
+        "a row's logprobs and ids differ in number",
+        field=LOGPROBS,
+    )
     return {"support_logprobs": flat_values}
 
 
@@ -171,11 +172,11 @@ def _truncated_flags(value: Any, num_rows: int, allow_truncated: bool, meta: dic
     if not flags.any():
         return
     if not allow_truncated:
-        raise SamplingMaskError(
+        checks.raise_at_first(
+            flags,
             ErrorCode.E_SCHEMA,
             "the row was cut to --sampling-mask-max-tokens and is not the full support (pass allow_truncated=True)",
             field=TRUNCATED,
-            row=int(np.flatnonzero(flags)[0]),
         )
     meta["truncated"] = True
     meta["truncated_rows"] = int(np.count_nonzero(flags))

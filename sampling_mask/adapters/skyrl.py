@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..core.checks import get_field
+from ..core.checks import get_field, is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
@@ -146,11 +146,7 @@ def from_envelope(
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "envelope must be a mapping", field="envelope")
     shape_value = get_field(envelope, "shape", where="envelope")
     dtype_value = get_field(envelope, "dtype", where="envelope")
-    if (
-        not isinstance(shape_value, (list, tuple))
-        or len(shape_value) != 2
-        or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape_value)
-    ):
+    if not isinstance(shape_value, (list, tuple)) or len(shape_value) != 2 or not all(map(is_int, shape_value)):
         raise SamplingMaskError(
             ErrorCode.E_SHAPE,
             "shape must be [T, top_k] non-negative integers",

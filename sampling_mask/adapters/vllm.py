@@ -473,16 +473,13 @@ def _active_slots(num_rows: int, rows_per_request: int, num_sampled_tokens: Any)
             f"{sampled.size} num_sampled_tokens for {num_rows // rows_per_request} requests",
             field="num_sampled_tokens",
         )
-    bad = (sampled < 0) | (sampled > rows_per_request)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE,
-            f"num_sampled_tokens must be in [0, {rows_per_request}]",
-            field="num_sampled_tokens",
-            row=row,
-            value=int(sampled[row]),
-        )
+    checks.raise_at_first(
+        (sampled < 0) | (sampled > rows_per_request),
+        ErrorCode.E_RANGE,
+        f"num_sampled_tokens must be in [0, {rows_per_request}]",
+        field="num_sampled_tokens",
+        values=sampled,
+    )
     active = np.arange(rows_per_request)[None, :] < sampled[:, None]
     return np.flatnonzero(active).astype(np.int64), layouts.counts_to_offsets(sampled)
 
@@ -524,16 +521,14 @@ def from_engine_tensors(
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"{counts.size} counts for {num_rows} rows", field="counts")
     rows, cu_seqlens = _active_slots(num_rows, rows_per_request, num_sampled_tokens)
     counts = counts[rows]
-    out_of_range = (counts < 0) | (counts > vocab_size)
-    if out_of_range.any():
-        first = int(np.flatnonzero(out_of_range)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE,
-            f"count outside [0, {vocab_size}]",
-            field="counts",
-            row=int(rows[first]),
-            value=int(counts[first]),
-        )
+    checks.raise_at_first(
+        (counts < 0) | (counts > vocab_size),
+        ErrorCode.E_RANGE,
+        f"count outside [0, {vocab_size}]",
+        field="counts",
+        values=counts,
+        row=lambda i: rows[i],
+    )
     wide = counts > width
     narrow_rows = rows[~wide]
     narrow_counts = counts[~wide]
@@ -680,13 +675,13 @@ def _refuse_truncated(truncated: np.ndarray, allow_truncated: bool, where: str, 
     if not count:
         return
     if not allow_truncated:
-        raise SamplingMaskError(
+        checks.raise_at_first(
+            truncated,
             ErrorCode.E_SCHEMA,
             "the listing stops before the support does (every listed candidate survived, yet their"
             " probabilities sum to less than 1: fewer logprobs than the support, or top-k ties);"
             " pass allow_truncated=True to keep such rows, flagged in metadata",
             field=where,
-            row=int(np.flatnonzero(truncated)[0]),
         )
     meta["truncated"] = True
     meta["truncated_rows"] = count
@@ -702,27 +697,27 @@ def _flat_arrays(flat: Any, limits: Limits) -> tuple[np.ndarray, ...]:
         raise SamplingMaskError(
             ErrorCode.E_SHAPE, "start_indices and end_indices differ in length", field="end_indices"
         )
-    bad = (starts < 0) | (ends > token_ids.size) | (ends - starts < 1)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_OFFSETS,
-            "each position needs entries start < end <= len(token_ids) (entry 0: the sampled token)",
-            field="end_indices",
-            row=row,
-            value=int(ends[row]),
-        )
-    overlap = starts[1:] < ends[:-1]
-    if overlap.any():
-        row = int(np.flatnonzero(overlap)[0]) + 1
-        raise SamplingMaskError(
-            ErrorCode.E_OFFSETS, "positions must not overlap or go backwards", field="start_indices", row=row
-        )
-    nan = np.isnan(logprobs) | (logprobs == np.inf)
-    if nan.any():
-        entry = int(np.flatnonzero(nan)[0])
-        row = int(np.searchsorted(ends, entry, side="right"))
-        raise SamplingMaskError(ErrorCode.E_RANGE, "logprob is NaN or +inf", field="logprobs", row=row)
+    checks.raise_at_first(
+        (starts < 0) | (ends > token_ids.size) | (ends - starts < 1),
+        ErrorCode.E_OFFSETS,
+        "each position needs entries start < end <= len(token_ids) (entry 0: the sampled token)",
+        field="end_indices",
+        values=ends,
+    )
+    checks.raise_at_first(
+        starts[1:] < ends[:-1],
+        ErrorCode.E_OFFSETS,
+        "positions must not overlap or go backwards",
+        field="start_indices",
+        row=lambda i: i + 1,
+    )
+    checks.raise_at_first(
+        np.isnan(logprobs) | (logprobs == np.inf),
+        ErrorCode.E_RANGE,
+        "logprob is NaN or +inf",
+        field="logprobs",
+        row=lambda entry: np.searchsorted(ends, entry, side="right"),
+    )
     return starts, ends, token_ids, logprobs
 
 
@@ -747,17 +742,14 @@ def _check_ranks(flat: Any, n_top: np.ndarray, top_pos: np.ndarray) -> None:
     except (TypeError, OverflowError):
         raise SamplingMaskError(ErrorCode.E_DTYPE, "ranks must be integers", field="ranks") from None
     expected = layouts.range_indices(np.ones(n_top.size, dtype=np.int64), n_top)
-    wrong = ranks != expected
-    if wrong.any():
-        entry = int(np.flatnonzero(wrong)[0])
-        row = int(np.repeat(np.arange(n_top.size), n_top)[entry])
-        raise SamplingMaskError(
-            ErrorCode.E_SCHEMA,
-            "entries after the sampled one must be the top-k ranked 1..k (is this processed FlatLogprobs?)",
-            field="ranks",
-            row=row,
-            value=int(ranks[entry]),
-        )
+    checks.raise_at_first(
+        ranks != expected,
+        ErrorCode.E_SCHEMA,
+        "entries after the sampled one must be the top-k ranked 1..k (is this processed FlatLogprobs?)",
+        field="ranks",
+        values=ranks,
+        row=lambda entry: np.searchsorted(np.cumsum(n_top), entry, side="right"),
+    )
 
 
 def _from_flat(
@@ -783,19 +775,16 @@ def _from_flat(
             raise SamplingMaskError(
                 ErrorCode.E_SHAPE, f"{given.size} sampled ids for {num_rows} positions", field="sampled_token_ids"
             )
-        differ = np.flatnonzero(given != sampled)
-        if differ.size:
-            raise SamplingMaskError(
-                ErrorCode.E_SCHEMA,
-                "entry 0 of a position is not its sampled token",
-                field="sampled_token_ids",
-                row=int(differ[0]),
-                value=int(given[differ[0]]),
-            )
-    filtered_sampled = np.isneginf(sampled_lp)
-    if filtered_sampled.any():
-        row = int(np.flatnonzero(filtered_sampled)[0])
-        raise SamplingMaskError(ErrorCode.E_RANGE, "the sampled token's logprob is -inf", field="logprobs", row=row)
+        checks.raise_at_first(
+            given != sampled,
+            ErrorCode.E_SCHEMA,
+            "entry 0 of a position is not its sampled token",
+            field="sampled_token_ids",
+            values=given,
+        )
+    checks.raise_at_first(
+        np.isneginf(sampled_lp), ErrorCode.E_RANGE, "the sampled token's logprob is -inf", field="logprobs"
+    )
     listed = ends - starts - 1
     n_top = listed
     cut_kept = np.zeros(num_rows, dtype=bool)
@@ -825,14 +814,13 @@ def _from_flat(
     _refuse_truncated(truncated, allow_truncated, "logprobs", meta)
     missing = (n_top > 0) & ~found & ~truncated
     repaired = int(np.count_nonzero(missing))
-    if repaired and not repair:
-        row = int(np.flatnonzero(missing)[0])
-        raise SamplingMaskError(
+    if not repair:
+        checks.raise_at_first(
+            missing,
             ErrorCode.E_MISSING_SAMPLED,
             "the sampled token is not among the kept top-k candidates (use from_flat_logprobs_repairing to repair)",
             field="token_ids",
-            row=row,
-            value=int(sampled[row]),
+            values=sampled,
         )
     # A kept truncated row without its sampled id gets it appended (it is in the support); a
     # repaired row gets it in place of its weakest kept candidate, or as its only id.
@@ -971,14 +959,12 @@ def from_generate_logprobs(
     cand_lp = checks.as_float_array(entry_lps, field="top_logprobs.logprob", size=cand.size, integers=True)
     if np.isnan(sampled_lp).any() or np.isnan(cand_lp).any():
         raise SamplingMaskError(ErrorCode.E_RANGE, "a logprob is NaN", field="logprobs")
-    if (sampled_lp <= FILTERED_LOGPROB).any():
-        row = int(np.flatnonzero(sampled_lp <= FILTERED_LOGPROB)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE,
-            "the sampled token's logprob is -9999.0: filtered, or not in the engine's top-k map",
-            field="logprobs.content.logprob",
-            row=row,
-        )
+    checks.raise_at_first(
+        sampled_lp <= FILTERED_LOGPROB,
+        ErrorCode.E_RANGE,
+        "the sampled token's logprob is -9999.0: filtered, or not in the engine's top-k map",
+        field="logprobs.content.logprob",
+    )
     # Row t: the sampled id, then its listed candidates; an id repeated within a row counts once.
     rows_of = np.repeat(np.arange(num_rows, dtype=np.int64), np.asarray(entry_counts, dtype=np.int64) + 1)
     all_ids = np.empty(rows_of.size, dtype=np.int64)

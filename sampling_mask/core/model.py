@@ -541,16 +541,13 @@ class SamplingMask:
         temperature = self._companions.get("temperature")
         # min and max propagate NaN (a valid "unknown"): then the exact test runs.
         if temperature is not None and temperature.size and not 0 < temperature.min() <= temperature.max() < np.inf:
-            bad = ~(temperature > 0) & ~np.isnan(temperature) | np.isinf(temperature)
-            if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise SamplingMaskError(
-                    ErrorCode.E_RANGE,
-                    "temperature must be > 0 and finite (or NaN: unknown)",
-                    field="temperature",
-                    row=row,
-                    value=float(temperature[row]),
-                )
+            checks.raise_at_first(
+                ~(temperature > 0) & ~np.isnan(temperature) | np.isinf(temperature),
+                ErrorCode.E_RANGE,
+                "temperature must be > 0 and finite (or NaN: unknown)",
+                field="temperature",
+                values=temperature,
+            )
         return self
 
     def _check_sampled(self, sampled: np.ndarray, missing: int | None) -> None:
@@ -563,15 +560,13 @@ class SamplingMask:
             bad = sampled < np.where(empty, -1, 0)
             if self._vocab_size is not None:
                 bad |= sampled >= self._vocab_size
-            if np.any(bad):
-                row = int(np.flatnonzero(bad)[0])
-                raise SamplingMaskError(
-                    ErrorCode.E_RANGE,
-                    "sampled id out of range (-1 only on empty rows)",
-                    field="sampled_token_ids",
-                    row=row,
-                    value=int(sampled[row]),
-                )
+            checks.raise_at_first(
+                bad,
+                ErrorCode.E_RANGE,
+                "sampled id out of range (-1 only on empty rows)",
+                field="sampled_token_ids",
+                values=sampled,
+            )
         if missing is not None:
             raise SamplingMaskError(
                 ErrorCode.E_MISSING_SAMPLED,

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..core import layouts
+from ..core.checks import is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.layouts import as_host_array
 from ..core.model import SamplingMask, as_sampling_mask, concat
@@ -79,10 +80,7 @@ def _cu(value: Any, *, field: str = "cu_seqlens") -> np.ndarray:
     cu = layouts.as_int_array(as_host_array(value, field=field), np.int64, field=field)
     if cu.size == 0 or int(cu[0]) != 0:
         raise SamplingMaskError(ErrorCode.E_SEGMENTS, "cu_seqlens must start with 0", field=field)
-    steps = np.diff(cu)
-    if steps.size and int(steps.min()) < 0:
-        seg = int(np.flatnonzero(steps < 0)[0])
-        raise SamplingMaskError(ErrorCode.E_SEGMENTS, "cu_seqlens decrease", field=field, segment=seg)
+    raise_at_first(np.diff(cu) < 0, ErrorCode.E_SEGMENTS, "cu_seqlens decrease", field=field, at="segment")
     return cu
 
 
@@ -90,9 +88,7 @@ def _lengths(value: Any, count: int, *, field: str) -> np.ndarray:
     arr = layouts.as_int_array(as_host_array(value, field=field), np.int64, field=field)
     if arr.size != count:
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {count} lengths, got {arr.size}", field=field)
-    if arr.size and int(arr.min()) < 0:
-        seg = int(np.flatnonzero(arr < 0)[0])
-        raise SamplingMaskError(ErrorCode.E_RANGE, "lengths must be >= 0", field=field, segment=seg)
+    raise_at_first(arr < 0, ErrorCode.E_RANGE, "lengths must be >= 0", field=field, at="segment")
     return arr
 
 
@@ -140,6 +136,13 @@ def _segment_of_rows(cu: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(cu.size - 1, dtype=np.int64), np.diff(cu))
 
 
+def _row_has_support(mask: SamplingMask, nonempty: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per segment: whether its row ``rows[b]`` has ids (False for an empty segment)."""
+    out = np.zeros(nonempty.size, dtype=bool)
+    out[nonempty] = mask.row_lengths[rows[nonempty]] > 0
+    return out
+
+
 def shift_left(mask: SamplingMask) -> SamplingMask:
     """Input-aligned -> label-aligned: row t+1 moves to position t inside each segment; the last
     position of each segment becomes empty. Row 0 of a segment is scored by no logits, so it must
@@ -148,15 +151,13 @@ def shift_left(mask: SamplingMask) -> SamplingMask:
     cu = mask.cu_seqlens
     starts, ends = cu[:-1], cu[1:]
     nonempty = ends > starts
-    first = starts[nonempty]
-    if first.size and int(mask.row_lengths[first].max()) > 0:
-        seg = int(np.flatnonzero(nonempty)[np.flatnonzero(mask.row_lengths[first] > 0)[0]])
-        raise SamplingMaskError(
-            ErrorCode.E_SCHEMA,
-            "the first row of a sequence has support, but no logits score the first token",
-            segment=seg,
-            row=int(starts[seg]),
-        )
+    raise_at_first(
+        _row_has_support(mask, nonempty, starts),
+        ErrorCode.E_SCHEMA,
+        "the first row of a sequence has support, but no logits score the first token",
+        at="segment",
+        row=lambda seg: starts[seg],
+    )
     rows = np.arange(1, mask.num_rows + 1, dtype=np.int64)
     rows[ends[nonempty] - 1] = -1
     return take_rows(mask, rows, cu)
@@ -169,15 +170,13 @@ def unshift(mask: SamplingMask) -> SamplingMask:
     cu = mask.cu_seqlens
     starts, ends = cu[:-1], cu[1:]
     nonempty = ends > starts
-    last = ends[nonempty] - 1
-    if last.size and int(mask.row_lengths[last].max()) > 0:
-        seg = int(np.flatnonzero(nonempty)[np.flatnonzero(mask.row_lengths[last] > 0)[0]])
-        raise SamplingMaskError(
-            ErrorCode.E_SCHEMA,
-            "the last position of a label-aligned sequence scores nothing and must be empty",
-            segment=seg,
-            row=int(ends[seg] - 1),
-        )
+    raise_at_first(
+        _row_has_support(mask, nonempty, ends - 1),
+        ErrorCode.E_SCHEMA,
+        "the last position of a label-aligned sequence scores nothing and must be empty",
+        at="segment",
+        row=lambda seg: ends[seg] - 1,
+    )
     rows = np.arange(-1, mask.num_rows - 1, dtype=np.int64)
     rows[starts[nonempty]] = -1
     return take_rows(mask, rows, cu)
@@ -200,15 +199,13 @@ def label_aligned(generated: SamplingMask, prompt_lengths: Any) -> SamplingMask:
     generated = as_sampling_mask(generated)
     prompt = _lengths(prompt_lengths, generated.num_segments, field="prompt_lengths")
     gen = np.diff(generated.cu_seqlens)
-    bad = (prompt < 1) & (gen > 0)
-    if bad.any():
-        seg = int(np.flatnonzero(bad)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE,
-            "a sequence with generated tokens needs a prompt of >= 1 token",
-            field="prompt_lengths",
-            segment=seg,
-        )
+    raise_at_first(
+        (prompt < 1) & (gen > 0),
+        ErrorCode.E_RANGE,
+        "a sequence with generated tokens needs a prompt of >= 1 token",
+        field="prompt_lengths",
+        at="segment",
+    )
     return shift_left(input_aligned(generated, prompt))
 
 
@@ -220,18 +217,16 @@ def pad_segments(mask: SamplingMask, *, multiple: int = 1, lengths: Any = None) 
     current = np.diff(cu)
     if lengths is not None:
         target = _lengths(lengths, current.size, field="lengths")
-        short = target < current
-        if short.any():
-            seg = int(np.flatnonzero(short)[0])
-            raise SamplingMaskError(
-                ErrorCode.E_RANGE,
-                "target length below the segment's length",
-                field="lengths",
-                segment=seg,
-                value=int(target[seg]),
-            )
+        raise_at_first(
+            target < current,
+            ErrorCode.E_RANGE,
+            "target length below the segment's length",
+            field="lengths",
+            values=target,
+            at="segment",
+        )
     else:
-        if isinstance(multiple, bool) or not isinstance(multiple, (int, np.integer)) or multiple < 1:
+        if not is_int(multiple) or multiple < 1:
             raise SamplingMaskError(
                 ErrorCode.E_RANGE, "multiple must be an integer >= 1", field="multiple", value=multiple
             )
@@ -309,7 +304,7 @@ def context_parallel_rows(cu_seqlens: Any, world_size: int, rank: int, mode: CPM
     """
     cu = _cu(cu_seqlens)
     for name, value in (("world_size", world_size), ("rank", rank)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if not is_int(value):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{name} must be an integer", field=name, value=repr(value))
     p, r = int(world_size), int(rank)
     if p < 1:

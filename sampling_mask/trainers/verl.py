@@ -211,24 +211,17 @@ def rmpad_mask(sampling_mask: Any, attention_mask: Any, responses: Any, *, pad_s
     seg = np.repeat(np.arange(batch), seg_rows)
     t = np.arange(mask.num_rows) - mask.cu_seqlens[seg]
     lengths = mask.row_lengths
-    _raise_at_first_row(
-        (t >= resp_len[seg]) & (lengths > 0), seg, t, "mask row past the sample's response (attention_mask)"
-    )
-    _raise_at_first_row(
-        (prompt_len[seg] == 0) & (lengths > 0), seg, t, "sample without a prompt token: no logits score its first token"
-    )
+    for bad, message in (
+        ((t >= resp_len[seg]) & (lengths > 0), "mask row past the sample's response (attention_mask)"),
+        ((prompt_len[seg] == 0) & (lengths > 0), "sample without a prompt token: no logits score its first token"),
+    ):
+        raise_at_first(bad, ErrorCode.E_SHAPE, message, field=MASK_KEY, row=lambda k: t[k], segment=lambda k: seg[k])
     used = lengths > 0
     out_lengths = np.zeros(int(cu[-1]) + int(pad_size), np.int64)
     out_lengths[cu[seg[used]] + prompt_len[seg[used]] - 1 + t[used]] = lengths[used]
     out_cu = cu if pad_size == 0 else np.append(cu, out_lengths.size)
     offsets = np.concatenate([[0], np.cumsum(out_lengths)]).astype(np.int64)
     return SamplingMask(mask.ids, offsets, cu_seqlens=out_cu, vocab_size=mask.vocab_size)
-
-
-def _raise_at_first_row(bad: np.ndarray, seg: np.ndarray, row: np.ndarray, message: str) -> None:
-    if bad.any():
-        k = int(np.argmax(bad))
-        raise SamplingMaskError(ErrorCode.E_SHAPE, message, segment=int(seg[k]), row=int(row[k]), field=MASK_KEY)
 
 
 def logprobs_from_logits(logits: Any, labels: Any, inplace_backward: bool = True, *, sampling_mask: Any = None) -> Any:
