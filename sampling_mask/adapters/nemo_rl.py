@@ -31,17 +31,19 @@ round-trip exactly. NeMo-RL requires the width ``K > 0`` and ``top_k > 0`` (no r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..core import layouts
 from ..core.checks import get_field, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count
-from ..core.model import SamplingMask, as_sampling_mask
-from ._common import int_array, passthrough
+from ..core.limits import DEFAULT_LIMITS, check_count
+from ..core.model import COMPANIONS, ReaderOptions, SamplingMask, as_sampling_mask, mask_options
+from ._common import int_array
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["SIZES_FIELD", "TOKEN_IDS_FIELD", "from_batch", "from_data", "to_batch", "to_data"]
 
@@ -50,26 +52,24 @@ TOKEN_IDS_FIELD = "sampling_mask_token_ids"
 SIZES_FIELD = "sampling_mask_sizes"
 
 
+@mask_options(ReaderOptions, without=("sampled_token_ids",))
 def from_batch(
     sampling_mask: Any,
     sampling_mask_sizes: Any,
     *,
     input_lengths: Any = None,
     input_ids: Any = None,
-    vocab_size: int | None = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
+    **options: Unpack[ReaderOptions],
 ) -> SamplingMask:
     """From ``sampling_mask_token_ids`` ``[B, T, K]`` and ``sampling_mask_sizes`` ``[B, T]`` (numpy,
     torch or lists): one segment per sequence, row ``t`` = the first ``sizes[b, t]`` ids of
     ``[b, t]``. ``input_lengths`` ``[B]`` keeps the first ``input_lengths[b]`` rows of sequence
     ``b`` (right padding cut; the cut rows must have size 0); ``input_ids`` ``[B, T]`` gives the
     sampled ids (checked against every non-empty row). ``E_SHAPE`` / ``E_RANGE`` name the sequence
-    (``segment``) and position (``row``, within the batch's flattened ``[B * T]`` rows)."""
+    (``segment``) and position (``row``, within the batch's flattened ``[B * T]`` rows). The other
+    keyword options (:class:`~sampling_mask.core.model.ReaderOptions` but ``sampled_token_ids``) go to
+    the mask."""
+    limits = options["limits"]
     dense = int_array(sampling_mask, np.int32, field=TOKEN_IDS_FIELD, ndim=3)
     sizes = int_array(sampling_mask_sizes, np.int64, field=SIZES_FIELD, ndim=2)
     batch, seq_len, width = dense.shape
@@ -118,7 +118,6 @@ def from_batch(
     counts = flat_sizes[kept]
     slots = np.arange(width, dtype=np.int64)[None, :] < counts[:, None]
     ids = dense.reshape(batch * seq_len, width)[kept][slots]
-    sampled_token_ids = None
     if input_ids is not None:
         tokens = int_array(input_ids, np.int64, field="input_ids", ndim=2)
         if tokens.shape != (batch, seq_len):
@@ -127,25 +126,13 @@ def from_batch(
                 f"input_ids must be [{batch}, {seq_len}], got {list(tokens.shape)}",
                 field="input_ids",
             )
-        sampled_token_ids = tokens.reshape(-1)[kept]
-    return SamplingMask(
-        ids,
-        layouts.counts_to_offsets(counts),
-        cu_seqlens=layouts.counts_to_offsets(lengths),
-        vocab_size=vocab_size,
-        limits=limits,
-        **passthrough(locals()),
-    )
+        options["sampled_token_ids"] = tokens.reshape(-1)[kept]
+    cu_seqlens = layouts.counts_to_offsets(lengths)
+    return SamplingMask(ids, layouts.counts_to_offsets(counts), cu_seqlens=cu_seqlens, **options)
 
 
-def from_data(
-    data: Any,
-    *,
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask | None:
+@mask_options(ReaderOptions, without=COMPANIONS)
+def from_data(data: Any, **options: Unpack[ReaderOptions]) -> SamplingMask | None:
     """From a NeMo-RL batch (a ``BatchedDataDict`` or any mapping): ``None`` when it holds neither
     field (replay off), ``E_SCHEMA`` when it holds only one (PR #3937's ``sampling_mask_from_data``
     refuses the torn pair too). The batch's ``input_lengths`` and ``input_ids``, when present, cut
@@ -162,10 +149,7 @@ def from_data(
         get_field(data, SIZES_FIELD),
         input_lengths=get_field(data, "input_lengths", None),
         input_ids=get_field(data, "input_ids", None),
-        vocab_size=vocab_size,
-        metadata=metadata,
-        validate=validate,
-        limits=limits,
+        **options,
     )
 
 

@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,10 +27,13 @@ from ..codecs import msgpack as msgpack_codec
 from ..core import layouts
 from ..core.checks import as_float_array, get_field, is_int
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count
-from ..core.model import SamplingMask, as_sampling_mask
+from ..core.limits import Limits, check_count
+from ..core.model import ReaderOptions, SamplingMask, as_sampling_mask, mask_options
 from ..data import alignment
-from ._common import array_from_base64, array_from_bytes, array_to_base64, int_array, passthrough
+from ._common import array_from_base64, array_from_bytes, array_to_base64, int_array
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "CAPTURE_CAP",
@@ -106,19 +109,8 @@ def _fields(payload: Any, limits: Limits) -> tuple[Any, Any, Any]:
     return ids, counts, get_field(payload, "logprobs", None)
 
 
-def from_wire(
-    sampling_mask: Any,
-    *,
-    num_tokens: int | None = None,
-    vocab_size: int | None = None,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask:
+@mask_options(ReaderOptions)
+def from_wire(sampling_mask: Any, *, num_tokens: int | None = None, **options: Unpack[ReaderOptions]) -> SamplingMask:
     """One sample's mask from any upstream form of the payload:
 
     * prime-rl's struct object, or its ``array_like`` decoding ``[ids, counts]`` / ``[ids, counts, logprobs]``
@@ -128,15 +120,15 @@ def from_wire(
     * ``None``: ``num_tokens`` empty rows.
 
     ``logprobs`` become ``support_logprobs``. ``num_tokens``, when given, must equal the number of
-    counts (``E_SHAPE``); prime-rl pads or cuts counts to the sample length, this never does. The other
-    keyword arguments go to :class:`~sampling_mask.SamplingMask` (payload logprobs replace
-    ``support_logprobs``)."""
+    counts (``E_SHAPE``); prime-rl pads or cuts counts to the sample length, this never does. The
+    keyword options (:class:`~sampling_mask.core.model.ReaderOptions`) go to the mask
+    (payload logprobs replace ``support_logprobs``)."""
+    limits = options["limits"]
     if sampling_mask is None:
         if num_tokens is None:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "no mask and no num_tokens", field="sampling_mask")
         rows = check_count(num_tokens, limits.max_rows, "num_tokens", field="num_tokens")
-        options = passthrough(locals())
-        return SamplingMask(np.zeros(0, np.int32), np.zeros(rows + 1, np.int64), vocab_size=vocab_size, **options)
+        return SamplingMask(np.zeros(0, np.int32), np.zeros(rows + 1, np.int64), **options)
     ids_value, counts_value, logprobs_value = _fields(sampling_mask, limits)
     ids = _buffer(ids_value, "ids", "int32", limits)
     counts = _buffer(counts_value, "counts", "int32", limits)
@@ -148,9 +140,8 @@ def from_wire(
         logprobs = _buffer(logprobs_value, "logprobs", "float32", limits)
         if logprobs.size != ids.size:
             raise SamplingMaskError(ErrorCode.E_SHAPE, f"{logprobs.size} logprobs for {ids.size} ids", field="logprobs")
-        support_logprobs = logprobs
-    options = passthrough(locals())
-    return SamplingMask.from_counts(ids, counts, vocab_size=vocab_size, limits=limits, **options)
+        options["support_logprobs"] = logprobs
+    return SamplingMask.from_counts(ids, counts, **options)
 
 
 def _counts(mask: SamplingMask) -> tuple[np.ndarray, np.ndarray]:
@@ -293,29 +284,17 @@ def to_trainer_tensor(mask: SamplingMask, *, width: int | None = None) -> np.nda
     return shifted.to_dense(width)[None]
 
 
-def from_trainer_tensor(
-    tensor: Any,
-    cu_seqlens: Any = None,
-    *,
-    vocab_size: int | None = None,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask:
+@mask_options(ReaderOptions)
+def from_trainer_tensor(tensor: Any, cu_seqlens: Any = None, **options: Unpack[ReaderOptions]) -> SamplingMask:
     """Token-aligned rows from a shifted ``[1, N, K]`` (or ``[N, K]``) tensor; inverse of
     :func:`to_trainer_tensor`. ``cu_seqlens`` (the packed samples) segments the result. Keyword
-    arguments as :class:`~sampling_mask.SamplingMask`, applied to the shifted rows."""
+    options (:class:`~sampling_mask.core.model.ReaderOptions`) apply to the shifted rows."""
     dense = alignment.as_host_array(tensor, field="tensor")
     if dense.ndim == 3:
         if dense.shape[0] != 1:
             raise SamplingMaskError(ErrorCode.E_SHAPE, "a packed micro batch has batch size 1", field="tensor")
         dense = dense[0]
-    options = passthrough(locals())
-    shifted = SamplingMask.from_dense(dense, vocab_size=vocab_size, limits=limits, **options)
+    shifted = SamplingMask.from_dense(dense, **options)
     if cu_seqlens is not None:
         shifted = shifted.replace(cu_seqlens=cu_seqlens)
     return unshift_packed(shifted)

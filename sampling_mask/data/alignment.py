@@ -30,7 +30,7 @@ numpy results can be turned into tensors with :func:`to_torch` (torch is importe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,8 +38,11 @@ from ..core import layouts
 from ..core.checks import is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.layouts import as_host_array
-from ..core.model import SamplingMask, as_sampling_mask, concat
+from ..core.model import ReaderOptions, SamplingMask, as_sampling_mask, concat, mask_options
 from ._args import count_arg
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "append_padding_segment",
@@ -276,9 +279,11 @@ def to_batch_dense(mask: SamplingMask, seq_len: int | None = None, width: int | 
     return out
 
 
-def from_batch_dense(dense: Any, lengths: Any, **kwargs: Any) -> SamplingMask:
+@mask_options(ReaderOptions)
+def from_batch_dense(dense: Any, lengths: Any, **options: Unpack[ReaderOptions]) -> SamplingMask:
     """Inverse of :func:`to_batch_dense`: ``dense`` ``[B, S, W]`` (``-1``-padded) and the sequence
-    lengths ``[B]``; positions at or past a length must be all ``-1`` (``E_PADDING`` otherwise)."""
+    lengths ``[B]``; positions at or past a length must be all ``-1`` (``E_PADDING`` otherwise).
+    Keyword options: :class:`~sampling_mask.core.model.ReaderOptions`."""
     arr = layouts.as_int_array(as_host_array(dense, field="dense"), np.int32, field="dense", ndim=3)
     b, s, _ = arr.shape
     lens = _lengths(lengths, b, field="lengths")
@@ -292,7 +297,7 @@ def from_batch_dense(dense: Any, lengths: Any, **kwargs: Any) -> SamplingMask:
         raise SamplingMaskError(
             ErrorCode.E_PADDING, f"data at position {pos}, past the sequence length", field="dense", segment=seg
         )
-    return SamplingMask.from_dense(arr[inside], cu_seqlens=layouts.counts_to_offsets(lens), **kwargs)
+    return SamplingMask.from_dense(arr[inside], cu_seqlens=layouts.counts_to_offsets(lens), **options)
 
 
 # ---------------------------------------------------------------------------- context parallelism
