@@ -40,6 +40,7 @@ from ..core.checks import get_field, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, check_count
 from ..core.model import COMPANIONS, ReaderOptions, SamplingMask, as_sampling_mask, mask_options
+from ..data import alignment
 from ._common import int_array
 
 if TYPE_CHECKING:
@@ -170,26 +171,10 @@ def to_batch(
         raise SamplingMaskError(
             ErrorCode.E_WIDTH, f"NeMo-RL needs 1 <= K and every row within K = {k}", field="width", row=row
         )
-    cu = mask.cu_seqlens if mask.cu_seqlens is not None else np.array([0, mask.num_rows], dtype=np.int64)
-    seg_lengths = np.diff(cu)
-    longest = int(seg_lengths.max()) if seg_lengths.size else 0
-    t = longest if seq_len is None else check_count(seq_len, DEFAULT_LIMITS.max_rows, "seq_len", field="seq_len")
-    if longest > t:
-        segment = int(np.argmax(seg_lengths > t))
-        raise SamplingMaskError(
-            ErrorCode.E_SHAPE,
-            f"a sequence has {longest} rows, more than seq_len = {t}",
-            field="seq_len",
-            segment=segment,
-        )
-    batch = seg_lengths.size
-    positions = np.arange(mask.num_rows, dtype=np.int64) - np.repeat(cu[:-1], seg_lengths)
-    flat_rows = np.repeat(np.arange(batch, dtype=np.int64), seg_lengths) * t + positions
-    sizes = np.zeros(batch * t, dtype=np.int32)
-    sizes[flat_rows] = lengths
-    dense = np.zeros((batch * t, k), dtype=np.int32)
-    dense[flat_rows] = np.maximum(layouts.ragged_to_dense(mask.ids, mask.offsets, k), 0)  # -1 padding to 0
-    out = dense.reshape(batch, t, k), sizes.reshape(batch, t)
+    t = None if seq_len is None else check_count(seq_len, DEFAULT_LIMITS.max_rows, "seq_len", field="seq_len")
+    padded = alignment.to_batch_dense(mask, t, k)
+    present = padded != layouts.PAD
+    out = np.where(present, padded, 0), np.count_nonzero(present, axis=2).astype(np.int32)  # -1 padding to 0
     if as_torch:
         import torch
 

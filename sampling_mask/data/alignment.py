@@ -38,6 +38,7 @@ from ..core import layouts
 from ..core.checks import is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.layouts import as_host_array
+from ..core.limits import DEFAULT_LIMITS, checked_nbytes
 from ..core.model import ReaderOptions, SamplingMask, as_sampling_mask, concat, mask_options
 from ._args import count_arg
 
@@ -259,23 +260,24 @@ def to_packed_dense(mask: SamplingMask, width: int | None = None) -> tuple[np.nd
     return mask.to_dense(width), mask.cu_seqlens.astype(np.int32)
 
 
-def to_batch_dense(mask: SamplingMask, seq_len: int | None = None, width: int | None = None) -> np.ndarray:
-    """int32 ``[B, S, W]``: segment b in ``out[b, :len_b]``, ``-1`` elsewhere. ``S`` defaults to the
-    longest segment (``E_SHAPE`` when a segment is longer than ``seq_len``)."""
+def to_batch_dense(
+    mask: SamplingMask, seq_len: int | None = None, width: int | None = None, *, shift: int = 0
+) -> np.ndarray:
+    """int32 ``[B, S, W]``, the padded batch of the trainers (verl, NeMo-RL): row t of segment b at
+    ``out[b, t + shift]``, ``-1`` elsewhere. ``S`` defaults to the longest segment plus ``shift``
+    (``E_SHAPE`` naming the first segment that does not fit in ``seq_len``); ``W`` as
+    :meth:`SamplingMask.to_dense`. ``E_LIMIT`` when the batch would exceed ``DEFAULT_LIMITS.max_bytes``."""
     mask = as_sampling_mask(mask)
     cu = mask.cu_seqlens
-    seg_len = np.diff(cu)
-    longest = int(seg_len.max()) if seg_len.size else 0
-    s = longest if seq_len is None else count_arg(seq_len, field="seq_len")
-    if s < longest:
-        seg = int(np.argmax(seg_len))
-        raise SamplingMaskError(
-            ErrorCode.E_SHAPE, f"segment of {longest} rows is longer than seq_len {s}", field="seq_len", segment=seg
-        )
+    seg_len = np.diff(cu) + count_arg(shift, field="shift")
+    s = int(seg_len.max(initial=0)) if seq_len is None else count_arg(seq_len, field="seq_len")
+    message = f"segment does not fit in seq_len {s}"
+    raise_at_first(seg_len > s, ErrorCode.E_SHAPE, message, field="seq_len", values=seg_len, at="segment")
     dense = mask.to_dense(width)
+    checked_nbytes((seg_len.size, s, dense.shape[1]), 4, DEFAULT_LIMITS, field="dense")
     out = np.full((seg_len.size, s, dense.shape[1]), layouts.PAD, dtype=np.int32)
     row_segment = _segment_of_rows(cu)
-    out[row_segment, np.arange(mask.num_rows, dtype=np.int64) - cu[:-1][row_segment]] = dense
+    out[row_segment, np.arange(mask.num_rows, dtype=np.int64) - cu[:-1][row_segment] + shift] = dense
     return out
 
 
