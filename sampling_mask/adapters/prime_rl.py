@@ -38,13 +38,11 @@ if TYPE_CHECKING:
 __all__ = [
     "CAPTURE_CAP",
     "context_parallel_packed_rows",
-    "context_parallel_rows",
     "empty_rows_over_cap",
     "from_trainer_tensor",
     "from_wire",
     "sampled_without_support",
     "shard",
-    "shift_left",
     "shift_packed_left",
     "to_msgpack",
     "to_payload",
@@ -52,7 +50,6 @@ __all__ = [
     "to_verifiers",
     "to_verifiers_msgpack",
     "to_wire",
-    "unshift",
     "unshift_packed",
 ]
 
@@ -246,8 +243,8 @@ def shift_packed_left(mask: SamplingMask) -> SamplingMask:
     """prime-rl's ``shift_tensor_left(kept, pad_value=-1)``: one shift over the whole packed sequence
     (segments are the packed samples, kept as ``cu_seqlens``). Position t gets row t+1, across
     sample boundaries; the last position is empty. Row 0 must be empty (``E_SCHEMA``): no logits
-    score it, and prime-rl drops it. Old name ``shift_left``; not
-    :func:`sampling_mask.data.alignment.shift_left`, which shifts inside each segment."""
+    score it, and prime-rl drops it. Not :func:`sampling_mask.data.alignment.shift_left`, which
+    shifts inside each segment."""
     mask = as_sampling_mask(mask)
     n = mask.num_rows
     if n and mask.row_lengths[0] > 0:
@@ -261,9 +258,8 @@ def shift_packed_left(mask: SamplingMask) -> SamplingMask:
 
 
 def unshift_packed(mask: SamplingMask) -> SamplingMask:
-    """Inverse of :func:`shift_packed_left` (old name ``unshift``; not
-    :func:`sampling_mask.data.alignment.unshift`, which works per segment); the last packed row must be
-    empty (``E_SCHEMA``)."""
+    """Inverse of :func:`shift_packed_left` (not :func:`sampling_mask.data.alignment.unshift`, which
+    works per segment); the last packed row must be empty (``E_SCHEMA``)."""
     mask = as_sampling_mask(mask)
     n = mask.num_rows
     if n and mask.row_lengths[-1] > 0:
@@ -304,8 +300,8 @@ def context_parallel_packed_rows(num_rows: int, world_size: int, rank: int) -> n
     """The packed positions context-parallel ``rank`` holds in prime-rl: ``shard_for_cp`` is
     ``torch.chunk(t, world_size, dim=1)[rank]`` over the whole packed sequence, which must divide
     evenly (``E_SHAPE``, as prime-rl refuses it). cu=[0, 5, 12], P=2: ``[0..5]`` and ``[6..11]``.
-    Old name ``context_parallel_rows``; not :func:`sampling_mask.data.alignment.context_parallel_rows`,
-    which splits each sequence of ``cu_seqlens``. A non-integer argument is ``E_DTYPE``."""
+    Not :func:`sampling_mask.data.alignment.context_parallel_rows`, which splits each sequence of
+    ``cu_seqlens``. A non-integer argument is ``E_DTYPE``."""
     for name, value in (("num_rows", num_rows), ("world_size", world_size), ("rank", rank)):
         if not is_int(value):
             raise SamplingMaskError(ErrorCode.E_DTYPE, f"{name} must be an integer", field=name, value=repr(value)[:80])
@@ -332,9 +328,3 @@ def shard(value: Any, world_size: int, rank: int) -> Any:
     if arr.ndim >= 2 and arr.shape[0] == 1:
         return arr[:, context_parallel_packed_rows(arr.shape[1], world_size, rank)]
     return arr[context_parallel_packed_rows(arr.shape[0] if arr.ndim else 0, world_size, rank)]
-
-
-#: Old names, kept: they mean the packed-sequence operations above, not ``alignment``'s functions.
-shift_left = shift_packed_left
-unshift = unshift_packed
-context_parallel_rows = context_parallel_packed_rows

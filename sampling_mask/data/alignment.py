@@ -21,7 +21,7 @@ labels with :func:`shard_array` and the mask with :func:`shard_mask`: both use t
 
 prime-rl does neither: it shifts the packed micro batch once as a whole and splits it with
 ``torch.chunk`` (cu=[0, 5, 12], P=2: rows 0..5 and 6..11); that is
-:func:`sampling_mask.adapters.prime_rl.shift_left` / ``context_parallel_rows`` / ``shard``.
+:func:`sampling_mask.adapters.prime_rl.shift_packed_left` / ``context_parallel_packed_rows`` / ``shard``.
 
 Everything is whole-array numpy; torch tensors are accepted through :func:`as_host_array` and
 numpy results can be turned into tensors with :func:`to_torch` (torch is imported only there).
