@@ -85,3 +85,13 @@ def test_public_readers_spell_out_their_options():
     assert slime.from_samples([sample], sampled_token_ids=[3]).sampled_token_ids.tolist() == [3]
     assert sglang.from_chat_response({"choices": [{}]}, on_missing="none") == [None]
     assert miles.from_samples([([4], [0, 1])], temperature=[0.5]).temperature.tolist() == [0.5]
+    # A reader refuses an option it does not take (one its input gives), even when it returns early.
+    for call in (
+        lambda: slime.from_meta_info({}, cu_seqlens=[0, 0]),
+        lambda: slime.from_samples([], cu_seqlens=[0]),
+        lambda: nemo_rl.from_data({}, sampled_token_ids=[1]),
+        lambda: sglang.from_chat_response({"choices": []}, temperature=1.0),
+        lambda: vllm.from_generate_response({"choices": []}, metadata={}),
+    ):
+        with pytest.raises(TypeError, match="unexpected keyword argument"):
+            call()

@@ -183,10 +183,12 @@ def test_defect_7_packed_shift_once_over_the_whole_sequence():
 
 def test_defect_7_context_parallel_split_is_torch_chunk_over_the_packed_sequence():
     p = TRAINER["cp_size"]
-    assert [prime_rl.context_parallel_rows(12, p, r).tolist() for r in range(p)] == TRAINER["label_positions_shards"]
+    assert [prime_rl.context_parallel_packed_rows(12, p, r).tolist() for r in range(p)] == TRAINER[
+        "label_positions_shards"
+    ]
     assert TRAINER["label_positions_shards"] == [list(range(6)), list(range(6, 12))]  # issue 12's example
     tensor = prime_rl.to_trainer_tensor(_packed())
-    shifted = prime_rl.shift_left(_packed())
+    shifted = prime_rl.shift_packed_left(_packed())
     for rank in range(p):
         assert prime_rl.shard(tensor, p, rank)[0].tolist() == TRAINER["kept_shards"][rank]
         shard = prime_rl.shard(shifted, p, rank)
@@ -194,10 +196,10 @@ def test_defect_7_context_parallel_split_is_torch_chunk_over_the_packed_sequence
     labels = np.roll(np.arange(12), -1)
     assert [prime_rl.shard(labels, p, r).tolist() for r in range(p)] == TRAINER["labels_shards"]
     with pytest.raises(SamplingMaskError) as err:
-        prime_rl.context_parallel_rows(13, 2, 0)  # prime-rl refuses uneven CP shards
+        prime_rl.context_parallel_packed_rows(13, 2, 0)  # prime-rl refuses uneven CP shards
     assert err.value.code is ErrorCode.E_SHAPE
     with pytest.raises(SamplingMaskError) as err:
-        prime_rl.context_parallel_rows(12, 2, 2)
+        prime_rl.context_parallel_packed_rows(12, 2, 2)
     assert err.value.code is ErrorCode.E_RANGE
 
 
@@ -239,8 +241,8 @@ def test_packed_context_parallel_rows_refuse_non_integers(args):
     with pytest.raises(SamplingMaskError) as err:
         prime_rl.context_parallel_packed_rows(*args)
     assert err.value.code is ErrorCode.E_DTYPE
-    assert prime_rl.context_parallel_rows is prime_rl.context_parallel_packed_rows  # the old name
-    assert prime_rl.shift_left is prime_rl.shift_packed_left and prime_rl.unshift is prime_rl.unshift_packed
+    # One name each: alignment's shift_left / unshift / context_parallel_rows work per segment, these do not.
+    assert not {"shift_left", "unshift", "context_parallel_rows"} & set(dir(prime_rl))
     assert prime_rl.context_parallel_packed_rows(np.int64(12), 2, 1).tolist() == list(range(6, 12))
 
 

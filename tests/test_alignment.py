@@ -51,6 +51,25 @@ def test_dense_micro_batch_forms():
     assert err.value.code is ErrorCode.E_SHAPE
 
 
+def test_one_padded_batch_builder_for_every_trainer():
+    """verl's ``dense_rows`` (a shift) and NeMo-RL's ``to_batch`` (0 padding and sizes) are this builder."""
+    from sampling_mask.adapters import nemo_rl
+
+    labels = al.label_aligned(GENERATED, [2, 1])  # segments of 4 and 2 rows
+    batch = al.to_batch_dense(labels, seq_len=5, width=3)
+    shifted = al.to_batch_dense(labels, seq_len=6, width=3, shift=1)
+    assert np.array_equal(shifted[:, 1:], batch) and np.all(shifted[:, 0] == -1)
+    with pytest.raises(SamplingMaskError) as err:
+        al.to_batch_dense(labels, seq_len=4, shift=1)  # segment 0 needs 5 positions, segment 1 needs 3
+    assert (err.value.code, err.value.field, err.value.segment, err.value.value) == (ErrorCode.E_SHAPE, "seq_len", 0, 5)
+    with pytest.raises(SamplingMaskError) as err:
+        al.to_batch_dense(labels, seq_len=1 << 40)  # refused before anything is allocated
+    assert err.value.code is ErrorCode.E_LIMIT
+    dense, sizes = nemo_rl.to_batch(labels, width=3, seq_len=5)
+    assert np.array_equal(dense, np.maximum(batch, 0)) and np.array_equal(sizes, (batch >= 0).sum(axis=2))
+    assert sizes.tolist() == [[0, 2, 1, 0, 0], [3, 0, 0, 0, 0]]
+
+
 def test_padding_segments():
     labels = al.label_aligned(GENERATED, [2, 1])
     padded = al.pad_segments(labels, multiple=4)

@@ -295,6 +295,17 @@ def test_from_constructors_spell_out_their_keywords() -> None:
         assert not any(p.kind is p.VAR_KEYWORD for p in params.values()), name
         assert fields | {"vocab_size"} <= set(params), name
     assert set(inspect.signature(SamplingMask.replace).parameters) >= fields - {"validate"} | {"vocab_size"}
+    # One declaration (MaskOptions) behind every signature, and one check: a keyword a constructor
+    # does not take is a TypeError naming it, as Python's own.
+    assert set(inspect.signature(SamplingMask).parameters) == fields | {"vocab_size", "ids", "offsets"}
+    assert list(inspect.signature(SamplingMask.from_bitmask).parameters)[:2] == ["bits", "vocab_size"]  # positional
+    for call in (
+        lambda: SamplingMask.from_rows([[1]], vocab=3),
+        lambda: SamplingMask([1], [0, 1], sampled=[1]),
+        lambda: SamplingMask.from_rows([[1]]).replace(validate=False),
+    ):
+        with pytest.raises(TypeError, match="unexpected keyword argument"):
+            call()
 
 
 def test_to_rows_leaves_the_garbage_collector_alone() -> None:

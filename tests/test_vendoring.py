@@ -98,9 +98,15 @@ def test_vendored_core_round_trips_under_another_name(tmp_path: Path) -> None:
 
 
 def _imported_modules(path: Path) -> list[tuple[int, str]]:
-    """(level, module) of every import in ``path``; level > 0 is relative."""
+    """(level, module) of every import in ``path`` that runs (not those under ``if TYPE_CHECKING:``,
+    which only type checkers read); level > 0 is relative."""
     found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    checking = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+    typing_only = {id(n) for block in checking for stmt in block.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             found.extend((0, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -144,10 +150,15 @@ def test_codec_files_import_only_what_the_vendor_table_declares(codec: str) -> N
 
 
 def test_import_scan_sees_a_forbidden_import(tmp_path: Path) -> None:
-    """The scanner itself is not blind: a planted torch import and a parent-relative import show up."""
+    """The scanner itself is not blind: a planted torch import and a parent-relative import show up;
+    only an import that type checkers alone read (``if TYPE_CHECKING:``, not its ``else``) is left out."""
     bad = tmp_path / "bad.py"
-    bad.write_text("import numpy\ndef f():\n    import torch\nfrom ..codecs import arrow\n", encoding="utf-8")
-    assert sorted(_imported_modules(bad)) == [(0, "numpy"), (0, "torch"), (2, "codecs")]
+    bad.write_text(
+        "import numpy\ndef f():\n    import torch\nfrom ..codecs import arrow\n"
+        "if TYPE_CHECKING:\n    import typing_extensions\nelse:\n    import pickle\n",
+        encoding="utf-8",
+    )
+    assert sorted(_imported_modules(bad)) == [(0, "numpy"), (0, "pickle"), (0, "torch"), (2, "codecs")]
 
 
 # ---------------------------------------------------------------------------- licence and headers

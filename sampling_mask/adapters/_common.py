@@ -5,7 +5,7 @@ Array coercion that trainer-side code needs too lives in :mod:`sampling_mask.cor
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,6 @@ from ..core.limits import Limits, checked_nbytes
 from ..core.model import SamplingMask, concat
 
 __all__ = [
-    "PASSTHROUGH",
     "array_from_base64",
     "array_from_bytes",
     "array_to_base64",
@@ -26,18 +25,8 @@ __all__ = [
     "check_rows_nonempty",
     "int_array",
     "masks_from_samples",
-    "passthrough",
     "ragged_from_lists",
 ]
-
-#: The :class:`SamplingMask` keyword arguments a reader passes through unchanged.
-PASSTHROUGH = ("sampled_token_ids", "sampled_logprobs", "temperature", "support_logprobs", "metadata", "validate")
-
-
-def passthrough(scope: Mapping[str, Any]) -> dict[str, Any]:
-    """The :data:`PASSTHROUGH` keywords of a reader, taken from its ``locals()``: its signature spells
-    each one out (keyword-only), this carries them to the constructor."""
-    return {name: scope[name] for name in PASSTHROUGH}
 
 
 def int_array(value: Any, dtype: type, *, field: str, ndim: int = 1) -> np.ndarray:

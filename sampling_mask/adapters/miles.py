@@ -22,22 +22,18 @@ A ``(ids, offsets)`` tuple works wherever a sample does.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ..core.checks import as_float_array, get_field
+from ..core.checks import as_float_array, get_field, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits
-from ..core.model import SamplingMask, as_sampling_mask
-from ._common import (
-    check_response_length,
-    check_rows_nonempty,
-    int_array,
-    masks_from_samples,
-    passthrough,
-)
+from ..core.model import ReaderOptions, SamplingMask, as_sampling_mask, mask_options
+from ._common import check_response_length, check_rows_nonempty, int_array, masks_from_samples
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["from_sample", "from_samples", "to_rollout_sampling_masks", "to_sample_fields"]
 
@@ -78,60 +74,39 @@ def _parts(sample: Any) -> tuple[Any, Any, Any, Any, bool]:
     )
 
 
-def from_sample(
-    sample: Any,
-    *,
-    allow_empty_rows: bool | None = None,
-    vocab_size: int | None = None,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask:
+@mask_options(ReaderOptions)
+def from_sample(sample: Any, *, allow_empty_rows: bool | None = None, **options: Unpack[ReaderOptions]) -> SamplingMask:
     """One sample's rows from ``rollout_sampling_mask`` (``_ids``, ``_offsets``, ``_logprobs`` or
     ``_support_logprobs``) when set, else ``rollout_sampling_mask_ids`` / ``_offsets``. Its
     ``response_length``, when present, must equal the row count (``E_SHAPE``). An empty row is
     ``E_OFFSETS`` unless ``allow_empty_rows`` (default: the object's ``allows_empty_rows`` class
-    flag, ``True`` for version B's ``PartialSamplingMask`` only). The other keyword arguments go to
-    :class:`~sampling_mask.SamplingMask`; the object's logprobs replace ``support_logprobs``."""
+    flag, ``True`` for version B's ``PartialSamplingMask`` only). The keyword options
+    (:class:`~sampling_mask.core.model.ReaderOptions`) go to the mask; the object's
+    logprobs replace ``support_logprobs``."""
     ids_value, offsets_value, logprobs_value, response_length, partial = _parts(sample)
     if allow_empty_rows is None:
         allow_empty_rows = partial
     ids = int_array(ids_value, np.int32, field="ids")
     offsets = int_array(offsets_value, np.int64, field="offsets")
     if logprobs_value is not None:
-        support_logprobs = as_float_array(logprobs_value, field="logprobs", size=ids.size, integers=True)
-    options = passthrough(locals())
-    mask = SamplingMask(ids, offsets, vocab_size=vocab_size, limits=limits, **options)
+        options["support_logprobs"] = as_float_array(logprobs_value, field="logprobs", size=ids.size, integers=True)
+    mask = SamplingMask(ids, offsets, **options)
     if not allow_empty_rows:
         check_rows_nonempty(mask, "offsets")
     return check_response_length(mask, response_length, "offsets")
 
 
+@mask_options(ReaderOptions)
 def from_samples(
-    samples: Sequence[Any],
-    *,
-    allow_empty_rows: bool | None = None,
-    vocab_size: int | None = None,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
+    samples: Sequence[Any], *, allow_empty_rows: bool | None = None, **options: Unpack[ReaderOptions]
 ) -> SamplingMask:
     """One segment per sample, in order (errors name the sample as the segment); keyword arguments
     as :func:`from_sample`, applied to every sample."""
-    options = passthrough(locals())
 
     def read(sample: Any) -> SamplingMask:
-        return from_sample(sample, allow_empty_rows=allow_empty_rows, vocab_size=vocab_size, limits=limits, **options)
+        return from_sample(sample, allow_empty_rows=allow_empty_rows, **options)
 
-    return masks_from_samples(samples, read, vocab_size)
+    return masks_from_samples(samples, read, options["vocab_size"])
 
 
 def to_sample_fields(mask: SamplingMask) -> list[dict[str, list[int]]]:
@@ -156,11 +131,9 @@ def _check_normalized(mask: SamplingMask) -> None:
     bad_value = ~np.isfinite(lp64) | (lp64 > 1e-6)
     mass = np.add.reduceat(np.exp(np.where(bad_value, 0.0, lp64)), mask.offsets[:-1])
     bad_row = np.maximum.reduceat(bad_value, mask.offsets[:-1]) | ~np.isclose(mass, 1.0, rtol=1e-4, atol=1e-6)
-    if bad_row.any():
-        row = int(np.flatnonzero(bad_row)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE, "support logprobs must be normalized log-probabilities", row=row, field="logprobs"
-        )
+    raise_at_first(
+        bad_row, ErrorCode.E_RANGE, "support logprobs must be normalized log-probabilities", field="logprobs"
+    )
 
 
 def to_rollout_sampling_masks(mask: SamplingMask, *, form: Form = "logprobs") -> list[dict[str, np.ndarray | None]]:

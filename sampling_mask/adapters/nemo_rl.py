@@ -31,17 +31,20 @@ round-trip exactly. NeMo-RL requires the width ``K > 0`` and ``top_k > 0`` (no r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..core import layouts
-from ..core.checks import get_field
+from ..core.checks import get_field, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count
-from ..core.model import SamplingMask, as_sampling_mask
-from ._common import int_array, passthrough
+from ..core.limits import DEFAULT_LIMITS, check_count
+from ..core.model import COMPANIONS, ReaderOptions, SamplingMask, as_sampling_mask, mask_options
+from ..data import alignment
+from ._common import int_array
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["SIZES_FIELD", "TOKEN_IDS_FIELD", "from_batch", "from_data", "to_batch", "to_data"]
 
@@ -50,26 +53,24 @@ TOKEN_IDS_FIELD = "sampling_mask_token_ids"
 SIZES_FIELD = "sampling_mask_sizes"
 
 
+@mask_options(ReaderOptions, without=("sampled_token_ids",))
 def from_batch(
     sampling_mask: Any,
     sampling_mask_sizes: Any,
     *,
     input_lengths: Any = None,
     input_ids: Any = None,
-    vocab_size: int | None = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
+    **options: Unpack[ReaderOptions],
 ) -> SamplingMask:
     """From ``sampling_mask_token_ids`` ``[B, T, K]`` and ``sampling_mask_sizes`` ``[B, T]`` (numpy,
     torch or lists): one segment per sequence, row ``t`` = the first ``sizes[b, t]`` ids of
     ``[b, t]``. ``input_lengths`` ``[B]`` keeps the first ``input_lengths[b]`` rows of sequence
     ``b`` (right padding cut; the cut rows must have size 0); ``input_ids`` ``[B, T]`` gives the
     sampled ids (checked against every non-empty row). ``E_SHAPE`` / ``E_RANGE`` name the sequence
-    (``segment``) and position (``row``, within the batch's flattened ``[B * T]`` rows)."""
+    (``segment``) and position (``row``, within the batch's flattened ``[B * T]`` rows). The other
+    keyword options (:class:`~sampling_mask.core.model.ReaderOptions` but ``sampled_token_ids``) go to
+    the mask."""
+    limits = options["limits"]
     dense = int_array(sampling_mask, np.int32, field=TOKEN_IDS_FIELD, ndim=3)
     sizes = int_array(sampling_mask_sizes, np.int64, field=SIZES_FIELD, ndim=2)
     batch, seq_len, width = dense.shape
@@ -83,17 +84,14 @@ def from_batch(
     if width == 0 and batch * seq_len:
         raise SamplingMaskError(ErrorCode.E_SHAPE, "the support width K must be > 0", field=TOKEN_IDS_FIELD)
     flat_sizes = sizes.reshape(-1)
-    bad = (flat_sizes < 0) | (flat_sizes > width)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE,
-            f"size outside [0, K = {width}]",
-            field=SIZES_FIELD,
-            segment=row // max(seq_len, 1),
-            row=row,
-            value=int(flat_sizes[row]),
-        )
+    raise_at_first(
+        (flat_sizes < 0) | (flat_sizes > width),
+        ErrorCode.E_RANGE,
+        f"size outside [0, K = {width}]",
+        field=SIZES_FIELD,
+        values=flat_sizes,
+        segment=lambda row: row // max(seq_len, 1),
+    )
     lengths = np.full(batch, seq_len, dtype=np.int64)
     if input_lengths is not None:
         lengths = int_array(input_lengths, np.int64, field="input_lengths")
@@ -101,31 +99,26 @@ def from_batch(
             raise SamplingMaskError(
                 ErrorCode.E_SHAPE, f"input_lengths must be [{batch}], got {list(lengths.shape)}", field="input_lengths"
             )
-        out = (lengths < 0) | (lengths > seq_len)
-        if out.any():
-            b = int(np.flatnonzero(out)[0])
-            raise SamplingMaskError(
-                ErrorCode.E_RANGE,
-                f"input length outside [0, {seq_len}]",
-                field="input_lengths",
-                segment=b,
-                value=int(lengths[b]),
-            )
+        raise_at_first(
+            (lengths < 0) | (lengths > seq_len),
+            ErrorCode.E_RANGE,
+            f"input length outside [0, {seq_len}]",
+            field="input_lengths",
+            values=lengths,
+            at="segment",
+        )
         beyond = (np.arange(seq_len)[None, :] >= lengths[:, None]) & (sizes > 0)
-        if beyond.any():
-            row = int(np.flatnonzero(beyond.reshape(-1))[0])
-            raise SamplingMaskError(
-                ErrorCode.E_SHAPE,
-                "a row past its sequence's input length has a support",
-                field=SIZES_FIELD,
-                segment=row // seq_len,
-                row=row,
-            )
+        raise_at_first(
+            beyond.reshape(-1),
+            ErrorCode.E_SHAPE,
+            "a row past its sequence's input length has a support",
+            field=SIZES_FIELD,
+            segment=lambda row: row // seq_len,
+        )
     kept = (np.arange(seq_len)[None, :] < lengths[:, None]).reshape(-1)
     counts = flat_sizes[kept]
     slots = np.arange(width, dtype=np.int64)[None, :] < counts[:, None]
     ids = dense.reshape(batch * seq_len, width)[kept][slots]
-    sampled_token_ids = None
     if input_ids is not None:
         tokens = int_array(input_ids, np.int64, field="input_ids", ndim=2)
         if tokens.shape != (batch, seq_len):
@@ -134,25 +127,13 @@ def from_batch(
                 f"input_ids must be [{batch}, {seq_len}], got {list(tokens.shape)}",
                 field="input_ids",
             )
-        sampled_token_ids = tokens.reshape(-1)[kept]
-    return SamplingMask(
-        ids,
-        layouts.counts_to_offsets(counts),
-        cu_seqlens=layouts.counts_to_offsets(lengths),
-        vocab_size=vocab_size,
-        limits=limits,
-        **passthrough(locals()),
-    )
+        options["sampled_token_ids"] = tokens.reshape(-1)[kept]
+    cu_seqlens = layouts.counts_to_offsets(lengths)
+    return SamplingMask(ids, layouts.counts_to_offsets(counts), cu_seqlens=cu_seqlens, **options)
 
 
-def from_data(
-    data: Any,
-    *,
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask | None:
+@mask_options(ReaderOptions, without=COMPANIONS)
+def from_data(data: Any, **options: Unpack[ReaderOptions]) -> SamplingMask | None:
     """From a NeMo-RL batch (a ``BatchedDataDict`` or any mapping): ``None`` when it holds neither
     field (replay off), ``E_SCHEMA`` when it holds only one (PR #3937's ``sampling_mask_from_data``
     refuses the torn pair too). The batch's ``input_lengths`` and ``input_ids``, when present, cut
@@ -169,10 +150,7 @@ def from_data(
         get_field(data, SIZES_FIELD),
         input_lengths=get_field(data, "input_lengths", None),
         input_ids=get_field(data, "input_ids", None),
-        vocab_size=vocab_size,
-        metadata=metadata,
-        validate=validate,
-        limits=limits,
+        **options,
     )
 
 
@@ -193,26 +171,10 @@ def to_batch(
         raise SamplingMaskError(
             ErrorCode.E_WIDTH, f"NeMo-RL needs 1 <= K and every row within K = {k}", field="width", row=row
         )
-    cu = mask.cu_seqlens if mask.cu_seqlens is not None else np.array([0, mask.num_rows], dtype=np.int64)
-    seg_lengths = np.diff(cu)
-    longest = int(seg_lengths.max()) if seg_lengths.size else 0
-    t = longest if seq_len is None else check_count(seq_len, DEFAULT_LIMITS.max_rows, "seq_len", field="seq_len")
-    if longest > t:
-        segment = int(np.argmax(seg_lengths > t))
-        raise SamplingMaskError(
-            ErrorCode.E_SHAPE,
-            f"a sequence has {longest} rows, more than seq_len = {t}",
-            field="seq_len",
-            segment=segment,
-        )
-    batch = seg_lengths.size
-    positions = np.arange(mask.num_rows, dtype=np.int64) - np.repeat(cu[:-1], seg_lengths)
-    flat_rows = np.repeat(np.arange(batch, dtype=np.int64), seg_lengths) * t + positions
-    sizes = np.zeros(batch * t, dtype=np.int32)
-    sizes[flat_rows] = lengths
-    dense = np.zeros((batch * t, k), dtype=np.int32)
-    dense[flat_rows] = np.maximum(layouts.ragged_to_dense(mask.ids, mask.offsets, k), 0)  # -1 padding to 0
-    out = dense.reshape(batch, t, k), sizes.reshape(batch, t)
+    t = None if seq_len is None else check_count(seq_len, DEFAULT_LIMITS.max_rows, "seq_len", field="seq_len")
+    padded = alignment.to_batch_dense(mask, t, k)
+    present = padded != layouts.PAD
+    out = np.where(present, padded, 0), np.count_nonzero(present, axis=2).astype(np.int32)  # -1 padding to 0
     if as_torch:
         import torch
 

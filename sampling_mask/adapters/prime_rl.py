@@ -19,29 +19,30 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..codecs import msgpack as msgpack_codec
 from ..core import layouts
-from ..core.checks import as_float_array, get_field
+from ..core.checks import as_float_array, get_field, is_int
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count
-from ..core.model import SamplingMask, as_sampling_mask
+from ..core.limits import Limits, check_count
+from ..core.model import ReaderOptions, SamplingMask, as_sampling_mask, mask_options
 from ..data import alignment
-from ._common import array_from_base64, array_from_bytes, array_to_base64, int_array, passthrough
+from ._common import array_from_base64, array_from_bytes, array_to_base64, int_array
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "CAPTURE_CAP",
     "context_parallel_packed_rows",
-    "context_parallel_rows",
     "empty_rows_over_cap",
     "from_trainer_tensor",
     "from_wire",
     "sampled_without_support",
     "shard",
-    "shift_left",
     "shift_packed_left",
     "to_msgpack",
     "to_payload",
@@ -49,7 +50,6 @@ __all__ = [
     "to_verifiers",
     "to_verifiers_msgpack",
     "to_wire",
-    "unshift",
     "unshift_packed",
 ]
 
@@ -75,7 +75,7 @@ def _nd_array(value: Mapping[str, Any], name: str, dtype: str, limits: Limits) -
     declared, shape, data = value.get("dtype"), value.get("shape"), value.get("data")
     if declared not in (dtype, "<" + ("i4" if dtype == "int32" else "f4")):
         raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected {dtype}, got {declared!r}"[:120], field=name)
-    if not isinstance(shape, list) or len(shape) != 1 or not isinstance(shape[0], int) or isinstance(shape[0], bool):
+    if not isinstance(shape, list) or len(shape) != 1 or not is_int(shape[0]):
         raise SamplingMaskError(ErrorCode.E_SHAPE, "expected a 1-D shape", field=name)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "'data' must be bytes", field=name)
@@ -106,19 +106,8 @@ def _fields(payload: Any, limits: Limits) -> tuple[Any, Any, Any]:
     return ids, counts, get_field(payload, "logprobs", None)
 
 
-def from_wire(
-    sampling_mask: Any,
-    *,
-    num_tokens: int | None = None,
-    vocab_size: int | None = None,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask:
+@mask_options(ReaderOptions)
+def from_wire(sampling_mask: Any, *, num_tokens: int | None = None, **options: Unpack[ReaderOptions]) -> SamplingMask:
     """One sample's mask from any upstream form of the payload:
 
     * prime-rl's struct object, or its ``array_like`` decoding ``[ids, counts]`` / ``[ids, counts, logprobs]``
@@ -128,15 +117,15 @@ def from_wire(
     * ``None``: ``num_tokens`` empty rows.
 
     ``logprobs`` become ``support_logprobs``. ``num_tokens``, when given, must equal the number of
-    counts (``E_SHAPE``); prime-rl pads or cuts counts to the sample length, this never does. The other
-    keyword arguments go to :class:`~sampling_mask.SamplingMask` (payload logprobs replace
-    ``support_logprobs``)."""
+    counts (``E_SHAPE``); prime-rl pads or cuts counts to the sample length, this never does. The
+    keyword options (:class:`~sampling_mask.core.model.ReaderOptions`) go to the mask
+    (payload logprobs replace ``support_logprobs``)."""
+    limits = options["limits"]
     if sampling_mask is None:
         if num_tokens is None:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "no mask and no num_tokens", field="sampling_mask")
         rows = check_count(num_tokens, limits.max_rows, "num_tokens", field="num_tokens")
-        options = passthrough(locals())
-        return SamplingMask(np.zeros(0, np.int32), np.zeros(rows + 1, np.int64), vocab_size=vocab_size, **options)
+        return SamplingMask(np.zeros(0, np.int32), np.zeros(rows + 1, np.int64), **options)
     ids_value, counts_value, logprobs_value = _fields(sampling_mask, limits)
     ids = _buffer(ids_value, "ids", "int32", limits)
     counts = _buffer(counts_value, "counts", "int32", limits)
@@ -148,9 +137,8 @@ def from_wire(
         logprobs = _buffer(logprobs_value, "logprobs", "float32", limits)
         if logprobs.size != ids.size:
             raise SamplingMaskError(ErrorCode.E_SHAPE, f"{logprobs.size} logprobs for {ids.size} ids", field="logprobs")
-        support_logprobs = logprobs
-    options = passthrough(locals())
-    return SamplingMask.from_counts(ids, counts, vocab_size=vocab_size, limits=limits, **options)
+        options["support_logprobs"] = logprobs
+    return SamplingMask.from_counts(ids, counts, **options)
 
 
 def _counts(mask: SamplingMask) -> tuple[np.ndarray, np.ndarray]:
@@ -255,8 +243,8 @@ def shift_packed_left(mask: SamplingMask) -> SamplingMask:
     """prime-rl's ``shift_tensor_left(kept, pad_value=-1)``: one shift over the whole packed sequence
     (segments are the packed samples, kept as ``cu_seqlens``). Position t gets row t+1, across
     sample boundaries; the last position is empty. Row 0 must be empty (``E_SCHEMA``): no logits
-    score it, and prime-rl drops it. Old name ``shift_left``; not
-    :func:`sampling_mask.data.alignment.shift_left`, which shifts inside each segment."""
+    score it, and prime-rl drops it. Not :func:`sampling_mask.data.alignment.shift_left`, which
+    shifts inside each segment."""
     mask = as_sampling_mask(mask)
     n = mask.num_rows
     if n and mask.row_lengths[0] > 0:
@@ -270,9 +258,8 @@ def shift_packed_left(mask: SamplingMask) -> SamplingMask:
 
 
 def unshift_packed(mask: SamplingMask) -> SamplingMask:
-    """Inverse of :func:`shift_packed_left` (old name ``unshift``; not
-    :func:`sampling_mask.data.alignment.unshift`, which works per segment); the last packed row must be
-    empty (``E_SCHEMA``)."""
+    """Inverse of :func:`shift_packed_left` (not :func:`sampling_mask.data.alignment.unshift`, which
+    works per segment); the last packed row must be empty (``E_SCHEMA``)."""
     mask = as_sampling_mask(mask)
     n = mask.num_rows
     if n and mask.row_lengths[-1] > 0:
@@ -293,29 +280,17 @@ def to_trainer_tensor(mask: SamplingMask, *, width: int | None = None) -> np.nda
     return shifted.to_dense(width)[None]
 
 
-def from_trainer_tensor(
-    tensor: Any,
-    cu_seqlens: Any = None,
-    *,
-    vocab_size: int | None = None,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask:
+@mask_options(ReaderOptions)
+def from_trainer_tensor(tensor: Any, cu_seqlens: Any = None, **options: Unpack[ReaderOptions]) -> SamplingMask:
     """Token-aligned rows from a shifted ``[1, N, K]`` (or ``[N, K]``) tensor; inverse of
     :func:`to_trainer_tensor`. ``cu_seqlens`` (the packed samples) segments the result. Keyword
-    arguments as :class:`~sampling_mask.SamplingMask`, applied to the shifted rows."""
+    options (:class:`~sampling_mask.core.model.ReaderOptions`) apply to the shifted rows."""
     dense = alignment.as_host_array(tensor, field="tensor")
     if dense.ndim == 3:
         if dense.shape[0] != 1:
             raise SamplingMaskError(ErrorCode.E_SHAPE, "a packed micro batch has batch size 1", field="tensor")
         dense = dense[0]
-    options = passthrough(locals())
-    shifted = SamplingMask.from_dense(dense, vocab_size=vocab_size, limits=limits, **options)
+    shifted = SamplingMask.from_dense(dense, **options)
     if cu_seqlens is not None:
         shifted = shifted.replace(cu_seqlens=cu_seqlens)
     return unshift_packed(shifted)
@@ -325,10 +300,10 @@ def context_parallel_packed_rows(num_rows: int, world_size: int, rank: int) -> n
     """The packed positions context-parallel ``rank`` holds in prime-rl: ``shard_for_cp`` is
     ``torch.chunk(t, world_size, dim=1)[rank]`` over the whole packed sequence, which must divide
     evenly (``E_SHAPE``, as prime-rl refuses it). cu=[0, 5, 12], P=2: ``[0..5]`` and ``[6..11]``.
-    Old name ``context_parallel_rows``; not :func:`sampling_mask.data.alignment.context_parallel_rows`,
-    which splits each sequence of ``cu_seqlens``. A non-integer argument is ``E_DTYPE``."""
+    Not :func:`sampling_mask.data.alignment.context_parallel_rows`, which splits each sequence of
+    ``cu_seqlens``. A non-integer argument is ``E_DTYPE``."""
     for name, value in (("num_rows", num_rows), ("world_size", world_size), ("rank", rank)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if not is_int(value):
             raise SamplingMaskError(ErrorCode.E_DTYPE, f"{name} must be an integer", field=name, value=repr(value)[:80])
     n = check_count(num_rows, 2**62, "num_rows", field="num_rows")
     p = int(world_size)
@@ -353,9 +328,3 @@ def shard(value: Any, world_size: int, rank: int) -> Any:
     if arr.ndim >= 2 and arr.shape[0] == 1:
         return arr[:, context_parallel_packed_rows(arr.shape[1], world_size, rank)]
     return arr[context_parallel_packed_rows(arr.shape[0] if arr.ndim else 0, world_size, rank)]
-
-
-#: Old names, kept: they mean the packed-sequence operations above, not ``alignment``'s functions.
-shift_left = shift_packed_left
-unshift = unshift_packed
-context_parallel_rows = context_parallel_packed_rows

@@ -58,16 +58,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from itertools import chain
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from ..core import checks, layouts
 from ..core.checks import get_field
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits
-from ..core.model import SamplingMask, as_sampling_mask
+from ..core.model import ResponseOptions, SamplingMask, as_sampling_mask, mask_options
 from ._common import int_array, ragged_from_lists
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "from_chat_choice",
@@ -87,15 +89,6 @@ MASK = "output_token_sampling_mask"
 LOGPROBS = "output_token_sampling_logprobs"
 LENGTH = "output_token_sampling_mask_length"
 TRUNCATED = "output_token_sampling_mask_truncated"  # unmerged PR #34037 only
-
-
-#: The keyword arguments of :func:`from_meta_info` that the other readers pass on unchanged.
-_META_OPTIONS = ("on_missing", "sampling_logprobs_mode", "allow_truncated", "vocab_size", "metadata", "limits")
-
-
-def _meta_options(scope: Mapping[str, Any]) -> dict[str, Any]:
-    """:data:`_META_OPTIONS` from a reader's ``locals()`` (its signature spells each one out)."""
-    return {name: scope[name] for name in _META_OPTIONS}
 
 
 def _check_length(declared: Any, expected: int) -> None:
@@ -133,11 +126,12 @@ def _logprob_companions(values: Any, offsets: np.ndarray, mode: LogprobsMode) ->
     if len(values) != num_rows or not all(nested):
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"support mode needs {num_rows} lists, one per row", field=LOGPROBS)
     flat_values, value_offsets = _float_rows(values)
-    differ = np.flatnonzero(np.diff(value_offsets) != np.diff(offsets))
-    if differ.size:
-        raise SamplingMaskError(
-            ErrorCode.E_OFFSETS, "a row's logprobs and ids differ in number", field=LOGPROBS, row=int(differ[0])
-        )
+    checks.raise_at_first(
+        np.diff(value_offsets) != np.diff(offsets),
+        ErrorCode.E_OFFSETS,
+        "a row's logprobs and ids differ in number",
+        field=LOGPROBS,
+    )
     return {"support_logprobs": flat_values}
 
 
@@ -171,16 +165,17 @@ def _truncated_flags(value: Any, num_rows: int, allow_truncated: bool, meta: dic
     if not flags.any():
         return
     if not allow_truncated:
-        raise SamplingMaskError(
+        checks.raise_at_first(
+            flags,
             ErrorCode.E_SCHEMA,
             "the row was cut to --sampling-mask-max-tokens and is not the full support (pass allow_truncated=True)",
             field=TRUNCATED,
-            row=int(np.flatnonzero(flags)[0]),
         )
     meta["truncated"] = True
     meta["truncated_rows"] = int(np.count_nonzero(flags))
 
 
+@mask_options(ResponseOptions)
 def from_meta_info(
     meta_info: Mapping[str, Any],
     *,
@@ -188,14 +183,13 @@ def from_meta_info(
     on_missing: OnMissing = "raise",
     sampling_logprobs_mode: LogprobsMode = "auto",
     allow_truncated: bool = False,
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    **options: Unpack[ResponseOptions],
 ) -> SamplingMask | None:
     """From a complete response's ``meta_info``; ``output_ids`` (the sampled ids) are optional.
     ``output_token_sampling_mask_length`` must equal the number of rows. ``sampling_logprobs_mode``
     ``"auto"`` reads nested lists as support mode, flat floats as selected mode. A missing mask
-    raises ``E_SCHEMA`` or returns ``None`` per ``on_missing``."""
+    raises ``E_SCHEMA`` or returns ``None`` per ``on_missing``. Keyword options:
+    :class:`~sampling_mask.core.model.ResponseOptions`."""
     rows = get_field(meta_info, MASK, None)
     if rows is None:
         if on_missing == "none":
@@ -208,11 +202,12 @@ def from_meta_info(
         )
     if not isinstance(rows, list):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{MASK} must be a list of lists", field=MASK)
-    ids, offsets = ragged_from_lists(rows, limits=limits)
+    ids, offsets = ragged_from_lists(rows, limits=options["limits"])
     num_rows = offsets.size - 1
     _check_length(get_field(meta_info, LENGTH, None), num_rows)
-    meta = dict(metadata or {})
+    meta = dict(options["metadata"] or {})
     _truncated_flags(get_field(meta_info, TRUNCATED, None), num_rows, allow_truncated, meta)
+    options["metadata"] = meta or None
     companions = _singleton_rows(
         _logprob_companions(get_field(meta_info, LOGPROBS, None), offsets, sampling_logprobs_mode), offsets
     )
@@ -220,42 +215,41 @@ def from_meta_info(
         ids,
         offsets,
         sampled_token_ids=None if output_ids is None else int_array(output_ids, np.int32, field="output_ids"),
-        vocab_size=vocab_size,
-        metadata=meta or None,
-        limits=limits,
         sampled_logprobs=companions.get("sampled_logprobs"),
         support_logprobs=companions.get("support_logprobs"),
+        **options,
     )
 
 
+@mask_options(ResponseOptions)
 def from_response(
     response: Mapping[str, Any],
     *,
     on_missing: OnMissing = "raise",
     sampling_logprobs_mode: LogprobsMode = "auto",
     allow_truncated: bool = False,
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    **options: Unpack[ResponseOptions],
 ) -> SamplingMask | None:
     """From a ``/generate`` response: ``meta_info`` plus ``output_ids`` when present. Keyword
     arguments as :func:`from_meta_info`."""
     return from_meta_info(
         get_field(response, "meta_info"),
         output_ids=get_field(response, "output_ids", None),
-        **_meta_options(locals()),
+        on_missing=on_missing,
+        sampling_logprobs_mode=sampling_logprobs_mode,
+        allow_truncated=allow_truncated,
+        **options,
     )
 
 
+@mask_options(ResponseOptions)
 def from_stream(
     chunks: Iterable[Mapping[str, Any]],
     *,
     on_missing: OnMissing = "raise",
     sampling_logprobs_mode: LogprobsMode = "auto",
     allow_truncated: bool = False,
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    **options: Unpack[ResponseOptions],
 ) -> SamplingMask | None:
     """From the chunks of an incremental ``/generate`` stream (``--incremental-streaming-output``):
     ``output_ids`` and the two row lists are concatenated; each chunk's
@@ -295,19 +289,21 @@ def from_stream(
     return from_meta_info(
         merged,
         output_ids=output_ids or None,
-        **_meta_options(locals()),
+        on_missing=on_missing,
+        sampling_logprobs_mode=sampling_logprobs_mode,
+        allow_truncated=allow_truncated,
+        **options,
     )
 
 
+@mask_options(ResponseOptions)
 def from_chat_choice(
     choice: Mapping[str, Any] | Any,
     *,
     on_missing: OnMissing = "raise",
     sampling_logprobs_mode: LogprobsMode = "auto",
     allow_truncated: bool = False,
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    **options: Unpack[ResponseOptions],
 ) -> SamplingMask | None:
     """From one ``/v1/chat/completions`` choice: ``meta_info`` (``return_meta_info=true``) and, when
     present, ``response_token_ids`` as the sampled ids. Keyword arguments as :func:`from_meta_info`."""
@@ -321,27 +317,37 @@ def from_chat_choice(
     return from_meta_info(
         meta,
         output_ids=get_field(choice, "response_token_ids", None),
-        **_meta_options(locals()),
+        on_missing=on_missing,
+        sampling_logprobs_mode=sampling_logprobs_mode,
+        allow_truncated=allow_truncated,
+        **options,
     )
 
 
+@mask_options(ResponseOptions)
 def from_chat_response(
     response: Mapping[str, Any] | Any,
     *,
     on_missing: OnMissing = "raise",
     sampling_logprobs_mode: LogprobsMode = "auto",
     allow_truncated: bool = False,
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    **options: Unpack[ResponseOptions],
 ) -> list[SamplingMask | None]:
     """One mask (or ``None``) per ``choices[i]`` of a chat completion, in list order; keyword
     arguments as :func:`from_meta_info`."""
     choices = get_field(response, "choices")
     if not isinstance(choices, list):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "choices must be a list", field="choices")
-    options = _meta_options(locals())  # not inside the comprehension: its own scope before 3.12
-    return [from_chat_choice(c, **options) for c in choices]
+    return [
+        from_chat_choice(
+            c,
+            on_missing=on_missing,
+            sampling_logprobs_mode=sampling_logprobs_mode,
+            allow_truncated=allow_truncated,
+            **options,
+        )
+        for c in choices
+    ]
 
 
 def to_meta_info(
@@ -361,13 +367,9 @@ def to_meta_info(
     return out
 
 
+@mask_options(ResponseOptions)
 def from_chunked(
-    chunked: Any,
-    *,
-    sampling_logprobs_mode: LogprobsMode = "auto",
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    chunked: Any, *, sampling_logprobs_mode: LogprobsMode = "auto", **options: Unpack[ResponseOptions]
 ) -> SamplingMask:
     """From a ``SamplingMaskChunk`` (or a mapping): ``lengths``, ``token_ids``, ``logprobs``. With
     ``"auto"``, ``logprobs`` is per id when it has nnz values and per row when it has one per row;
@@ -403,9 +405,7 @@ def from_chunked(
                 field="sampling_logprobs_mode",
             )
         kwargs = _singleton_rows(kwargs, layouts.counts_to_offsets(lengths))
-    return SamplingMask.from_counts(
-        token_ids, lengths, vocab_size=vocab_size, metadata=metadata, limits=limits, **kwargs
-    )
+    return SamplingMask.from_counts(token_ids, lengths, **options, **kwargs)
 
 
 def to_chunked(

@@ -33,13 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..core.checks import get_field
+from ..core.checks import get_field, is_int
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count
-from ..core.model import SamplingMask, as_sampling_mask
-from ._common import array_from_base64, array_to_base64, int_array, masks_from_samples, passthrough
+from ..core.limits import check_count
+from ..core.model import MaskOptions, ReaderOptions, ResponseOptions, SamplingMask, as_sampling_mask, mask_options
+from ._common import array_from_base64, array_to_base64, int_array, masks_from_samples
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from ..data.trace import Trace
 
 __all__ = [
@@ -64,30 +66,14 @@ _ENVELOPE_DTYPES = {
 }
 
 
-def from_dense(
-    values: Any,
-    *,
-    cu_seqlens: Any = None,
-    vocab_size: int | None = None,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask:
+@mask_options()
+def from_dense(values: Any, **options: Unpack[MaskOptions]) -> SamplingMask:
     """From ``[T, top_k]`` rank-ordered rows with ``-1`` trailing padding (numpy or torch). Keyword
-    arguments as :class:`~sampling_mask.SamplingMask` (companions, ``metadata``, ``validate``, ``limits``)."""
+    options: :class:`~sampling_mask.core.model.MaskOptions` (``cu_seqlens`` numpy, torch or lists too)."""
     dense = int_array(values, np.int32, field="values", ndim=2)
-    cu = None if cu_seqlens is None else int_array(cu_seqlens, np.int64, field="cu_seqlens")
-    return SamplingMask.from_dense(
-        dense,
-        cu_seqlens=cu,
-        vocab_size=vocab_size,
-        limits=limits,
-        **passthrough(locals()),
-    )
+    if options["cu_seqlens"] is not None:
+        options["cu_seqlens"] = int_array(options["cu_seqlens"], np.int64, field="cu_seqlens")
+    return SamplingMask.from_dense(dense, **options)
 
 
 def to_dense(mask: SamplingMask, top_k: int) -> np.ndarray:
@@ -96,28 +82,11 @@ def to_dense(mask: SamplingMask, top_k: int) -> np.ndarray:
     return mask.to_dense(top_k)
 
 
-def from_packed(
-    values: Any,
-    cu_seqlens: Any,
-    *,
-    vocab_size: int | None = None,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask:
+@mask_options(ReaderOptions)
+def from_packed(values: Any, cu_seqlens: Any, **options: Unpack[ReaderOptions]) -> SamplingMask:
     """From packed ``values`` ``[sum(seqlen), top_k]`` and ``cu_seqlens`` ``[B+1]``; keyword
-    arguments as :func:`from_dense`."""
-    return from_dense(
-        values,
-        cu_seqlens=cu_seqlens,
-        vocab_size=vocab_size,
-        limits=limits,
-        **passthrough(locals()),
-    )
+    options as :func:`from_dense`."""
+    return from_dense(values, cu_seqlens=cu_seqlens, **options)
 
 
 def to_packed(mask: SamplingMask, top_k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -126,31 +95,17 @@ def to_packed(mask: SamplingMask, top_k: int) -> tuple[np.ndarray, np.ndarray]:
     return mask.to_dense(top_k), mask.cu_seqlens.astype(np.int32)
 
 
-def from_envelope(
-    envelope: Mapping[str, Any],
-    *,
-    cu_seqlens: Any = None,
-    vocab_size: int | None = None,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask:
+@mask_options()
+def from_envelope(envelope: Mapping[str, Any], **options: Unpack[MaskOptions]) -> SamplingMask:
     """From ``{data, shape, dtype}``. Sizes are checked against ``limits`` and the base64 length before
     decoding; bad base64 is ``E_ENCODING``, bytes that do not tile ``shape`` are ``E_BYTES``. Keyword
-    arguments as :func:`from_dense`."""
+    options as :func:`from_dense`."""
+    limits = options["limits"]
     if not isinstance(envelope, Mapping):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "envelope must be a mapping", field="envelope")
     shape_value = get_field(envelope, "shape", where="envelope")
     dtype_value = get_field(envelope, "dtype", where="envelope")
-    if (
-        not isinstance(shape_value, (list, tuple))
-        or len(shape_value) != 2
-        or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape_value)
-    ):
+    if not isinstance(shape_value, (list, tuple)) or len(shape_value) != 2 or not all(map(is_int, shape_value)):
         raise SamplingMaskError(
             ErrorCode.E_SHAPE,
             "shape must be [T, top_k] non-negative integers",
@@ -170,13 +125,7 @@ def from_envelope(
     values = array_from_base64(
         get_field(envelope, "data", where="envelope"), dtype, field="data", limits=limits, shape=(rows, width)
     )
-    return from_dense(
-        values,
-        cu_seqlens=cu_seqlens,
-        vocab_size=vocab_size,
-        limits=limits,
-        **passthrough(locals()),
-    )
+    return from_dense(values, **options)
 
 
 def to_envelope(mask: SamplingMask, top_k: int) -> dict[str, Any]:
@@ -186,9 +135,8 @@ def to_envelope(mask: SamplingMask, top_k: int) -> dict[str, Any]:
     return {"data": array_to_base64(dense, "int32"), "shape": list(dense.shape), "dtype": "int32"}
 
 
-def from_step_samples(
-    samples: Sequence[Any], *, vocab_size: int | None = None, limits: Limits = DEFAULT_LIMITS
-) -> SamplingMask:
+@mask_options(ResponseOptions, without=("metadata",))
+def from_step_samples(samples: Sequence[Any], **options: Unpack[ResponseOptions]) -> SamplingMask:
     """One segment per step-wise sample from each sample's ``rollout_sample_support``
     ``[len(response_ids), top_k]`` (an array or nested lists, or a ``TrajectoryOutput`` / mapping
     holding it); an error names the sample as the segment."""
@@ -196,9 +144,9 @@ def from_step_samples(
     def read(sample: Any) -> SamplingMask:
         if isinstance(sample, Mapping) or hasattr(sample, "rollout_sample_support"):
             sample = get_field(sample, "rollout_sample_support", where="sample")
-        return from_dense(sample, vocab_size=vocab_size, limits=limits)
+        return from_dense(sample, **options)
 
-    return masks_from_samples(samples, read, vocab_size)
+    return masks_from_samples(samples, read, options["vocab_size"])
 
 
 def to_step_samples(mask: SamplingMask, top_k: int) -> list[np.ndarray]:

@@ -15,14 +15,14 @@ SGLang ``meta_info`` keys of slime's patch.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..core.checks import get_field
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits
-from ..core.model import SamplingMask, as_sampling_mask
+from ..core.limits import Limits
+from ..core.model import ReaderOptions, SamplingMask, as_sampling_mask, mask_options
 from ._common import (
     array_from_base64,
     array_from_bytes,
@@ -30,8 +30,10 @@ from ._common import (
     check_response_length,
     int_array,
     masks_from_samples,
-    passthrough,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["from_meta_info", "from_sample", "from_samples", "to_meta_info", "to_sample_fields"]
 
@@ -50,29 +52,17 @@ def _int32(value: Any, field: str, limits: Limits) -> np.ndarray:
     return int_array(value, np.int32, field=field)
 
 
-def _mask(
-    ids: np.ndarray, offsets: np.ndarray, vocab_size: int | None, limits: Limits, options: dict[str, Any]
-) -> SamplingMask:
+def _mask(ids: np.ndarray, offsets: np.ndarray, options: ReaderOptions) -> SamplingMask:
     if offsets.size == 0:
         raise SamplingMaskError(ErrorCode.E_OFFSETS, "offsets must hold at least [0]", field="offsets")
-    return SamplingMask(ids, offsets.astype(np.int64), vocab_size=vocab_size, limits=limits, **options)
+    return SamplingMask(ids, offsets.astype(np.int64), **options)
 
 
-def from_meta_info(
-    meta_info: Mapping[str, Any],
-    *,
-    vocab_size: int | None = None,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask | None:
+@mask_options(ReaderOptions)
+def from_meta_info(meta_info: Mapping[str, Any], **options: Unpack[ReaderOptions]) -> SamplingMask | None:
     """One request's rows from slime's SGLang ``meta_info`` keys; ``None`` when neither key is there
-    (no mask), ``E_SCHEMA`` when only one is. The other keyword arguments go to
-    :class:`~sampling_mask.SamplingMask` (companions, ``metadata``, ``validate``)."""
+    (no mask), ``E_SCHEMA`` when only one is. The keyword options
+    (:class:`~sampling_mask.core.model.ReaderOptions`) go to the mask."""
     if not isinstance(meta_info, Mapping):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "meta_info must be a mapping", field="meta_info")
     ids_value = next((meta_info[k] for k in IDS_KEYS if k in meta_info), None)
@@ -81,31 +71,14 @@ def from_meta_info(
         return None
     if ids_value is None or offsets_value is None:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "top-p token ids and offsets come together", field=IDS_KEYS[0])
-    ids = _int32(ids_value, IDS_KEYS[0], limits)
-    offsets = _int32(offsets_value, OFFSETS_KEYS[0], limits)
-    return _mask(
-        ids,
-        offsets,
-        vocab_size,
-        limits,
-        passthrough(locals()),
-    )
+    ids = _int32(ids_value, IDS_KEYS[0], options["limits"])
+    return _mask(ids, _int32(offsets_value, OFFSETS_KEYS[0], options["limits"]), options)
 
 
-def from_sample(
-    sample: Any,
-    *,
-    vocab_size: int | None = None,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask:
+@mask_options(ReaderOptions)
+def from_sample(sample: Any, **options: Unpack[ReaderOptions]) -> SamplingMask:
     """One sample's rows from ``rollout_top_p_token_ids`` / ``_offsets`` (or an ``(ids, offsets)`` tuple);
-    its ``response_length``, when present, must equal the row count (``E_SHAPE``). Keyword arguments
+    its ``response_length``, when present, must equal the row count (``E_SHAPE``). Keyword options
     as :func:`from_meta_info`."""
     if isinstance(sample, tuple):
         if len(sample) != 2:
@@ -115,33 +88,16 @@ def from_sample(
         ids_value = get_field(sample, IDS_FIELD, where="sample")
         offsets_value = get_field(sample, OFFSETS_FIELD, where="sample")
         response_length = get_field(sample, "response_length", None)
-    options = passthrough(locals())
-    mask = _mask(
-        _int32(ids_value, IDS_FIELD, limits), _int32(offsets_value, OFFSETS_FIELD, limits), vocab_size, limits, options
-    )
+    limits = options["limits"]
+    mask = _mask(_int32(ids_value, IDS_FIELD, limits), _int32(offsets_value, OFFSETS_FIELD, limits), options)
     return check_response_length(mask, response_length, OFFSETS_FIELD)
 
 
-def from_samples(
-    samples: Sequence[Any],
-    *,
-    vocab_size: int | None = None,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask:
-    """One segment per sample, in order (errors name the sample as the segment); keyword arguments
+@mask_options(ReaderOptions)
+def from_samples(samples: Sequence[Any], **options: Unpack[ReaderOptions]) -> SamplingMask:
+    """One segment per sample, in order (errors name the sample as the segment); keyword options
     as :func:`from_meta_info`, applied to every sample."""
-    options = passthrough(locals())
-    return masks_from_samples(
-        samples,
-        lambda s: from_sample(s, vocab_size=vocab_size, limits=limits, **options),
-        vocab_size,
-    )
+    return masks_from_samples(samples, lambda s: from_sample(s, **options), options["vocab_size"])
 
 
 def _int32_offsets(mask: SamplingMask) -> np.ndarray:

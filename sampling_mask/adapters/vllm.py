@@ -66,16 +66,19 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from ..core import checks, layouts
 from ..core.checks import get_field
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import DEFAULT_LIMITS, Limits, check_count
-from ..core.model import SamplingMask, as_sampling_mask
-from ._common import int_array, passthrough, ragged_from_lists
+from ..core.limits import Limits, check_count
+from ..core.model import ReaderOptions, ResponseOptions, SamplingMask, as_sampling_mask, mask_options
+from ._common import int_array, ragged_from_lists
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "FILTERED_LOGPROB",
@@ -99,6 +102,8 @@ __all__ = [
 ]
 
 OnMissing = Literal["raise", "none"]
+#: The options of a reader that checks ``sampled_token_ids`` against its input.
+_READ_OPTIONS = ("sampled_token_ids", *ResponseOptions.__annotations__)
 OutputKind = Literal["delta", "cumulative", "final_only"]
 
 #: What ``/inference/v1/generate`` writes for a filtered (``-inf``) or NaN logprob (``_clamp_logprob``).
@@ -138,28 +143,20 @@ def _missing(
     )
 
 
-def from_token_ids(
-    rows: Sequence[Sequence[int]],
-    *,
-    sampled_token_ids: Any = None,
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask:
+@mask_options(only=_READ_OPTIONS)
+def from_token_ids(rows: Sequence[Sequence[int]], **options: Unpack[ReaderOptions]) -> SamplingMask:
     """From ``SamplingMask.token_ids`` nested lists (the fast path for Python lists of ints)."""
-    ids, offsets = ragged_from_lists(rows, limits=limits)
-    sampled = None
-    if sampled_token_ids is not None:
-        sampled = int_array(sampled_token_ids, np.int32, field="token_ids")
+    ids, offsets = ragged_from_lists(rows, limits=options["limits"])
+    if options["sampled_token_ids"] is not None:
+        sampled = int_array(options["sampled_token_ids"], np.int32, field="token_ids")
         if sampled.size != offsets.size - 1:
             raise SamplingMaskError(
                 ErrorCode.E_SHAPE,
                 f"{sampled.size} generated token ids but {offsets.size - 1} mask rows",
                 field="token_ids",
             )
-    return SamplingMask(
-        ids, offsets, sampled_token_ids=sampled, vocab_size=vocab_size, metadata=metadata, limits=limits
-    )
+        options["sampled_token_ids"] = sampled
+    return SamplingMask(ids, offsets, **options)
 
 
 _ABSENT = object()
@@ -169,14 +166,13 @@ def _has_field(obj: Any, name: str) -> bool:
     return get_field(obj, name, _ABSENT) is not _ABSENT
 
 
+@mask_options(ResponseOptions)
 def from_completion_output(
     output: Any,
     *,
     on_missing: OnMissing = "raise",
     output_kind: OutputKind | None = None,
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    **options: Unpack[ResponseOptions],
 ) -> SamplingMask | None:
     """From a ``CompletionOutput`` (or a mapping with its fields): rows from ``sampling_mask``, sampled
     ids from ``token_ids``. ``sampling_mask`` may be vLLM's ``SamplingMask`` (``token_ids`` nested
@@ -205,7 +201,7 @@ def from_completion_output(
         tokens = get_field(output, "token_ids", None)
         num_tokens = len(tokens) if isinstance(tokens, (list, tuple, np.ndarray)) else None
         if finish_reason is None and num_tokens == 0:
-            return from_token_ids([], sampled_token_ids=[], vocab_size=vocab_size, metadata=metadata, limits=limits)
+            return from_token_ids([], sampled_token_ids=[], **options)
         if finish_reason is None and output_kind == "cumulative":
             return None
         if finish_reason is None and output_kind is None:
@@ -223,18 +219,13 @@ def from_completion_output(
         return _missing(on_missing, "sampling_mask", finish_reason)
     sampled = get_field(output, "token_ids", None)
     if _has_field(mask, "offsets"):  # SamplingMaskLists: a NamedTuple, so test it before plain tuples
-        return from_engine_csr(
-            mask,
-            vocab_size=vocab_size,
-            metadata=metadata,
-            limits=limits,
-            sampled_token_ids=None if sampled is None else int_array(sampled, np.int32, field="token_ids"),
-        )
+        sampled = None if sampled is None else int_array(sampled, np.int32, field="token_ids")
+        return from_engine_csr(mask, sampled_token_ids=sampled, **options)
     if isinstance(mask, (list, tuple)):
         rows = list(mask)
     else:
         rows = get_field(mask, "token_ids", where="sampling_mask")
-    return from_token_ids(rows, sampled_token_ids=sampled, vocab_size=vocab_size, metadata=metadata, limits=limits)
+    return from_token_ids(rows, sampled_token_ids=sampled, **options)
 
 
 def to_token_ids(mask: SamplingMask) -> list[list[int]]:
@@ -244,13 +235,9 @@ def to_token_ids(mask: SamplingMask) -> list[list[int]]:
 
 
 # ---------------------------------------------------------------------------- /inference/v1/generate
+@mask_options(ResponseOptions)
 def from_generate_choice(
-    choice: Mapping[str, Any] | Any,
-    *,
-    on_missing: OnMissing = "raise",
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    choice: Mapping[str, Any] | Any, *, on_missing: OnMissing = "raise", **options: Unpack[ResponseOptions]
 ) -> SamplingMask | None:
     """From one ``/inference/v1/generate`` choice (decoded JSON or the pydantic object):
     ``sampling_mask`` and, when present, ``token_ids`` (the sampled ids).
@@ -269,13 +256,7 @@ def from_generate_choice(
         )
     if not isinstance(rows, list):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "sampling_mask must be a list of lists", field="sampling_mask")
-    return from_token_ids(
-        rows,
-        sampled_token_ids=get_field(choice, "token_ids", None),
-        vocab_size=vocab_size,
-        metadata=metadata,
-        limits=limits,
-    )
+    return from_token_ids(rows, sampled_token_ids=get_field(choice, "token_ids", None), **options)
 
 
 def _choices(body: Any, where: str) -> list[Any]:
@@ -301,17 +282,14 @@ def _in_index_order(choices: list[Any], where: str) -> list[Any]:
     return [by_index[i] for i in range(len(choices))]
 
 
+@mask_options(ResponseOptions, without=("metadata",))
 def from_generate_response(
-    response: Mapping[str, Any] | Any,
-    *,
-    on_missing: OnMissing = "raise",
-    vocab_size: int | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    response: Mapping[str, Any] | Any, *, on_missing: OnMissing = "raise", **options: Unpack[ResponseOptions]
 ) -> list[SamplingMask | None]:
     """One mask (or ``None``, see ``on_missing``) per choice of a non-streaming
     ``/inference/v1/generate`` body, in ``index`` order."""
     choices = _in_index_order(_choices(response, "response"), "choices")
-    return [from_generate_choice(c, on_missing=on_missing, vocab_size=vocab_size, limits=limits) for c in choices]
+    return [from_generate_choice(c, on_missing=on_missing, **options) for c in choices]
 
 
 def merge_generate_stream(chunks: Iterable[Mapping[str, Any] | Any]) -> list[dict[str, Any]]:
@@ -363,17 +341,14 @@ def _chunk_list(chunks: Any) -> list[Any]:
     return list(chunks)
 
 
+@mask_options(ResponseOptions, without=("metadata",))
 def from_generate_stream(
-    chunks: Iterable[Mapping[str, Any] | Any],
-    *,
-    on_missing: OnMissing = "raise",
-    vocab_size: int | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    chunks: Iterable[Mapping[str, Any] | Any], *, on_missing: OnMissing = "raise", **options: Unpack[ResponseOptions]
 ) -> list[SamplingMask | None]:
     """One mask per choice of a streamed ``/inference/v1/generate`` response (see
     :func:`merge_generate_stream`), equal to what the non-streaming body gives."""
     merged = merge_generate_stream(chunks)
-    return [from_generate_choice(c, on_missing=on_missing, vocab_size=vocab_size, limits=limits) for c in merged]
+    return [from_generate_choice(c, on_missing=on_missing, **options) for c in merged]
 
 
 def to_generate_choice(mask: SamplingMask, index: int = 0) -> dict[str, Any]:
@@ -398,22 +373,12 @@ def _logprobs_content(logprobs: Any, where: str) -> list[Any] | None:
 
 
 # ---------------------------------------------------------------------------- engine layouts
-def from_engine_csr(
-    lists: Any,
-    *,
-    vocab_size: int | None = None,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask:
+@mask_options(ReaderOptions)
+def from_engine_csr(lists: Any, **options: Unpack[ReaderOptions]) -> SamplingMask:
     """From ``SamplingMaskLists`` (or a mapping): ``token_ids``, ``offsets`` (``None``: one position,
     as ``slice_request(i, 1)`` returns it), optional ``cu_num_generated_tokens`` (becomes
-    ``cu_seqlens``: one segment per request). Keyword arguments as :class:`~sampling_mask.SamplingMask`
-    (companions, ``metadata``, ``validate``, ``limits``)."""
+    ``cu_seqlens``: one segment per request). Keyword options:
+    :class:`~sampling_mask.core.model.ReaderOptions`."""
     ids = int_array(get_field(lists, "token_ids"), np.int32, field="token_ids")
     offsets_value = get_field(lists, "offsets", None)
     if offsets_value is None:
@@ -422,8 +387,7 @@ def from_engine_csr(
         offsets = int_array(offsets_value, np.int64, field="offsets")
     cu = get_field(lists, "cu_num_generated_tokens", None)
     cu_arr = None if cu is None else int_array(cu, np.int64, field="cu_num_generated_tokens")
-    options = passthrough(locals())
-    return SamplingMask(ids, offsets, cu_seqlens=cu_arr, vocab_size=vocab_size, limits=limits, **options)
+    return SamplingMask(ids, offsets, cu_seqlens=cu_arr, **options)
 
 
 def to_engine_csr(mask: SamplingMask) -> dict[str, Any]:
@@ -473,48 +437,36 @@ def _active_slots(num_rows: int, rows_per_request: int, num_sampled_tokens: Any)
             f"{sampled.size} num_sampled_tokens for {num_rows // rows_per_request} requests",
             field="num_sampled_tokens",
         )
-    bad = (sampled < 0) | (sampled > rows_per_request)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE,
-            f"num_sampled_tokens must be in [0, {rows_per_request}]",
-            field="num_sampled_tokens",
-            row=row,
-            value=int(sampled[row]),
-        )
+    checks.raise_at_first(
+        (sampled < 0) | (sampled > rows_per_request),
+        ErrorCode.E_RANGE,
+        f"num_sampled_tokens must be in [0, {rows_per_request}]",
+        field="num_sampled_tokens",
+        values=sampled,
+    )
     active = np.arange(rows_per_request)[None, :] < sampled[:, None]
     return np.flatnonzero(active).astype(np.int64), layouts.counts_to_offsets(sampled)
 
 
-def from_engine_tensors(
-    tensors: Any,
-    num_sampled_tokens: Any = None,
-    *,
-    sampled_token_ids: Any = None,
-    sampled_logprobs: Any = None,
-    temperature: Any = None,
-    support_logprobs: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    validate: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
-) -> SamplingMask:
+@mask_options(ReaderOptions, without=("vocab_size",))
+def from_engine_tensors(tensors: Any, num_sampled_tokens: Any = None, **options: Unpack[ReaderOptions]) -> SamplingMask:
     """From ``SamplingMaskTensors`` (or a mapping with its fields) as the kernel leaves them, reading
     what ``tolists(num_sampled_tokens)`` reads: the first ``count`` ids of a row when ``count <=
     max_num_kept`` (the slots after are undefined and ignored), else the row's ``packed_mask`` bits
     (their popcount must equal ``count``: ``E_OFFSETS``). With ``rows_per_request > 1`` only the first
     ``num_sampled_tokens[r]`` slots of request ``r`` are read and each request is one segment.
-    ``vocab_size`` comes from the tensors; keyword arguments as :class:`~sampling_mask.SamplingMask`
-    (companions, ``metadata``, ``validate``, ``limits``).
+    ``vocab_size`` comes from the tensors; keyword options:
+    :class:`~sampling_mask.core.model.ReaderOptions` but ``vocab_size``.
 
     vLLM 0.28's ``SamplingMaskTensors`` (``packed_mask``, ``counts``, ``vocab_size``; no
     ``token_ids``) is read too, as its ``tolists(num_sampled_tokens)`` reads it: every row from
     the bitmask, only the rows whose ``num_sampled_tokens`` is non-zero (all rows without it)."""
+    limits = options["limits"]
     counts = _tensor_field(tensors, "counts", np.int64, 1)
     vocab_size = _scalar_int(get_field(tensors, "vocab_size", where="SamplingMaskTensors"), "vocab_size")
-    check_count(vocab_size, limits.max_vocab, "vocab_size", field="vocab_size")
+    options["vocab_size"] = check_count(vocab_size, limits.max_vocab, "vocab_size", field="vocab_size")
     if get_field(tensors, "token_ids", None) is None and get_field(tensors, "packed_mask", None) is not None:
-        return _from_bitmask_tensors(tensors, counts, vocab_size, num_sampled_tokens, locals(), limits)
+        return _from_bitmask_tensors(tensors, counts, vocab_size, num_sampled_tokens, options)
     compact = _tensor_field(tensors, "token_ids", np.int32, 2)
     rows_per_request = _scalar_int(get_field(tensors, "rows_per_request", 1), "rows_per_request")
     num_rows, width = compact.shape
@@ -524,16 +476,14 @@ def from_engine_tensors(
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"{counts.size} counts for {num_rows} rows", field="counts")
     rows, cu_seqlens = _active_slots(num_rows, rows_per_request, num_sampled_tokens)
     counts = counts[rows]
-    out_of_range = (counts < 0) | (counts > vocab_size)
-    if out_of_range.any():
-        first = int(np.flatnonzero(out_of_range)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE,
-            f"count outside [0, {vocab_size}]",
-            field="counts",
-            row=int(rows[first]),
-            value=int(counts[first]),
-        )
+    checks.raise_at_first(
+        (counts < 0) | (counts > vocab_size),
+        ErrorCode.E_RANGE,
+        f"count outside [0, {vocab_size}]",
+        field="counts",
+        values=counts,
+        row=lambda i: rows[i],
+    )
     wide = counts > width
     narrow_rows = rows[~wide]
     narrow_counts = counts[~wide]
@@ -571,22 +521,16 @@ def from_engine_tensors(
         ids = np.concatenate([narrow_ids, wide_ids])[take]
     else:
         ids = narrow_ids
-    return SamplingMask(
-        ids,
-        layouts.counts_to_offsets(counts),
-        cu_seqlens=cu_seqlens,
-        vocab_size=vocab_size,
-        limits=limits,
-        **passthrough(locals()),
-    )
+    offsets = layouts.counts_to_offsets(counts)
+    return SamplingMask(ids, offsets, cu_seqlens=cu_seqlens, **options)
 
 
 def _from_bitmask_tensors(
-    tensors: Any, counts: np.ndarray, vocab_size: int, num_sampled_tokens: Any, scope: dict[str, Any], limits: Limits
+    tensors: Any, counts: np.ndarray, vocab_size: int, num_sampled_tokens: Any, options: ReaderOptions
 ) -> SamplingMask:
     """vLLM 0.28's bitmask-only ``SamplingMaskTensors`` (``vllm/v1/worker/gpu/sample/output.py``)."""
     num_rows = counts.size
-    check_count(num_rows, limits.max_rows, "row count", field="counts")
+    check_count(num_rows, options["limits"].max_rows, "row count", field="counts")
     bits = int_array(get_field(tensors, "packed_mask"), np.uint8, field="packed_mask", ndim=2)
     if bits.shape != (num_rows, (vocab_size + 7) // 8):
         raise SamplingMaskError(
@@ -609,7 +553,7 @@ def _from_bitmask_tensors(
         raise SamplingMaskError(
             ErrorCode.E_OFFSETS, "packed_mask popcount differs from the row's count", field="packed_mask", row=row
         )
-    return SamplingMask(ids, offsets, vocab_size=vocab_size, limits=limits, **passthrough(scope))
+    return SamplingMask(ids, offsets, **options)
 
 
 def to_engine_tensors(mask: SamplingMask, width: int, *, rows_per_request: int = 1) -> dict[str, Any]:
@@ -680,13 +624,13 @@ def _refuse_truncated(truncated: np.ndarray, allow_truncated: bool, where: str, 
     if not count:
         return
     if not allow_truncated:
-        raise SamplingMaskError(
+        checks.raise_at_first(
+            truncated,
             ErrorCode.E_SCHEMA,
             "the listing stops before the support does (every listed candidate survived, yet their"
             " probabilities sum to less than 1: fewer logprobs than the support, or top-k ties);"
             " pass allow_truncated=True to keep such rows, flagged in metadata",
             field=where,
-            row=int(np.flatnonzero(truncated)[0]),
         )
     meta["truncated"] = True
     meta["truncated_rows"] = count
@@ -702,27 +646,27 @@ def _flat_arrays(flat: Any, limits: Limits) -> tuple[np.ndarray, ...]:
         raise SamplingMaskError(
             ErrorCode.E_SHAPE, "start_indices and end_indices differ in length", field="end_indices"
         )
-    bad = (starts < 0) | (ends > token_ids.size) | (ends - starts < 1)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_OFFSETS,
-            "each position needs entries start < end <= len(token_ids) (entry 0: the sampled token)",
-            field="end_indices",
-            row=row,
-            value=int(ends[row]),
-        )
-    overlap = starts[1:] < ends[:-1]
-    if overlap.any():
-        row = int(np.flatnonzero(overlap)[0]) + 1
-        raise SamplingMaskError(
-            ErrorCode.E_OFFSETS, "positions must not overlap or go backwards", field="start_indices", row=row
-        )
-    nan = np.isnan(logprobs) | (logprobs == np.inf)
-    if nan.any():
-        entry = int(np.flatnonzero(nan)[0])
-        row = int(np.searchsorted(ends, entry, side="right"))
-        raise SamplingMaskError(ErrorCode.E_RANGE, "logprob is NaN or +inf", field="logprobs", row=row)
+    checks.raise_at_first(
+        (starts < 0) | (ends > token_ids.size) | (ends - starts < 1),
+        ErrorCode.E_OFFSETS,
+        "each position needs entries start < end <= len(token_ids) (entry 0: the sampled token)",
+        field="end_indices",
+        values=ends,
+    )
+    checks.raise_at_first(
+        starts[1:] < ends[:-1],
+        ErrorCode.E_OFFSETS,
+        "positions must not overlap or go backwards",
+        field="start_indices",
+        row=lambda i: i + 1,
+    )
+    checks.raise_at_first(
+        np.isnan(logprobs) | (logprobs == np.inf),
+        ErrorCode.E_RANGE,
+        "logprob is NaN or +inf",
+        field="logprobs",
+        row=lambda entry: np.searchsorted(ends, entry, side="right"),
+    )
     return starts, ends, token_ids, logprobs
 
 
@@ -747,17 +691,14 @@ def _check_ranks(flat: Any, n_top: np.ndarray, top_pos: np.ndarray) -> None:
     except (TypeError, OverflowError):
         raise SamplingMaskError(ErrorCode.E_DTYPE, "ranks must be integers", field="ranks") from None
     expected = layouts.range_indices(np.ones(n_top.size, dtype=np.int64), n_top)
-    wrong = ranks != expected
-    if wrong.any():
-        entry = int(np.flatnonzero(wrong)[0])
-        row = int(np.repeat(np.arange(n_top.size), n_top)[entry])
-        raise SamplingMaskError(
-            ErrorCode.E_SCHEMA,
-            "entries after the sampled one must be the top-k ranked 1..k (is this processed FlatLogprobs?)",
-            field="ranks",
-            row=row,
-            value=int(ranks[entry]),
-        )
+    checks.raise_at_first(
+        ranks != expected,
+        ErrorCode.E_SCHEMA,
+        "entries after the sampled one must be the top-k ranked 1..k (is this processed FlatLogprobs?)",
+        field="ranks",
+        values=ranks,
+        row=lambda entry: np.searchsorted(np.cumsum(n_top), entry, side="right"),
+    )
 
 
 def _from_flat(
@@ -767,35 +708,29 @@ def _from_flat(
     repair: bool,
     allow_truncated: bool,
     mass_tolerance: float,
-    sampled_token_ids: Any,
-    vocab_size: int | None,
-    metadata: Mapping[str, Any] | None,
-    limits: Limits,
+    **options: Unpack[ReaderOptions],
 ) -> tuple[SamplingMask, int]:
     tolerance = _check_tolerance(mass_tolerance)
-    starts, ends, token_ids, logprobs = _flat_arrays(flat, limits)
+    starts, ends, token_ids, logprobs = _flat_arrays(flat, options["limits"])
     num_rows = starts.size
     sampled = token_ids[starts]
     sampled_lp = logprobs[starts]
-    if sampled_token_ids is not None:
-        given = int_array(sampled_token_ids, np.int64, field="sampled_token_ids")
+    if (given_ids := options["sampled_token_ids"]) is not None:
+        given = int_array(given_ids, np.int64, field="sampled_token_ids")
         if given.size != num_rows:
             raise SamplingMaskError(
                 ErrorCode.E_SHAPE, f"{given.size} sampled ids for {num_rows} positions", field="sampled_token_ids"
             )
-        differ = np.flatnonzero(given != sampled)
-        if differ.size:
-            raise SamplingMaskError(
-                ErrorCode.E_SCHEMA,
-                "entry 0 of a position is not its sampled token",
-                field="sampled_token_ids",
-                row=int(differ[0]),
-                value=int(given[differ[0]]),
-            )
-    filtered_sampled = np.isneginf(sampled_lp)
-    if filtered_sampled.any():
-        row = int(np.flatnonzero(filtered_sampled)[0])
-        raise SamplingMaskError(ErrorCode.E_RANGE, "the sampled token's logprob is -inf", field="logprobs", row=row)
+        checks.raise_at_first(
+            given != sampled,
+            ErrorCode.E_SCHEMA,
+            "entry 0 of a position is not its sampled token",
+            field="sampled_token_ids",
+            values=given,
+        )
+    checks.raise_at_first(
+        np.isneginf(sampled_lp), ErrorCode.E_RANGE, "the sampled token's logprob is -inf", field="logprobs"
+    )
     listed = ends - starts - 1
     n_top = listed
     cut_kept = np.zeros(num_rows, dtype=bool)
@@ -821,18 +756,17 @@ def _from_flat(
     full = (n_top > 0) & (counts == n_top)  # no listed candidate was filtered out
     truncated = cut_kept | _truncated_rows(full & ~cut_kept, support_lp, kept_rows, num_rows, tolerance)
     truncated |= full & ~found  # the sampled token survived but is not listed: the support goes on
-    meta = dict(metadata or {})
+    meta = dict(options["metadata"] or {})
     _refuse_truncated(truncated, allow_truncated, "logprobs", meta)
     missing = (n_top > 0) & ~found & ~truncated
     repaired = int(np.count_nonzero(missing))
-    if repaired and not repair:
-        row = int(np.flatnonzero(missing)[0])
-        raise SamplingMaskError(
+    if not repair:
+        checks.raise_at_first(
+            missing,
             ErrorCode.E_MISSING_SAMPLED,
             "the sampled token is not among the kept top-k candidates (use from_flat_logprobs_repairing to repair)",
             field="token_ids",
-            row=row,
-            value=int(sampled[row]),
+            values=sampled,
         )
     # A kept truncated row without its sampled id gets it appended (it is in the support); a
     # repaired row gets it in place of its weakest kept candidate, or as its only id.
@@ -848,29 +782,28 @@ def _from_flat(
         ids = np.concatenate([ids, sampled[extra_rows]])[order]
         support_lp = np.concatenate([support_lp, sampled_lp[extra_rows]])[order]
         counts = counts + append
+    options.update(
+        {
+            "sampled_token_ids": layouts.as_int_array(sampled, np.int32, field="token_ids"),
+            "sampled_logprobs": sampled_lp,
+            "support_logprobs": support_lp,
+            "metadata": meta or None,
+        }
+    )
     mask = SamplingMask(
-        layouts.as_int_array(ids, np.int32, field="token_ids"),
-        layouts.counts_to_offsets(counts),
-        vocab_size=vocab_size,
-        sampled_token_ids=layouts.as_int_array(sampled, np.int32, field="token_ids"),
-        sampled_logprobs=sampled_lp,
-        support_logprobs=support_lp,
-        metadata=meta or None,
-        limits=limits,
+        layouts.as_int_array(ids, np.int32, field="token_ids"), layouts.counts_to_offsets(counts), **options
     )
     return mask, repaired
 
 
+@mask_options(only=_READ_OPTIONS)
 def from_flat_logprobs(
     flat: Any,
     *,
     top_k: int | None = None,
     allow_truncated: bool = False,
     mass_tolerance: float = MASS_TOLERANCE,
-    sampled_token_ids: Any = None,
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    **options: Unpack[ReaderOptions],
 ) -> SamplingMask:
     """Support rows from processed ``FlatLogprobs``: the top-k candidates (at most ``top_k`` columns)
     whose logprob is not ``-inf``, in rank order, with ``support_logprobs``, ``sampled_token_ids`` and
@@ -885,54 +818,35 @@ def from_flat_logprobs(
     ``truncated_rows`` (their number). A complete position whose sampled id is not among the kept
     candidates is ``E_MISSING_SAMPLED``."""
     mask, _ = _from_flat(
-        flat,
-        top_k=top_k,
-        repair=False,
-        allow_truncated=allow_truncated,
-        mass_tolerance=mass_tolerance,
-        sampled_token_ids=sampled_token_ids,
-        vocab_size=vocab_size,
-        metadata=metadata,
-        limits=limits,
+        flat, top_k=top_k, repair=False, allow_truncated=allow_truncated, mass_tolerance=mass_tolerance, **options
     )
     return mask
 
 
+@mask_options(only=_READ_OPTIONS)
 def from_flat_logprobs_repairing(
     flat: Any,
     *,
     top_k: int | None = None,
     allow_truncated: bool = False,
     mass_tolerance: float = MASS_TOLERANCE,
-    sampled_token_ids: Any = None,
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    **options: Unpack[ReaderOptions],
 ) -> tuple[SamplingMask, int]:
     """Opt-in repair (SkyRL's): like :func:`from_flat_logprobs`, but a complete row missing its
     sampled id gets it in place of its weakest kept candidate (or as its only id when none was kept).
     Returns the mask and the number of rows repaired; a repaired row is not the engine's support."""
     return _from_flat(
-        flat,
-        top_k=top_k,
-        repair=True,
-        allow_truncated=allow_truncated,
-        mass_tolerance=mass_tolerance,
-        sampled_token_ids=sampled_token_ids,
-        vocab_size=vocab_size,
-        metadata=metadata,
-        limits=limits,
+        flat, top_k=top_k, repair=True, allow_truncated=allow_truncated, mass_tolerance=mass_tolerance, **options
     )
 
 
+@mask_options(ResponseOptions)
 def from_generate_logprobs(
     logprobs: Any,
     *,
     allow_truncated: bool = False,
     mass_tolerance: float = MASS_TOLERANCE,
-    vocab_size: int | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    **options: Unpack[ResponseOptions],
 ) -> SamplingMask:
     """Support rows from a generate choice's ``logprobs`` (or the choice itself), processed logprobs
     mode: position t is ``content[t]``; its row is the sampled ``token_id`` plus every
@@ -947,7 +861,7 @@ def from_generate_logprobs(
     content = _logprobs_content(logprobs, "choice")
     if content is None:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "no logprobs.content (request logprobs)", field="logprobs.content")
-    check_count(len(content), limits.max_rows, "position count", field="logprobs.content")
+    check_count(len(content), options["limits"].max_rows, "position count", field="logprobs.content")
     sampled_ids: list[Any] = []
     sampled_lps: list[Any] = []
     entry_ids: list[Any] = []
@@ -971,14 +885,12 @@ def from_generate_logprobs(
     cand_lp = checks.as_float_array(entry_lps, field="top_logprobs.logprob", size=cand.size, integers=True)
     if np.isnan(sampled_lp).any() or np.isnan(cand_lp).any():
         raise SamplingMaskError(ErrorCode.E_RANGE, "a logprob is NaN", field="logprobs")
-    if (sampled_lp <= FILTERED_LOGPROB).any():
-        row = int(np.flatnonzero(sampled_lp <= FILTERED_LOGPROB)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE,
-            "the sampled token's logprob is -9999.0: filtered, or not in the engine's top-k map",
-            field="logprobs.content.logprob",
-            row=row,
-        )
+    checks.raise_at_first(
+        sampled_lp <= FILTERED_LOGPROB,
+        ErrorCode.E_RANGE,
+        "the sampled token's logprob is -9999.0: filtered, or not in the engine's top-k map",
+        field="logprobs.content.logprob",
+    )
     # Row t: the sampled id, then its listed candidates; an id repeated within a row counts once.
     rows_of = np.repeat(np.arange(num_rows, dtype=np.int64), np.asarray(entry_counts, dtype=np.int64) + 1)
     all_ids = np.empty(rows_of.size, dtype=np.int64)
@@ -995,18 +907,17 @@ def from_generate_logprobs(
     keep = ~filtered & ~repeat
     has_filtered = np.bincount(rows_of[filtered], minlength=num_rows) > 0
     truncated = _truncated_rows(~has_filtered, all_lp[keep], rows_of[keep], num_rows, tolerance)
-    meta = dict(metadata or {})
+    meta = dict(options["metadata"] or {})
     _refuse_truncated(truncated, allow_truncated, "logprobs.content", meta)
+    options["metadata"] = meta or None
     counts = np.bincount(rows_of[keep], minlength=num_rows)
     return SamplingMask(
         layouts.as_int_array(all_ids[keep], np.int32, field="top_logprobs.token_id"),
         layouts.counts_to_offsets(counts),
-        vocab_size=vocab_size,
         sampled_token_ids=layouts.as_int_array(sampled, np.int32, field="logprobs.content.token_id"),
         sampled_logprobs=sampled_lp,
         support_logprobs=all_lp[keep],
-        metadata=meta or None,
-        limits=limits,
+        **options,
     )
 
 

@@ -38,7 +38,7 @@ import functools
 import numpy as np
 
 from ..core import layouts
-from ..core.checks import is_int
+from ..core.checks import is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
 
@@ -91,29 +91,31 @@ def _row_values(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """
     ids64 = ids.astype(np.int64)
     lengths = np.diff(offsets)
+
+    def row_of(pos: int) -> int:
+        return int(np.searchsorted(offsets, pos, side="right")) - 1
+
     if ids64.size and int(ids64.min()) < 0:
-        pos = int(np.flatnonzero(ids64 < 0)[0])
-        row = int(np.searchsorted(offsets, pos, side="right") - 1)
-        raise SamplingMaskError(ErrorCode.E_RANGE, "id is negative", field="ids", row=row, value=int(ids64[pos]))
+        raise_at_first(ids64 < 0, ErrorCode.E_RANGE, "id is negative", field="ids", values=ids64, row=row_of)
     values = np.empty_like(ids64)
     if ids64.size:
         values[0] = ids64[0]
         np.subtract(ids64[1:], ids64[:-1] + 1, out=values[1:])
         firsts = offsets[:-1][lengths > 0]
         values[firsts] = ids64[firsts]
-        if int(values.min()) < 0:
-            pos = int(np.flatnonzero(values < 0)[0])
-            row = int(np.searchsorted(offsets, pos, side="right") - 1)
-            if values[pos] == -1:
-                raise SamplingMaskError(
-                    ErrorCode.E_DUPLICATE, "id repeated within a row", field="ids", row=row, value=int(ids64[pos])
-                )
-            raise SamplingMaskError(
+        if int(values.min()) < 0:  # the first negative gap names the fault: -1 a repeat, below a descent
+            descent = values < -1
+            repeat = (values == -1) & (np.cumsum(descent) == 0)
+            raise_at_first(
+                repeat, ErrorCode.E_DUPLICATE, "id repeated within a row", field="ids", values=ids64, row=row_of
+            )
+            raise_at_first(
+                descent,
                 ErrorCode.E_SCHEMA,
                 "the compact layout stores rows in ascending order; canonicalize the mask first",
                 field="ids",
-                row=row,
-                value=int(ids64[pos]),
+                values=ids64,
+                row=row_of,
             )
     return values
 

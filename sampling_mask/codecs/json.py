@@ -211,10 +211,7 @@ def _float_array(values: list[Any], *, field: str) -> np.ndarray:
         raise SamplingMaskError(ErrorCode.E_RANGE, "number does not fit float32", field=field) from None
     # A number literal past float64 (-1e999) parses as an infinity: out of range, not "-Infinity" (spec 11.1).
     overflow = np.isinf(wide) if written is None else np.isinf(wide) & ~written
-    if overflow.any():
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE, "number does not fit float32", field=field, row=int(np.flatnonzero(overflow)[0])
-        )
+    raise_at_first(overflow, ErrorCode.E_RANGE, "number does not fit float32", field=field)
     with np.errstate(over="ignore"):
         narrow = wide.astype(np.float32)
     if not np.array_equal(np.isfinite(wide), np.isfinite(narrow)):

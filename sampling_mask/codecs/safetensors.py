@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.checks import raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
@@ -162,9 +163,7 @@ def _host(value: Any, name: str, declared: str | None) -> np.ndarray:
         if value.dtype.itemsize > 4:
             narrow = value.astype(np.float32)
             same = (narrow == value) | (np.isnan(narrow) & np.isnan(value))
-            if not bool(np.all(same)):
-                row = int(np.flatnonzero(~same)[0])
-                raise SamplingMaskError(ErrorCode.E_RANGE, "an F64 value is not exactly a float32", field=name, row=row)
+            raise_at_first(~same, ErrorCode.E_RANGE, "an F64 value is not exactly a float32", field=name)
             return narrow
         return value
     if declared in (*_FLOATS, "BOOL") or value.dtype.kind not in "iu":

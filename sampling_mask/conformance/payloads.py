@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.checks import is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, checked_nbytes
 from ..core.model import COMPANIONS, SamplingMask
@@ -199,7 +200,7 @@ def limits_from_json(value: Any) -> Limits:
     known = set(DEFAULT_LIMITS.__dataclass_fields__)
     changes: dict[str, int] = {}
     for key, limit in value.items():
-        if key not in known or isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        if key not in known or not is_int(limit) or limit < 0:
             raise _schema("limits holds an unknown key or a value that is not a count", f"limits.{key}")
         changes[key] = limit
     return DEFAULT_LIMITS.replace(**changes)
@@ -208,7 +209,7 @@ def limits_from_json(value: Any) -> Limits:
 # ------------------------------------------------------------------------------------------ model masks
 def _vocab_size(payload: Mapping[str, Any]) -> int | None:
     vocab = payload.get("vocab_size")
-    if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int)):
+    if vocab is not None and not is_int(vocab):
         raise _schema("vocab_size must be an integer", "vocab_size", repr(vocab)[:40])
     return vocab
 
@@ -247,7 +248,7 @@ def metadata_kinds_differ(expected: Mapping[str, Any], result: Any) -> str | Non
 
 def _first_non_integer(values: list[Any]) -> list[Any]:
     """``[v]`` for the first value that is not an integer (a null too), ``[]`` when every one is."""
-    return [v for v in values if isinstance(v, bool) or not isinstance(v, int)][:1]
+    return [v for v in values if not is_int(v)][:1]
 
 
 def _int_list(value: Any, field: str) -> np.ndarray:

@@ -15,8 +15,8 @@ Float arrays take an explicit integer policy, one rule per use (:func:`as_float_
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 import numpy as np
 
@@ -57,14 +57,25 @@ def is_int(value: Any) -> bool:
 
 
 def raise_at_first(
-    bad: np.ndarray, code: ErrorCode, message: str, *, field: str, values: np.ndarray | None = None
+    bad: np.ndarray,
+    code: ErrorCode,
+    message: str,
+    *,
+    field: str | None = None,
+    values: np.ndarray | None = None,
+    at: Literal["row", "segment"] = "row",
+    row: Callable[[int], Any] | None = None,
+    segment: Callable[[int], Any] | None = None,
 ) -> None:
-    """Nothing when no flag of ``bad`` (one per row) is set; else ``code`` naming the first flagged
-    row and, with ``values`` (one per row), its value. Vectorized: one pass over ``bad``."""
+    """Nothing when no flag of ``bad`` is set; else ``code`` naming the first flagged index i as the
+    error's ``at`` (a row or a segment) and ``values[i]`` as its value. Flags indexed otherwise (one
+    per id, per batch slot) name their row and / or segment through ``row(i)`` / ``segment(i)``,
+    called only then. Vectorized: one pass over ``bad``."""
     if bad.size and bad.any():
-        row = int(np.argmax(bad))
-        value = None if values is None else values[row].item()
-        raise SamplingMaskError(code, message, field=field, row=row, value=value)
+        i = int(np.argmax(bad))
+        where = {at: i} | {name: int(f(i)) for name, f in (("row", row), ("segment", segment)) if f is not None}
+        value = None if values is None else values[i].item()
+        raise SamplingMaskError(code, message, field=field, value=value, **where)
 
 
 def asarray_checked(value: Any, *, field: str) -> np.ndarray:

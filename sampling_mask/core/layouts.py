@@ -319,11 +319,14 @@ def check_rows(
             bad = int(block.min()) < 0 or (vocab_size is not None and hi >= vocab_size)
         if bad:
             negative = block < 0
-            pos = int(np.flatnonzero(negative if negative.any() else (block >= vocab_size))[0])
-            row = r0 + int(np.searchsorted(starts, pos, side="right")) - 1
             limit = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
-            raise SamplingMaskError(
-                ErrorCode.E_RANGE, f"id outside {limit}", field=field, row=row, value=int(block[pos])
+            raise_at_first(
+                negative if negative.any() else block >= vocab_size,
+                ErrorCode.E_RANGE,
+                f"id outside {limit}",
+                field=field,
+                values=block,
+                row=lambda pos: r0 + np.searchsorted(starts, pos, side="right") - 1,  # noqa: B023 (called here)
             )
         if not ascending:
             pairs[starts] = False
@@ -348,7 +351,7 @@ def check_rows(
                 firsts, want = starts[nonempty], want[nonempty]
             at = _first_missing(block, firsts, want, wanted, pairs) if firsts.size else None
             if at is not None:
-                missing = r0 + int(np.flatnonzero(nonempty)[at])
+                missing = r0 + int(np.nonzero(nonempty)[0][at])
     return all_ascending, missing
 
 
@@ -510,7 +513,7 @@ def _first_missing(
     np.equal(block, spread, out=hit)
     if int(np.count_nonzero(hit)) == firsts.size:
         return None
-    return int(np.flatnonzero(np.add.reduceat(hit, firsts) == 0)[0])
+    return int(np.argmin(np.add.reduceat(hit, firsts)))  # at most one hit per row: the first row with none
 
 
 def canonical_permutation(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -524,18 +527,13 @@ def dense_to_ragged(dense: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     ``E_PADDING`` for ``-1`` before an id; ``E_RANGE`` for any other negative value.
     """
+    width = dense.shape[1]
     if dense.size and int(dense.min()) < PAD:
-        bad = np.argwhere(dense < PAD)[0]
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE,
-            "negative id other than the -1 padding",
-            field="dense",
-            row=int(bad[0]),
-            value=int(dense[bad[0], bad[1]]),
-        )
+        flat = dense.reshape(-1)
+        message = "negative id other than the -1 padding"
+        raise_at_first(flat < PAD, ErrorCode.E_RANGE, message, field="dense", values=flat, row=lambda i: i // width)
     present = dense != PAD
     counts = np.count_nonzero(present, axis=1).astype(np.int64)
-    width = dense.shape[1]
     if width:
         # Valid rows are a run of ids then only padding: the first -1 sits exactly at the row's count.
         first_pad = np.argmin(present, axis=1)  # 0 also when a row has no -1 at all

@@ -11,14 +11,16 @@ the input is already valid. Spec: spec/v1/SPEC.md.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import marshal
 import math
 import operator
 import pickle
 import types
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, SupportsIndex
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, SupportsIndex, TypedDict, TypeVar, cast
 
 import numpy as np
 
@@ -26,7 +28,21 @@ from . import checks, layouts
 from .errors import ErrorCode, SamplingMaskError
 from .limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
 
-__all__ = ["COMPANIONS", "MASK_PROTOCOL_VERSION", "METADATA_KEYS", "SamplingMask", "as_sampling_mask", "concat"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = [
+    "COMPANIONS",
+    "MASK_PROTOCOL_VERSION",
+    "METADATA_KEYS",
+    "MaskOptions",
+    "ReaderOptions",
+    "ResponseOptions",
+    "SamplingMask",
+    "as_sampling_mask",
+    "concat",
+    "mask_options",
+]
 
 #: Version of the mask protocol: :meth:`SamplingMask.__sampling_mask__` and :func:`as_sampling_mask`.
 MASK_PROTOCOL_VERSION = 1
@@ -48,10 +64,88 @@ _METADATA_TYPES: Mapping[str, tuple[type, ...]] = types.MappingProxyType(
 )
 
 _MetadataValue = str | int | float | bool | None
-#: The keywords every ``from_*`` constructor spells out and forwards to ``SamplingMask(...)``.
-_FIELDS = ("cu_seqlens", "vocab_size", *COMPANIONS, "metadata", "validate", "limits")
 #: "Leave this field as it is" in :meth:`SamplingMask.replace` (None means "drop it").
 _KEEP: Any = object()
+
+
+class ResponseOptions(TypedDict, total=False):
+    """The :class:`MaskOptions` of a reader of an engine's response, which holds the companions itself."""
+
+    vocab_size: int | None
+    """V: every id is in ``[0, V)`` (default None: not known)."""
+    metadata: Mapping[str, Any] | None
+    """Sampler parameters (:data:`METADATA_KEYS`) and extras: str, int, float, bool or None values."""
+    limits: Limits
+    """The bounds checked before anything is allocated (default :data:`DEFAULT_LIMITS`)."""
+
+
+class ReaderOptions(ResponseOptions, total=False):
+    """:class:`MaskOptions` but ``cu_seqlens``: those of a reader whose input gives the segments."""
+
+    sampled_token_ids: Any
+    """int32 [T]: the id sampled at each row (``-1`` on an empty row); a non-empty row holds it."""
+    sampled_logprobs: Any
+    """float32 [T]: the sampled id's log-prob, renormalized over its row."""
+    temperature: Any
+    """float32 [T], or one number for every row (as the scorer's ``temperature=``): > 0, NaN if unknown."""
+    support_logprobs: Any
+    """float32 [nnz], aligned with ``ids``: each id's log-prob, renormalized over its row."""
+    validate: bool
+    """``False`` for arrays already known to be valid: the content checks are skipped (default ``True``)."""
+
+
+class MaskOptions(ReaderOptions, total=False):
+    """The keyword options of mask construction, declared here once (with :class:`ReaderOptions` and
+    :class:`ResponseOptions`, the parts of it). :class:`SamplingMask`, its ``from_*`` and the adapters'
+    readers take them as ``**options`` (:func:`mask_options` lists them in each signature)."""
+
+    cu_seqlens: Any
+    """int64 [B+1]: segment b is rows ``cu_seqlens[b]:cu_seqlens[b+1]`` (default: one segment)."""
+
+
+#: The options whose default is not None.
+_OPTION_DEFAULTS: Mapping[str, Any] = types.MappingProxyType({"validate": True, "limits": DEFAULT_LIMITS})
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def mask_options(
+    bundle: Any = MaskOptions,
+    *,
+    only: Collection[str] = (),
+    without: Collection[str] = (),
+    default: Any = checks.MISSING,
+) -> Callable[[_F], _F]:
+    """Decorate a function taking ``**options: Unpack[bundle]`` (:class:`MaskOptions` or a part of it):
+    it takes the options of ``bundle`` (or those ``only`` names) but those in ``without`` and its own
+    parameters', and is called with each, given or set to its default (or ``default``). Another keyword
+    is a ``TypeError`` naming it, as Python's own; ``help()`` and ``inspect.signature`` list each option."""
+
+    def decorate(func: _F) -> _F:
+        signature = inspect.signature(func)
+        hints = bundle.__annotations__
+        names = [n for n in hints if n in (only or hints) and n not in without and n not in signature.parameters]
+        names.sort(key=lambda n: (n in ReaderOptions.__annotations__) + (n in ResponseOptions.__annotations__))
+        defaults = {n: _OPTION_DEFAULTS.get(n) if default is checks.MISSING else default for n in names}
+        own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        takes = frozenset(defaults).union(p.name for p in own if p.kind is not p.POSITIONAL_ONLY)
+
+        @functools.wraps(func)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not takes.issuperset(kwargs):
+                name = min(kwargs.keys() - takes)
+                raise TypeError(f"{func.__qualname__}() got an unexpected keyword argument {name!r}")
+            return func(*args, **{**defaults, **kwargs})
+
+        options = [
+            inspect.Parameter(
+                n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=getattr(hints[n], "__forward_arg__", hints[n])
+            )
+            for n, d in defaults.items()
+        ]
+        call.__signature__ = signature.replace(parameters=[*own, *options])  # type: ignore[attr-defined]
+        return cast(_F, call)
+
+    return decorate
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:
@@ -227,9 +321,14 @@ def _explain_bad_rows(rows: Sequence[Any]) -> SamplingMaskError:
     return SamplingMaskError(ErrorCode.E_SCHEMA, "rows must be a sequence of lists of ids", field="rows")
 
 
-def _forwarded(scope: Mapping[str, Any]) -> dict[str, Any]:
-    """The constructor keywords of a ``from_*`` call, taken from its ``locals()`` (its signature)."""
-    return {name: scope[name] for name in _FIELDS}
+def _checked_vocab_size(value: Any, limits: Limits) -> int:
+    if not checks.is_int(value):
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "vocab_size must be an integer", field="vocab_size", value=repr(value)[:80]
+        )
+    if value < 1:
+        raise SamplingMaskError(ErrorCode.E_RANGE, "vocab_size must be >= 1", field="vocab_size", value=int(value))
+    return check_count(int(value), limits.max_vocab, "vocab_size", field="vocab_size")
 
 
 class _State(NamedTuple):
@@ -275,49 +374,25 @@ class SamplingMask:
     _ascending: bool | None
 
     # ------------------------------------------------------------------ construction
-    def __init__(
-        self,
-        ids: Any,
-        offsets: Any,
-        *,
-        cu_seqlens: Any = None,
-        vocab_size: int | None = None,
-        sampled_token_ids: Any = None,
-        sampled_logprobs: Any = None,
-        temperature: Any = None,
-        support_logprobs: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        validate: bool = True,
-        limits: Limits = DEFAULT_LIMITS,
-    ) -> None:
+    @mask_options()
+    def __init__(self, ids: Any, offsets: Any, **options: Unpack[MaskOptions]) -> None:
         """Wrap ragged arrays (no copy when they already have the right dtype). See :meth:`from_ragged`."""
+        limits = options["limits"]
         ids_arr = layouts.as_int_array(ids, np.int32, field="ids")
         offsets_arr = layouts.as_offsets_array(offsets, field="offsets")
         num_rows = max(offsets_arr.size - 1, 0)
-        if cu_seqlens is None:
+        if options["cu_seqlens"] is None:
             cu = np.array([0, num_rows], dtype=np.int64)
         else:
-            cu = layouts.as_int_array(cu_seqlens, np.int64, field="cu_seqlens")
-        if vocab_size is not None:
-            if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
-                raise SamplingMaskError(
-                    ErrorCode.E_SCHEMA, "vocab_size must be an integer", field="vocab_size", value=repr(vocab_size)[:80]
-                )
-            vocab_size = int(vocab_size)
-            if vocab_size < 1:
-                raise SamplingMaskError(
-                    ErrorCode.E_RANGE, "vocab_size must be >= 1", field="vocab_size", value=vocab_size
-                )
-            check_count(vocab_size, limits.max_vocab, "vocab_size", field="vocab_size")
+            cu = layouts.as_int_array(options["cu_seqlens"], np.int64, field="cu_seqlens")
+        vocab_size = None if options["vocab_size"] is None else _checked_vocab_size(options["vocab_size"], limits)
         companions: dict[str, np.ndarray] = {}
-        if sampled_token_ids is not None:
-            companions["sampled_token_ids"] = layouts.as_int_array(
-                sampled_token_ids, np.int32, field="sampled_token_ids"
-            )
+        if (sampled := options["sampled_token_ids"]) is not None:
+            companions["sampled_token_ids"] = layouts.as_int_array(sampled, np.int32, field="sampled_token_ids")
         for name, value, size in (
-            ("sampled_logprobs", sampled_logprobs, num_rows),
-            ("temperature", temperature, num_rows),
-            ("support_logprobs", support_logprobs, ids_arr.size),
+            ("sampled_logprobs", options["sampled_logprobs"], num_rows),
+            ("temperature", options["temperature"], num_rows),
+            ("support_logprobs", options["support_logprobs"], ids_arr.size),
         ):
             if value is not None:
                 if name == "temperature":
@@ -329,56 +404,29 @@ class SamplingMask:
         self._cu_seqlens = _readonly(cu)
         self._vocab_size = vocab_size
         self._companions = types.MappingProxyType({k: _readonly(v) for k, v in companions.items()})
-        self._metadata = _check_metadata(metadata)
+        self._metadata = _check_metadata(options["metadata"])
         self._ascending = None
-        if validate:
+        if options["validate"]:
             self.validate(limits)
 
     @classmethod
-    def from_ragged(
-        cls,
-        ids: Any,
-        offsets: Any,
-        *,
-        cu_seqlens: Any = None,
-        vocab_size: int | None = None,
-        sampled_token_ids: Any = None,
-        sampled_logprobs: Any = None,
-        temperature: Any = None,
-        support_logprobs: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        validate: bool = True,
-        limits: Limits = DEFAULT_LIMITS,
-    ) -> SamplingMask:
+    @mask_options()
+    def from_ragged(cls, ids: Any, offsets: Any, **options: Unpack[MaskOptions]) -> SamplingMask:
         """From CSR: ``ids`` int32 [nnz] and ``offsets`` int64 or int32 [T+1] (no copy when dtypes match;
         int32 offsets are held as they are, see :attr:`stored_offsets`).
 
-        Every ``from_*`` takes the same keywords: ``cu_seqlens`` int64 [B+1] (default one segment),
-        ``vocab_size``, the companions (:data:`COMPANIONS`), ``metadata``, ``limits`` and
-        ``validate=False`` for arrays already known to be valid. ``temperature`` is [T] or a scalar,
-        which gives every row that value (as the scorer's ``temperature=``).
+        Every ``from_*`` takes the keyword options of :class:`MaskOptions`: ``cu_seqlens`` (default
+        one segment), ``vocab_size``, the companions (:data:`COMPANIONS`), ``metadata``, ``limits`` and
+        ``validate=False`` for arrays already known to be valid.
         """
-        return cls(ids, offsets, **_forwarded(locals()))
+        return cls(ids, offsets, **options)
 
     @classmethod
-    def from_counts(
-        cls,
-        ids: Any,
-        counts: Any,
-        *,
-        cu_seqlens: Any = None,
-        vocab_size: int | None = None,
-        sampled_token_ids: Any = None,
-        sampled_logprobs: Any = None,
-        temperature: Any = None,
-        support_logprobs: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        validate: bool = True,
-        limits: Limits = DEFAULT_LIMITS,
-    ) -> SamplingMask:
+    @mask_options()
+    def from_counts(cls, ids: Any, counts: Any, **options: Unpack[MaskOptions]) -> SamplingMask:
         """From ``ids`` int32 [nnz] and per-row lengths ``counts`` [T] (prime-rl, SGLang chunked form)."""
         counts_arr = layouts.as_int_array(counts, np.int64, field="counts")
-        check_count(counts_arr.size, limits.max_rows, "row count", field="counts")
+        check_count(counts_arr.size, options["limits"].max_rows, "row count", field="counts")
         offsets = layouts.counts_to_offsets(counts_arr)
         ids_arr = layouts.as_int_array(ids, np.int32, field="ids")
         if int(offsets[-1]) != ids_arr.size:
@@ -387,31 +435,19 @@ class SamplingMask:
                 f"counts sum to {int(offsets[-1])} but there are {ids_arr.size} ids",
                 field="counts",
             )
-        return cls(ids_arr, offsets, **_forwarded(locals()))
+        return cls(ids_arr, offsets, **options)
 
     @classmethod
-    def from_rows(
-        cls,
-        rows: Sequence[Collection[int]] | np.ndarray,
-        *,
-        cu_seqlens: Any = None,
-        vocab_size: int | None = None,
-        sampled_token_ids: Any = None,
-        sampled_logprobs: Any = None,
-        temperature: Any = None,
-        support_logprobs: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        validate: bool = True,
-        limits: Limits = DEFAULT_LIMITS,
-    ) -> SamplingMask:
+    @mask_options()
+    def from_rows(cls, rows: Sequence[Collection[int]] | np.ndarray, **options: Unpack[MaskOptions]) -> SamplingMask:
         """From nested lists (vLLM ``sampling_mask.token_ids``, SGLang, JSON). Row order of ids is kept."""
         if isinstance(rows, np.ndarray) and rows.ndim == 2:
-            ids, offsets = cls._dense_to_ragged(rows, limits)
+            ids, offsets = cls._dense_to_ragged(rows, options["limits"])
         elif not isinstance(rows, Sequence) or isinstance(rows, _NOT_ROWS):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "rows must be a sequence of lists of ids", field="rows")
         else:
-            ids, offsets = _rows_to_ragged(rows, limits)
-        return cls(ids, offsets, **_forwarded(locals()))
+            ids, offsets = _rows_to_ragged(rows, options["limits"])
+        return cls(ids, offsets, **options)
 
     @staticmethod
     def _dense_to_ragged(dense: Any, limits: Limits) -> tuple[np.ndarray, np.ndarray]:
@@ -422,65 +458,33 @@ class SamplingMask:
         return layouts.dense_to_ragged(arr)
 
     @classmethod
-    def from_dense(
-        cls,
-        dense: Any,
-        *,
-        cu_seqlens: Any = None,
-        vocab_size: int | None = None,
-        sampled_token_ids: Any = None,
-        sampled_logprobs: Any = None,
-        temperature: Any = None,
-        support_logprobs: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        validate: bool = True,
-        limits: Limits = DEFAULT_LIMITS,
-    ) -> SamplingMask:
+    @mask_options()
+    def from_dense(cls, dense: Any, **options: Unpack[MaskOptions]) -> SamplingMask:
         """From int32 ``[T, W]``: ids first, then ``-1`` trailing padding; an all ``-1`` row is empty."""
-        ids, offsets = cls._dense_to_ragged(dense, limits)
-        return cls(ids, offsets, **_forwarded(locals()))
+        ids, offsets = cls._dense_to_ragged(dense, options["limits"])
+        return cls(ids, offsets, **options)
 
     @classmethod
-    def from_bitmask(
-        cls,
-        bits: Any,
-        vocab_size: int,
-        *,
-        cu_seqlens: Any = None,
-        sampled_token_ids: Any = None,
-        sampled_logprobs: Any = None,
-        temperature: Any = None,
-        support_logprobs: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        validate: bool = True,
-        limits: Limits = DEFAULT_LIMITS,
-    ) -> SamplingMask:
-        """From uint8 ``[T, ceil(vocab_size / 8)]``, little bit order (vLLM's wide-row fallback)."""
+    @mask_options()
+    def from_bitmask(cls, bits: Any, vocab_size: int, **options: Any) -> SamplingMask:
+        """From uint8 ``[T, ceil(vocab_size / 8)]``, little bit order (vLLM's wide-row fallback). Keyword
+        options: :class:`MaskOptions` but ``vocab_size``."""
         arr = layouts.asarray_checked(bits, field="bitmask")
         if arr.dtype != np.uint8:
             raise SamplingMaskError(ErrorCode.E_DTYPE, f"bitmask must be uint8, got {arr.dtype}", field="bitmask")
         if arr.ndim != 2:
             raise SamplingMaskError(ErrorCode.E_SHAPE, f"bitmask must be 2-D, got {arr.ndim}", field="bitmask")
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
-            raise SamplingMaskError(
-                ErrorCode.E_SCHEMA, "vocab_size must be an integer", field="vocab_size", value=repr(vocab_size)[:80]
-            )
-        if vocab_size < 1:
-            raise SamplingMaskError(
-                ErrorCode.E_RANGE, "vocab_size must be >= 1", field="vocab_size", value=int(vocab_size)
-            )
-        check_count(int(vocab_size), limits.max_vocab, "vocab_size", field="vocab_size")
-        check_count(arr.shape[0], limits.max_rows, "row count", field="bitmask")
-        if arr.shape[1] != (int(vocab_size) + 7) // 8:
+        vocab_size = _checked_vocab_size(vocab_size, options["limits"])
+        check_count(arr.shape[0], options["limits"].max_rows, "row count", field="bitmask")
+        if arr.shape[1] != (vocab_size + 7) // 8:
             raise SamplingMaskError(
                 ErrorCode.E_SHAPE,
-                f"bitmask rows must be ceil({vocab_size}/8) = {(int(vocab_size) + 7) // 8} bytes",
+                f"bitmask rows must be ceil({vocab_size}/8) = {(vocab_size + 7) // 8} bytes",
                 field="bitmask",
                 value=arr.shape[1],
             )
-        ids, offsets = layouts.bitmask_to_ragged(np.ascontiguousarray(arr), int(vocab_size))
-        vocab_size = int(vocab_size)
-        return cls(ids, offsets, **_forwarded(locals()))
+        ids, offsets = layouts.bitmask_to_ragged(np.ascontiguousarray(arr), vocab_size)
+        return cls(ids, offsets, vocab_size=vocab_size, **options)
 
     # ------------------------------------------------------------------ validation
     def validate(
@@ -541,16 +545,13 @@ class SamplingMask:
         temperature = self._companions.get("temperature")
         # min and max propagate NaN (a valid "unknown"): then the exact test runs.
         if temperature is not None and temperature.size and not 0 < temperature.min() <= temperature.max() < np.inf:
-            bad = ~(temperature > 0) & ~np.isnan(temperature) | np.isinf(temperature)
-            if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise SamplingMaskError(
-                    ErrorCode.E_RANGE,
-                    "temperature must be > 0 and finite (or NaN: unknown)",
-                    field="temperature",
-                    row=row,
-                    value=float(temperature[row]),
-                )
+            checks.raise_at_first(
+                ~(temperature > 0) & ~np.isnan(temperature) | np.isinf(temperature),
+                ErrorCode.E_RANGE,
+                "temperature must be > 0 and finite (or NaN: unknown)",
+                field="temperature",
+                values=temperature,
+            )
         return self
 
     def _check_sampled(self, sampled: np.ndarray, missing: int | None) -> None:
@@ -563,15 +564,13 @@ class SamplingMask:
             bad = sampled < np.where(empty, -1, 0)
             if self._vocab_size is not None:
                 bad |= sampled >= self._vocab_size
-            if np.any(bad):
-                row = int(np.flatnonzero(bad)[0])
-                raise SamplingMaskError(
-                    ErrorCode.E_RANGE,
-                    "sampled id out of range (-1 only on empty rows)",
-                    field="sampled_token_ids",
-                    row=row,
-                    value=int(sampled[row]),
-                )
+            checks.raise_at_first(
+                bad,
+                ErrorCode.E_RANGE,
+                "sampled id out of range (-1 only on empty rows)",
+                field="sampled_token_ids",
+                values=sampled,
+            )
         if missing is not None:
             raise SamplingMaskError(
                 ErrorCode.E_MISSING_SAMPLED,
@@ -842,33 +841,15 @@ class SamplingMask:
             companions["support_logprobs"] = companions["support_logprobs"][perm]
         return self._derive(self._ids[perm], self._offsets, self._cu_seqlens, companions, ascending=True)
 
-    def replace(
-        self,
-        *,
-        cu_seqlens: Any = _KEEP,
-        vocab_size: int | None = _KEEP,
-        sampled_token_ids: Any = _KEEP,
-        sampled_logprobs: Any = _KEEP,
-        temperature: Any = _KEEP,
-        support_logprobs: Any = _KEEP,
-        metadata: Mapping[str, Any] | None = _KEEP,
-        limits: Limits = DEFAULT_LIMITS,
-    ) -> SamplingMask:
+    @mask_options(without=("validate",), default=_KEEP)
+    def replace(self, **changes: Unpack[MaskOptions]) -> SamplingMask:
         """A validated copy with the given fields changed (as :meth:`Limits.replace`); ``None`` drops
-        a companion, the vocab size or the metadata, and gives ``cu_seqlens`` one segment. The rows stay."""
-        changes = {
-            "cu_seqlens": cu_seqlens,
-            "vocab_size": vocab_size,
-            "sampled_token_ids": sampled_token_ids,
-            "sampled_logprobs": sampled_logprobs,
-            "temperature": temperature,
-            "support_logprobs": support_logprobs,
-            "metadata": metadata,
-        }
+        a companion, the vocab size or the metadata, and gives ``cu_seqlens`` one segment. The rows
+        stay; the fields not given are kept (``limits``: :data:`DEFAULT_LIMITS`)."""
         fields: dict[str, Any] = {name: self._companions.get(name) for name in COMPANIONS}
         fields.update(cu_seqlens=self._cu_seqlens, vocab_size=self._vocab_size, metadata=self._metadata)
         fields.update({name: value for name, value in changes.items() if value is not _KEEP})
-        return SamplingMask(self._ids, self._offsets, limits=limits, **fields)
+        return SamplingMask(self._ids, self._offsets, **fields)
 
     # ------------------------------------------------------------------ segments
     def take(self, segment_indices: Iterable[int] | np.ndarray) -> SamplingMask:
@@ -1021,16 +1002,8 @@ def as_sampling_mask(obj: Any, *, limits: Limits = DEFAULT_LIMITS, field: str = 
     for name in ("ids", "offsets", "cu_seqlens"):
         if name not in fields:
             raise SamplingMaskError(ErrorCode.E_SCHEMA, f"missing mask protocol field {name!r}", field=field)
-    companions = {k: v for k, v in fields.items() if k in COMPANIONS}
-    return SamplingMask(
-        fields["ids"],
-        fields["offsets"],
-        cu_seqlens=fields["cu_seqlens"],
-        vocab_size=fields.get("vocab_size"),
-        metadata=fields.get("metadata"),
-        limits=limits,
-        **companions,
-    )
+    options = {k: v for k, v in fields.items() if k not in ("protocol", "ids", "offsets")}
+    return SamplingMask(fields["ids"], fields["offsets"], limits=limits, **options)
 
 
 def concat(masks: Sequence[SamplingMask]) -> SamplingMask:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
+from ..core.checks import is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 
 __all__ = ["count_arg"]
 
 
 def count_arg(value: Any, *, field: str) -> int:
-    """A non-negative Python int from an int-like ``value`` (bools refused), else ``E_SCHEMA`` / ``E_RANGE``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    """``value`` (:func:`~sampling_mask.core.checks.is_int`) as a non-negative Python int, else
+    ``E_SCHEMA`` / ``E_RANGE``."""
+    if not is_int(value):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{field} must be an integer", field=field, value=repr(value)[:80])
     if int(value) < 0:
         raise SamplingMaskError(ErrorCode.E_RANGE, f"{field} must be >= 0", field=field, value=int(value))

@@ -21,7 +21,7 @@ labels with :func:`shard_array` and the mask with :func:`shard_mask`: both use t
 
 prime-rl does neither: it shifts the packed micro batch once as a whole and splits it with
 ``torch.chunk`` (cu=[0, 5, 12], P=2: rows 0..5 and 6..11); that is
-:func:`sampling_mask.adapters.prime_rl.shift_left` / ``context_parallel_rows`` / ``shard``.
+:func:`sampling_mask.adapters.prime_rl.shift_packed_left` / ``context_parallel_packed_rows`` / ``shard``.
 
 Everything is whole-array numpy; torch tensors are accepted through :func:`as_host_array` and
 numpy results can be turned into tensors with :func:`to_torch` (torch is imported only there).
@@ -30,15 +30,20 @@ numpy results can be turned into tensors with :func:`to_torch` (torch is importe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..core import layouts
+from ..core.checks import is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.layouts import as_host_array
-from ..core.model import SamplingMask, as_sampling_mask, concat
+from ..core.limits import DEFAULT_LIMITS, checked_nbytes
+from ..core.model import ReaderOptions, SamplingMask, as_sampling_mask, concat, mask_options
 from ._args import count_arg
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "append_padding_segment",
@@ -79,10 +84,7 @@ def _cu(value: Any, *, field: str = "cu_seqlens") -> np.ndarray:
     cu = layouts.as_int_array(as_host_array(value, field=field), np.int64, field=field)
     if cu.size == 0 or int(cu[0]) != 0:
         raise SamplingMaskError(ErrorCode.E_SEGMENTS, "cu_seqlens must start with 0", field=field)
-    steps = np.diff(cu)
-    if steps.size and int(steps.min()) < 0:
-        seg = int(np.flatnonzero(steps < 0)[0])
-        raise SamplingMaskError(ErrorCode.E_SEGMENTS, "cu_seqlens decrease", field=field, segment=seg)
+    raise_at_first(np.diff(cu) < 0, ErrorCode.E_SEGMENTS, "cu_seqlens decrease", field=field, at="segment")
     return cu
 
 
@@ -90,9 +92,7 @@ def _lengths(value: Any, count: int, *, field: str) -> np.ndarray:
     arr = layouts.as_int_array(as_host_array(value, field=field), np.int64, field=field)
     if arr.size != count:
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"expected {count} lengths, got {arr.size}", field=field)
-    if arr.size and int(arr.min()) < 0:
-        seg = int(np.flatnonzero(arr < 0)[0])
-        raise SamplingMaskError(ErrorCode.E_RANGE, "lengths must be >= 0", field=field, segment=seg)
+    raise_at_first(arr < 0, ErrorCode.E_RANGE, "lengths must be >= 0", field=field, at="segment")
     return arr
 
 
@@ -140,6 +140,13 @@ def _segment_of_rows(cu: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(cu.size - 1, dtype=np.int64), np.diff(cu))
 
 
+def _row_has_support(mask: SamplingMask, nonempty: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per segment: whether its row ``rows[b]`` has ids (False for an empty segment)."""
+    out = np.zeros(nonempty.size, dtype=bool)
+    out[nonempty] = mask.row_lengths[rows[nonempty]] > 0
+    return out
+
+
 def shift_left(mask: SamplingMask) -> SamplingMask:
     """Input-aligned -> label-aligned: row t+1 moves to position t inside each segment; the last
     position of each segment becomes empty. Row 0 of a segment is scored by no logits, so it must
@@ -148,15 +155,13 @@ def shift_left(mask: SamplingMask) -> SamplingMask:
     cu = mask.cu_seqlens
     starts, ends = cu[:-1], cu[1:]
     nonempty = ends > starts
-    first = starts[nonempty]
-    if first.size and int(mask.row_lengths[first].max()) > 0:
-        seg = int(np.flatnonzero(nonempty)[np.flatnonzero(mask.row_lengths[first] > 0)[0]])
-        raise SamplingMaskError(
-            ErrorCode.E_SCHEMA,
-            "the first row of a sequence has support, but no logits score the first token",
-            segment=seg,
-            row=int(starts[seg]),
-        )
+    raise_at_first(
+        _row_has_support(mask, nonempty, starts),
+        ErrorCode.E_SCHEMA,
+        "the first row of a sequence has support, but no logits score the first token",
+        at="segment",
+        row=lambda seg: starts[seg],
+    )
     rows = np.arange(1, mask.num_rows + 1, dtype=np.int64)
     rows[ends[nonempty] - 1] = -1
     return take_rows(mask, rows, cu)
@@ -169,15 +174,13 @@ def unshift(mask: SamplingMask) -> SamplingMask:
     cu = mask.cu_seqlens
     starts, ends = cu[:-1], cu[1:]
     nonempty = ends > starts
-    last = ends[nonempty] - 1
-    if last.size and int(mask.row_lengths[last].max()) > 0:
-        seg = int(np.flatnonzero(nonempty)[np.flatnonzero(mask.row_lengths[last] > 0)[0]])
-        raise SamplingMaskError(
-            ErrorCode.E_SCHEMA,
-            "the last position of a label-aligned sequence scores nothing and must be empty",
-            segment=seg,
-            row=int(ends[seg] - 1),
-        )
+    raise_at_first(
+        _row_has_support(mask, nonempty, ends - 1),
+        ErrorCode.E_SCHEMA,
+        "the last position of a label-aligned sequence scores nothing and must be empty",
+        at="segment",
+        row=lambda seg: ends[seg] - 1,
+    )
     rows = np.arange(-1, mask.num_rows - 1, dtype=np.int64)
     rows[starts[nonempty]] = -1
     return take_rows(mask, rows, cu)
@@ -200,15 +203,13 @@ def label_aligned(generated: SamplingMask, prompt_lengths: Any) -> SamplingMask:
     generated = as_sampling_mask(generated)
     prompt = _lengths(prompt_lengths, generated.num_segments, field="prompt_lengths")
     gen = np.diff(generated.cu_seqlens)
-    bad = (prompt < 1) & (gen > 0)
-    if bad.any():
-        seg = int(np.flatnonzero(bad)[0])
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE,
-            "a sequence with generated tokens needs a prompt of >= 1 token",
-            field="prompt_lengths",
-            segment=seg,
-        )
+    raise_at_first(
+        (prompt < 1) & (gen > 0),
+        ErrorCode.E_RANGE,
+        "a sequence with generated tokens needs a prompt of >= 1 token",
+        field="prompt_lengths",
+        at="segment",
+    )
     return shift_left(input_aligned(generated, prompt))
 
 
@@ -220,18 +221,16 @@ def pad_segments(mask: SamplingMask, *, multiple: int = 1, lengths: Any = None) 
     current = np.diff(cu)
     if lengths is not None:
         target = _lengths(lengths, current.size, field="lengths")
-        short = target < current
-        if short.any():
-            seg = int(np.flatnonzero(short)[0])
-            raise SamplingMaskError(
-                ErrorCode.E_RANGE,
-                "target length below the segment's length",
-                field="lengths",
-                segment=seg,
-                value=int(target[seg]),
-            )
+        raise_at_first(
+            target < current,
+            ErrorCode.E_RANGE,
+            "target length below the segment's length",
+            field="lengths",
+            values=target,
+            at="segment",
+        )
     else:
-        if isinstance(multiple, bool) or not isinstance(multiple, (int, np.integer)) or multiple < 1:
+        if not is_int(multiple) or multiple < 1:
             raise SamplingMaskError(
                 ErrorCode.E_RANGE, "multiple must be an integer >= 1", field="multiple", value=multiple
             )
@@ -261,29 +260,32 @@ def to_packed_dense(mask: SamplingMask, width: int | None = None) -> tuple[np.nd
     return mask.to_dense(width), mask.cu_seqlens.astype(np.int32)
 
 
-def to_batch_dense(mask: SamplingMask, seq_len: int | None = None, width: int | None = None) -> np.ndarray:
-    """int32 ``[B, S, W]``: segment b in ``out[b, :len_b]``, ``-1`` elsewhere. ``S`` defaults to the
-    longest segment (``E_SHAPE`` when a segment is longer than ``seq_len``)."""
+def to_batch_dense(
+    mask: SamplingMask, seq_len: int | None = None, width: int | None = None, *, shift: int = 0
+) -> np.ndarray:
+    """int32 ``[B, S, W]``, the padded batch of the trainers (verl, NeMo-RL): row t of segment b at
+    ``out[b, t + shift]``, ``-1`` elsewhere. ``S`` defaults to the longest segment plus ``shift``
+    (``E_SHAPE`` naming the first segment that does not fit in ``seq_len``); ``W`` as
+    :meth:`SamplingMask.to_dense`. ``E_LIMIT`` when the batch would exceed ``DEFAULT_LIMITS.max_bytes``."""
     mask = as_sampling_mask(mask)
     cu = mask.cu_seqlens
-    seg_len = np.diff(cu)
-    longest = int(seg_len.max()) if seg_len.size else 0
-    s = longest if seq_len is None else count_arg(seq_len, field="seq_len")
-    if s < longest:
-        seg = int(np.argmax(seg_len))
-        raise SamplingMaskError(
-            ErrorCode.E_SHAPE, f"segment of {longest} rows is longer than seq_len {s}", field="seq_len", segment=seg
-        )
+    seg_len = np.diff(cu) + count_arg(shift, field="shift")
+    s = int(seg_len.max(initial=0)) if seq_len is None else count_arg(seq_len, field="seq_len")
+    message = f"segment does not fit in seq_len {s}"
+    raise_at_first(seg_len > s, ErrorCode.E_SHAPE, message, field="seq_len", values=seg_len, at="segment")
     dense = mask.to_dense(width)
+    checked_nbytes((seg_len.size, s, dense.shape[1]), 4, DEFAULT_LIMITS, field="dense")
     out = np.full((seg_len.size, s, dense.shape[1]), layouts.PAD, dtype=np.int32)
     row_segment = _segment_of_rows(cu)
-    out[row_segment, np.arange(mask.num_rows, dtype=np.int64) - cu[:-1][row_segment]] = dense
+    out[row_segment, np.arange(mask.num_rows, dtype=np.int64) - cu[:-1][row_segment] + shift] = dense
     return out
 
 
-def from_batch_dense(dense: Any, lengths: Any, **kwargs: Any) -> SamplingMask:
+@mask_options(ReaderOptions)
+def from_batch_dense(dense: Any, lengths: Any, **options: Unpack[ReaderOptions]) -> SamplingMask:
     """Inverse of :func:`to_batch_dense`: ``dense`` ``[B, S, W]`` (``-1``-padded) and the sequence
-    lengths ``[B]``; positions at or past a length must be all ``-1`` (``E_PADDING`` otherwise)."""
+    lengths ``[B]``; positions at or past a length must be all ``-1`` (``E_PADDING`` otherwise).
+    Keyword options: :class:`~sampling_mask.core.model.ReaderOptions`."""
     arr = layouts.as_int_array(as_host_array(dense, field="dense"), np.int32, field="dense", ndim=3)
     b, s, _ = arr.shape
     lens = _lengths(lengths, b, field="lengths")
@@ -297,7 +299,7 @@ def from_batch_dense(dense: Any, lengths: Any, **kwargs: Any) -> SamplingMask:
         raise SamplingMaskError(
             ErrorCode.E_PADDING, f"data at position {pos}, past the sequence length", field="dense", segment=seg
         )
-    return SamplingMask.from_dense(arr[inside], cu_seqlens=layouts.counts_to_offsets(lens), **kwargs)
+    return SamplingMask.from_dense(arr[inside], cu_seqlens=layouts.counts_to_offsets(lens), **options)
 
 
 # ---------------------------------------------------------------------------- context parallelism
@@ -309,7 +311,7 @@ def context_parallel_rows(cu_seqlens: Any, world_size: int, rank: int, mode: CPM
     """
     cu = _cu(cu_seqlens)
     for name, value in (("world_size", world_size), ("rank", rank)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if not is_int(value):
             raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{name} must be an integer", field=name, value=repr(value))
     p, r = int(world_size), int(rank)
     if p < 1:

@@ -332,7 +332,7 @@ def support_from_counts(length_counts: np.ndarray) -> dict[str, Any]:
         "median": quantile(0.5),
         "p90": quantile(0.9),
         "p99": quantile(0.99),
-        "max": int(np.flatnonzero(counts)[-1]) + 1,
+        "max": int(np.nonzero(counts)[0][-1]) + 1,
     }
 
 

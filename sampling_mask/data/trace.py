@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..core import layouts
-from ..core.checks import as_float_array, as_host_array
+from ..core.checks import as_float_array, as_host_array, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
@@ -138,11 +138,14 @@ class TraceBuilder:
     def _token_ids(self, token_ids: Any) -> np.ndarray:
         ids = layouts.as_int_array(as_host_array(token_ids), np.int32, field="token_ids")
         bad = (ids < 0) | ((ids >= self._vocab_size) if self._vocab_size is not None else False)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise SamplingMaskError(
-                ErrorCode.E_RANGE, "token id out of range", field="token_ids", row=self._length + i, value=int(ids[i])
-            )
+        raise_at_first(
+            bad,
+            ErrorCode.E_RANGE,
+            "token id out of range",
+            field="token_ids",
+            values=ids,
+            row=lambda i: self._length + i,
+        )
         return ids.copy()  # the caller may reuse its buffer
 
     def add_observation(self, token_ids: Any) -> None:

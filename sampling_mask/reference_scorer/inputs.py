@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.checks import is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask
 
@@ -137,10 +138,13 @@ def row_support(mask: MaskLike, num_rows: int, vocab_size: int, device: torch.de
                 ErrorCode.E_SHAPE, f"mask has {mask.num_rows} rows, logits have {num_rows}", field="mask"
             )
         if mask.nnz and int(mask.ids.max()) >= vocab_size:
-            k = int(np.argmax(mask.ids >= vocab_size))
-            row = int(np.searchsorted(mask.offsets, k, side="right") - 1)
-            raise SamplingMaskError(
-                ErrorCode.E_RANGE, f"id outside [0, {vocab_size})", field="ids", row=row, value=int(mask.ids[k])
+            raise_at_first(
+                mask.ids >= vocab_size,
+                ErrorCode.E_RANGE,
+                f"id outside [0, {vocab_size})",
+                field="ids",
+                values=mask.ids,
+                row=lambda k: np.searchsorted(mask.offsets, k, side="right") - 1,
             )
         lengths_np = mask.row_lengths
         lengths = torch.from_numpy(np.array(lengths_np, dtype=np.int64)).to(device)
@@ -199,7 +203,7 @@ def row_support(mask: MaskLike, num_rows: int, vocab_size: int, device: torch.de
 def _ignore_index(value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if not is_int(value):
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, "ignore_index must be an integer or None", field="ignore_index", value=repr(value)[:80]
         )

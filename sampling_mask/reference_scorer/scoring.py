@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..core.checks import is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 from .distributed import CopyToGroup, ReduceSum, all_reduce_max, vocab_shard
 from .inputs import MaskLike, RowPlan, accumulation_dtype, plan_rows
@@ -75,7 +76,7 @@ def _check_chunking(chunk_size: Any, max_chunk_bytes: Any) -> tuple[int | None, 
     for field, value in (("chunk_size", chunk_size), ("max_chunk_bytes", max_chunk_bytes)):
         if value is None and field == "chunk_size":
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_int(value) or value < 1:
             raise SamplingMaskError(
                 ErrorCode.E_RANGE,
                 f"{field} must be an integer >= 1{' or None' if field == 'chunk_size' else ''}",

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.checks import is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask
 
@@ -115,12 +116,6 @@ def _per_row(value: Any, default: float, num_rows: int, *, field: str, integer: 
     return arr.astype(np.int64) if integer else arr.astype(np.float32)
 
 
-def _check_range(arr: np.ndarray, bad: np.ndarray, message: str, field: str) -> None:
-    if bad.any():
-        row = int(np.argmax(bad))
-        raise SamplingMaskError(ErrorCode.E_RANGE, message, field=field, row=row, value=arr[row].item())
-
-
 def support_params(
     num_rows: int,
     vocab_size: int,
@@ -136,14 +131,20 @@ def support_params(
     if rule not in RULES:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"rule must be one of {RULES}", field="rule", value=repr(rule))
     tau = _per_row(temperature, 1.0, num_rows, field="temperature")
-    _check_range(tau, ~(np.isfinite(tau) & (tau > 0)), "temperature must be finite and > 0", "temperature")
+    raise_at_first(
+        ~(np.isfinite(tau) & (tau > 0)),
+        ErrorCode.E_RANGE,
+        "temperature must be finite and > 0",
+        field="temperature",
+        values=tau,
+    )
     k = _per_row(0 if top_k is None else top_k, 0, num_rows, field="top_k", integer=True)
-    _check_range(k, k < -1, "top_k must be >= -1 (-1 and 0: off)", "top_k")
+    raise_at_first(k < -1, ErrorCode.E_RANGE, "top_k must be >= -1 (-1 and 0: off)", field="top_k", values=k)
     k = np.maximum(k, 0)
     p = _per_row(top_p, 1.0, num_rows, field="top_p")
-    _check_range(p, ~((p > 0) & (p <= 1)), "top_p must be in (0, 1]", "top_p")
+    raise_at_first(~((p > 0) & (p <= 1)), ErrorCode.E_RANGE, "top_p must be in (0, 1]", field="top_p", values=p)
     mp = _per_row(min_p, 0.0, num_rows, field="min_p")
-    _check_range(mp, ~((mp >= 0) & (mp <= 1)), "min_p must be in [0, 1]", "min_p")
+    raise_at_first(~((mp >= 0) & (mp <= 1)), ErrorCode.E_RANGE, "min_p must be in [0, 1]", field="min_p", values=mp)
     if rule == "sglang":
         k = np.where(tau < _SGLANG_GREEDY_EPS, 1, k)
         do_top_k = bool((k > 0).any())
@@ -392,7 +393,7 @@ def support_from_logits(
         device=logits.device,
     )
     step = default_chunk_rows(vocab) if chunk_rows is None else chunk_rows
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+    if not is_int(step) or step < 1:
         raise SamplingMaskError(ErrorCode.E_RANGE, "chunk_rows must be an integer >= 1", field="chunk_rows")
     ids_parts, counts_parts = [], []
     for start in range(0, num_rows, step):

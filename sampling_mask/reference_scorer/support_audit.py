@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.checks import is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask
 from .inputs import accumulation_dtype
@@ -186,12 +187,9 @@ def _sampled_rows(value: Any, num_rows: int, vocab: int) -> np.ndarray:
     arr = np.asarray(value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value)
     if arr.dtype.kind not in "iu" or arr.shape != (num_rows,):
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"sampled must be int [{num_rows}]", field="sampled")
-    bad = (arr < -1) | (arr >= vocab)
-    if bad.any():
-        row = int(np.argmax(bad))
-        raise SamplingMaskError(
-            ErrorCode.E_RANGE, f"sampled id outside [0, {vocab})", field="sampled", row=row, value=int(arr[row])
-        )
+    raise_at_first(
+        (arr < -1) | (arr >= vocab), ErrorCode.E_RANGE, f"sampled id outside [0, {vocab})", field="sampled", values=arr
+    )
     return arr.astype(np.int64)
 
 
@@ -253,7 +251,7 @@ def _audit(
     rollout = mask.sampled_logprobs if rollout_logprobs is None else rollout_logprobs
     q = None if rollout is None else _float_rows(rollout, num_rows, field="rollout_logprobs")
     step = default_chunk_rows(vocab, _AUDIT_BLOCK) if chunk_rows is None else chunk_rows
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+    if not is_int(step) or step < 1:
         raise SamplingMaskError(ErrorCode.E_RANGE, "chunk_rows must be an integer >= 1", field="chunk_rows")
 
     offsets, ids = mask.offsets, mask.ids
@@ -366,9 +364,7 @@ def _audit(
 
 def _caps(caps: Any) -> tuple[int, ...]:
     values = tuple(caps) if isinstance(caps, (list, tuple, np.ndarray)) else None
-    if values is None or not all(
-        isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c > 0 for c in values
-    ):
+    if values is None or not all(is_int(c) and c > 0 for c in values):
         raise SamplingMaskError(ErrorCode.E_RANGE, "caps must be a sequence of integers > 0", field="caps")
     return tuple(int(c) for c in values)
 

@@ -22,6 +22,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..core.checks import is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 
 __all__ = ["DEFAULT_MAX_TOP_K", "Reason", "ReplayCheck", "check_sampler", "check_sampling_params", "require_replayable"]
@@ -93,7 +94,7 @@ def check_sampler(
         raise SamplingMaskError(ErrorCode.E_RANGE, "top_p must be in (0, 1]", field="top_p", value=p)
     if not 0.0 <= mp <= 1.0:
         raise SamplingMaskError(ErrorCode.E_RANGE, "min_p must be in [0, 1]", field="min_p", value=mp)
-    if isinstance(max_top_k, bool) or not isinstance(max_top_k, int) or max_top_k < 1:
+    if not is_int(max_top_k) or max_top_k < 1:
         raise SamplingMaskError(ErrorCode.E_RANGE, "max_top_k must be an integer >= 1", field="max_top_k")
     k: int | None = None
     if top_k is not None:

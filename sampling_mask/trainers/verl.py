@@ -39,6 +39,7 @@ from ..adapters import vllm as vllm_adapter
 from ..core.checks import as_host_array, get_field, is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask, concat
+from ..data import alignment
 
 __all__ = [
     "MASK_KEY",
@@ -80,24 +81,14 @@ def from_non_tensor_batch(non_tensor_batch: Any, *, key: str = MASK_KEY, vocab_s
 
 
 def dense_rows(mask: SamplingMask, length: int, *, shift: int = 0) -> Any:
-    """int32 [segments, length, W] (``-1`` padding, W >= 1): row t of segment b at ``[b, t + shift]``;
-    ``E_SHAPE`` naming the segment when its rows do not fit."""
+    """int32 [segments, length, W] (``-1`` padding, W >= 1): row t of segment b at ``[b, t + shift]``
+    (:func:`sampling_mask.data.alignment.to_batch_dense`, as a tensor); ``E_SHAPE`` naming the segment
+    when its rows do not fit."""
     import torch
 
-    seg_len = np.diff(mask.cu_seqlens)
-    too_long = seg_len + shift > length
-    if too_long.any():
-        b = int(np.argmax(too_long))
-        raise SamplingMaskError(
-            ErrorCode.E_SHAPE, f"{int(seg_len[b])} rows do not fit in {length} positions", segment=b, field=MASK_KEY
-        )
+    mask = as_sampling_mask(mask)
     width = max(1, int(mask.row_lengths.max(initial=0)))
-    out = np.full((seg_len.size, length, width), -1, dtype=np.int32)
-    seg = np.repeat(np.arange(seg_len.size), seg_len)
-    pos = np.arange(mask.num_rows) - mask.cu_seqlens[seg] + shift
-    row = np.repeat(np.arange(mask.num_rows), mask.row_lengths)
-    out[seg[row], pos[row], np.arange(mask.nnz) - mask.offsets[row]] = mask.ids
-    return torch.from_numpy(out)
+    return torch.from_numpy(alignment.to_batch_dense(mask, length, width, shift=shift))
 
 
 def add_to_data_proto(data: Any, *, key: str = MASK_KEY) -> Any:
@@ -211,24 +202,17 @@ def rmpad_mask(sampling_mask: Any, attention_mask: Any, responses: Any, *, pad_s
     seg = np.repeat(np.arange(batch), seg_rows)
     t = np.arange(mask.num_rows) - mask.cu_seqlens[seg]
     lengths = mask.row_lengths
-    _raise_at_first_row(
-        (t >= resp_len[seg]) & (lengths > 0), seg, t, "mask row past the sample's response (attention_mask)"
-    )
-    _raise_at_first_row(
-        (prompt_len[seg] == 0) & (lengths > 0), seg, t, "sample without a prompt token: no logits score its first token"
-    )
+    for bad, message in (
+        ((t >= resp_len[seg]) & (lengths > 0), "mask row past the sample's response (attention_mask)"),
+        ((prompt_len[seg] == 0) & (lengths > 0), "sample without a prompt token: no logits score its first token"),
+    ):
+        raise_at_first(bad, ErrorCode.E_SHAPE, message, field=MASK_KEY, row=lambda k: t[k], segment=lambda k: seg[k])
     used = lengths > 0
     out_lengths = np.zeros(int(cu[-1]) + int(pad_size), np.int64)
     out_lengths[cu[seg[used]] + prompt_len[seg[used]] - 1 + t[used]] = lengths[used]
     out_cu = cu if pad_size == 0 else np.append(cu, out_lengths.size)
     offsets = np.concatenate([[0], np.cumsum(out_lengths)]).astype(np.int64)
     return SamplingMask(mask.ids, offsets, cu_seqlens=out_cu, vocab_size=mask.vocab_size)
-
-
-def _raise_at_first_row(bad: np.ndarray, seg: np.ndarray, row: np.ndarray, message: str) -> None:
-    if bad.any():
-        k = int(np.argmax(bad))
-        raise SamplingMaskError(ErrorCode.E_SHAPE, message, segment=int(seg[k]), row=int(row[k]), field=MASK_KEY)
 
 
 def logprobs_from_logits(logits: Any, labels: Any, inplace_backward: bool = True, *, sampling_mask: Any = None) -> Any:
