@@ -2983,9 +2983,7 @@ def _byte_count_payloads(lists: Any, table: Any, meta: Any, ipc_file: Any, ipc_s
     out: dict[str, bytes] = {}
     many, half = MANY_EMPTY_ROWS, HALF_EMPTY_ROWS
     one = table({"sampling_mask": lists([0, many], [0] * (many + 1), pa.array([], pa.int32()))}, meta())
-    two = table(
-        {"sampling_mask": lists([0, half, 2 * half], [0] * (2 * half + 1), pa.array([], pa.int32()))}, meta()
-    )
+    two = table({"sampling_mask": lists([0, half, 2 * half], [0] * (2 * half + 1), pa.array([], pa.int32()))}, meta())
     blobs = table(
         {
             "sampling_mask": lists([0, 1, 2], [0, 1, 2], pa.array([1, 2], pa.int32())),
@@ -3020,9 +3018,9 @@ def _byte_count_payloads(lists: Any, table: Any, meta: Any, ipc_file: Any, ipc_s
         needle = RANDOM_BLOB_BYTES.to_bytes(8, "little") + bytes.fromhex("04224d18")  # the prefix, the LZ4 magic
         at = data.find(needle)
         assert at >= 0 and data.count(needle) == 1, form
-        out[f"{form}.blob-stored-uncompressed"] = data[:at] + (-1).to_bytes(8, "little", signed=True) + raw + data[
-            at + 8 + len(raw) :
-        ]
+        out[f"{form}.blob-stored-uncompressed"] = (
+            data[:at] + (-1).to_bytes(8, "little", signed=True) + raw + data[at + 8 + len(raw) :]
+        )
     return out
 
 
