@@ -1,6 +1,6 @@
 """Core conversion speed on a realistic mask (a script, not a test): ``python benchmarks/bench_core.py``.
 
-Row lengths are drawn like real RL runs (DEVELOPERS.md): 46% singletons, median 2, mean about 8,
+Row lengths are drawn like real RL runs: 46% singletons, median 2, mean about 8,
 capped at ``--cap`` so that the dense layout fits in memory. Prints the median of ``--repeats`` runs
 for each conversion, and the speed-up over a per-row Python loop timed on a slice of the same mask.
 """

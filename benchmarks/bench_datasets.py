@@ -5,7 +5,7 @@ Writes ``--tokens`` rows (default 2M) as ``--steps`` x ``--workers`` hive partit
 
 * reads ``step in --select`` back through :func:`sampling_mask.codecs.open_dataset` and checks it
   equals the same sequences of the original mask;
-* computes support-size statistics of the selection with the library (``sampling_mask.stats``), with
+* computes support-size statistics of the selection with the library (``sampling_mask.data.stats``), with
   ``pyarrow.dataset``, DuckDB and Polars (each skipped when absent) and checks they agree;
 * times the filtered dataset scan against reading the same files one by one with
   ``sampling_mask.load`` (median of ``--repeats``), and prints the ratio.
@@ -23,9 +23,9 @@ import time
 import numpy as np
 
 import sampling_mask as sm
-from sampling_mask import synthetic
 from sampling_mask.codecs import dataset as ds_codec
-from sampling_mask.stats import summarize
+from sampling_mask.data import synthetic
+from sampling_mask.data.stats import summarize
 
 KEYS = ("rows", "singleton_fraction", "mean", "median", "p99", "max")
 

@@ -2,11 +2,11 @@
 
     python benchmarks/bench_msgpack_writer.py [--tokens 1000000] [--repeats 15]
 
-Workload: ``sampling_mask.synthetic.rollout(N)`` (1M tokens by default, with its companions and
+Workload: ``sampling_mask.data.synthetic.rollout(N)`` (1M tokens by default, with its companions and
 metadata), encoded with the default options. "own writer" is ``codecs.msgpack.encode``, whose header
 maps are written by ``codecs/_msgpack_writer.py``; "msgpack.Packer" is the encoder as it was before
 (the same envelope, its headers packed by ``msgpack.Packer(use_bin_type=True)``, below), checked to
-give the same bytes first. Both run round-robin after a warm-up (``sampling_mask.bench.race``); the
+give the same bytes first. Both run round-robin after a warm-up (``sampling_mask.cli.bench.race``); the
 figure is the ratio of the medians, own / Packer (target: at most 1.05). The same for
 ``encode_frames`` (no array copy, so the header writer is all of the work: an absolute time, issue
 16's target of 0.1 ms). Needs the ``msgpack`` package, for the old path only.
@@ -23,8 +23,10 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from sampling_mask import SamplingMask, bench, synthetic
+from sampling_mask import SamplingMask
+from sampling_mask.cli import bench
 from sampling_mask.codecs import msgpack as envelope
+from sampling_mask.data import synthetic
 
 TARGET = 1.05
 ALIGN, PAD_FROM = envelope.ALIGN, envelope.PAD_FROM

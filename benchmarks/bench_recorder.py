@@ -12,7 +12,7 @@ left-padded prompts, three ways, each from the same seed (so each samples the sa
 - ``recorder.generate``: ``recorder.generate(model, ...)`` then ``recorder.mask(out)``: ``generate()``
   builds no warper and the recorder's are the only ones (the same warpers, in the same place).
 
-Prints the median seconds of each (``--repeats`` interleaved rounds, ``sampling_mask.bench.race``)
+Prints the median seconds of each (``--repeats`` interleaved rounds, ``sampling_mask.cli.bench.race``)
 and the ratios to ``plain``, measured in this one run, and checks that the three generate the same
 sequences and that both recordings are equal. A small model makes the per-step cost of the warpers
 (top-p sorts the vocabulary) a large share of a step; a real model's forward dwarfs it.
@@ -28,8 +28,9 @@ import numpy as np
 import torch
 import transformers
 
-from sampling_mask.adapters.transformers import SamplingMaskRecorder, resolve_generation_config
-from sampling_mask.bench import race
+from sampling_mask.cli.bench import race
+from sampling_mask.sampler.generation_config import resolve_generation_config
+from sampling_mask.trainers.transformers import SamplingMaskRecorder
 
 
 def build(args: argparse.Namespace) -> dict[str, Any]:

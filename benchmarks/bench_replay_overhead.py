@@ -4,17 +4,17 @@
 
 One trainer step's log-prob stage, forward + backward, on the same hidden states and lm-head weight
 (fp32, CPU), with the trainer's own full-vocabulary log-probs against replay over a rollout-like mask
-(``sampling_mask.synthetic.rollout``, top_k 512, top_p 0.95):
+(``sampling_mask.data.synthetic.rollout``, top_k 512, top_p 0.95):
 
 - **TRL 1.16.0** (``GRPOTrainer``'s fused head): ``trl.kernels.ChunkedLogProbFunction`` (log-probs and
-  entropy from hidden states, never ``[T, V]``) against what ``sampling_mask.adapters.trl`` runs
+  entropy from hidden states, never ``[T, V]``) against what ``sampling_mask.trainers.trl`` runs
   instead, ``masked_logprobs_from_hidden(..., with_entropy=True)``. Skipped without trl.
 - **verl 0.9.1 / OpenRLHF 0.11.2** (logits formed by the lm head): ``logits = hidden @ W.T``, then
   the trainers' CPU path (a logsumexp per row and a gather: verl ``logprobs_from_logits_v2`` /
   OpenRLHF ``log_probs_from_logits`` without flash-attn) against
-  ``sampling_mask.adapters.verl.logprobs_from_logits`` with the mask, both through the matmul's backward.
+  ``sampling_mask.trainers.verl.logprobs_from_logits`` with the mask, both through the matmul's backward.
 
-Time: median of ``--repeats`` rounds, the two methods of a pair interleaved (``sampling_mask.bench.race``).
+Time: median of ``--repeats`` rounds, the two methods of a pair interleaved (``sampling_mask.cli.bench.race``).
 Peak memory: each method once in a fresh subprocess (``MALLOC_MMAP_THRESHOLD_=65536`` so freed blocks
 return to the OS); ``VmHWM`` after resetting it (``/proc/self/clear_refs``) minus ``VmRSS`` before the
 run: everything the step allocates, gradients included. Linux only.
@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from sampling_mask import synthetic
-from sampling_mask.adapters import verl as verl_adapter
-from sampling_mask.bench import race
+from sampling_mask.cli.bench import race
+from sampling_mask.data import synthetic
 from sampling_mask.reference_scorer import masked_logprobs_from_hidden
+from sampling_mask.trainers import verl as verl_adapter
 
 TARGET = 1.1
 

@@ -6,7 +6,7 @@ Default (BENCHMARKS.md section 6, about 70 s on two idle cores):
   pair-gather in plain autograd (:func:`hidden_pair_gather`: gather ``hidden[row]`` and
   ``weight[id]`` for every (row, id) pair of the mask, dot products, a segment log-sum-exp per row;
   pairs extracted beforehand, untimed) at V = 151936, d = 1024, T = 2048 and T = 8192, timed
-  round-robin (``sampling_mask.bench.race``); then the peak memory beyond the gradients of both at
+  round-robin (``sampling_mask.cli.bench.race``); then the peak memory beyond the gradients of both at
   T = 8192, against the full-vocabulary path's, taken as ``2 T V 4`` bytes (fp32 logits plus their
   gradient, a lower bound: ``log_softmax(hidden @ W.T)`` measured 2977 MiB at T = 2048, 1.25x that
   bound), because running it at T = 8192 takes minutes.
@@ -23,7 +23,7 @@ beside it, ``RowStats`` swapped round-robin in one process) at section 6's sizes
 as the vocabulary and empty rows, with the peak RSS growth of each (issue 26: ``--against 1798eb0``;
 run with ``MALLOC_MMAP_THRESHOLD_=65536``).
 
-Supports are drawn like real runs by ``sampling_mask.synthetic.rollout`` (top_k 512, top_p 0.95: about
+Supports are drawn like real runs by ``sampling_mask.data.synthetic.rollout`` (top_k 512, top_p 0.95: about
 46% singletons, median 2, mean about 8); the printed line shows the drawn statistics.
 
 Time: median of ``--repeats`` runs of forward + backward, gradients reset to None before each run.
@@ -55,9 +55,10 @@ import numpy as np
 import torch
 
 import sampling_mask
-from sampling_mask import SamplingMask, synthetic
-from sampling_mask.bench import race
+from sampling_mask import SamplingMask
+from sampling_mask.cli.bench import race
 from sampling_mask.core import layouts
+from sampling_mask.data import synthetic
 from sampling_mask.reference_scorer import masked_logprobs, masked_logprobs_from_hidden
 
 SIZES = {
@@ -77,7 +78,7 @@ CAP = 512
 
 # --------------------------------------------------------------------------- workload
 def draw_mask(tokens: int, vocab: int, seed: int) -> SamplingMask:
-    """A rollout-like mask with sampled ids (``sampling_mask.synthetic``, fitted to real runs)."""
+    """A rollout-like mask with sampled ids (``sampling_mask.data.synthetic``, fitted to real runs)."""
     return synthetic.rollout(tokens, seed=seed, vocab_size=vocab, top_k=CAP)
 
 
@@ -239,7 +240,7 @@ def _verdict(ok: bool) -> str:
 
 
 def race_methods(names: list[str], c: dict[str, Any], repeats: int) -> dict[str, float]:
-    """Median fwd+bwd seconds of each method, round-robin (``sampling_mask.bench.race``)."""
+    """Median fwd+bwd seconds of each method, round-robin (``sampling_mask.cli.bench.race``)."""
 
     def run(fn: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
         def once() -> None:

@@ -51,7 +51,7 @@ from amplification_payloads import PAYLOADS  # noqa: E402
 from mask_server import SMALL_DECODERS, memory_bound, summary  # noqa: E402
 
 import sampling_mask  # noqa: E402
-from sampling_mask.synthetic import rollout  # noqa: E402
+from sampling_mask.data.synthetic import rollout  # noqa: E402
 
 #: Share of each kind in the mix (the rest of the requests are valid).
 MIX = {"amplification": 0.08, "truncated": 0.08, "corrupted": 0.08, "short": 0.02, "slow": 0.03, "stalled": 0.004}

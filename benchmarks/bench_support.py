@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sampling_mask import synthetic
+from sampling_mask.data import synthetic
 from sampling_mask.reference_scorer import audit, audit_from_hidden, support_from_logits
 
 HERE = os.path.dirname(os.path.abspath(__file__))

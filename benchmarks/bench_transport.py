@@ -1,6 +1,6 @@
 """Engine -> trainer transport against JSON nested lists (section 1) and bytes per token (section 4).
 
-A thin wrapper over ``python -m sampling_mask.bench --sections transport,bytes`` (see sampling_mask/bench.py)::
+A thin wrapper over ``python -m sampling_mask.cli.bench --sections transport,bytes`` (see sampling_mask/cli/bench.py)::
 
     python benchmarks/bench_transport.py [--quick] [--rows N ...] [--repeats R]
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from sampling_mask import bench
+from sampling_mask.cli import bench
 
 if __name__ == "__main__":
     sys.exit(bench.main(["--sections", "transport,bytes", *sys.argv[1:]]))

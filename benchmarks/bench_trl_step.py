@@ -12,7 +12,7 @@ to ``on_step_end`` (generation, scoring, loss, backward, optimizer); the generat
 Medians over the counted steps; the ratios are replay / plain, measured in this one run.
 
 It then prints what the trainer carries per generation batch at B = 8, L = 1024, V = 151,936 (a
-``sampling_mask.synthetic.rollout`` of 8,192 rows, top_k 512, top_p 0.95): the ragged masks against
+``sampling_mask.data.synthetic.rollout`` of 8,192 rows, top_k 512, top_p 0.95): the ragged masks against
 the dense ``int32 [B, L, W]`` (``W`` the widest row) the adapter carried before, and ``[B, L, V]``.
 """
 
@@ -142,7 +142,7 @@ def build(cls: Any, args: argparse.Namespace, out: str) -> tuple[Any, _Clock]:
 
 def carried_bytes() -> dict[str, float]:
     """Bytes the trainer carries per generation batch at B = 8, L = 1024, V = 151,936."""
-    from sampling_mask import synthetic
+    from sampling_mask.data import synthetic
 
     batch, length, vocab = 8, 1024, 151936
     mask = synthetic.rollout(batch * length, vocab_size=vocab, top_k=512, top_p=0.95, seed=0)
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import trl
 
-    from sampling_mask.adapters.trl import ReplayGRPOTrainer
+    from sampling_mask.trainers.trl import ReplayGRPOTrainer
 
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as out:

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from sampling_mask import SamplingMask, synthetic
+from sampling_mask import SamplingMask
+from sampling_mask.data import synthetic
 from sampling_mask.reference_scorer import (
     audit,
     audit_from_hidden,

@@ -345,7 +345,7 @@ def target_dataset(data: bytes) -> None:
 def target_sequence_dataset(data: bytes) -> None:
     """``torch_data.SequenceDataset`` over a generated directory (``on_error="report"``): every item
     reads (or the file is reported); the good file's sequences are all there."""
-    from sampling_mask.torch_data import SequenceDataset
+    from sampling_mask.data.torch_data import SequenceDataset
 
     with _dataset_tree(data) as (root, _fmt):
         dataset = SequenceDataset(root, limits=LIMITS, on_error="report")
@@ -494,7 +494,7 @@ def run_one(name: str, data: bytes, *, untrusted: bool = False) -> None:
             TARGETS[name](data)
         return
     if name == "sequence_dataset":  # torch is imported once, before the first measured execution
-        import sampling_mask.torch_data  # noqa: F401
+        import sampling_mask.data.torch_data  # noqa: F401
     saved, LIMITS = LIMITS, Limits.for_untrusted_input(len(data))
     measured = _reset_peak()
     before = _memory_kib()
@@ -825,7 +825,7 @@ def dictionary(name: str) -> list[bytes]:
 
         return [msgpack.packb(w) for w in words] + [b"\xc4", b"\xc6", b"\xdd", b"\xdf"]
     if name == "sequence_dataset":  # torch loads here, before the first input starts the clock
-        import sampling_mask.torch_data  # noqa: F401
+        import sampling_mask.data.torch_data  # noqa: F401
     if name in ("arrow", "arrows", "arrows_partial", "parquet", "dataset", "sequence_dataset"):
         return [w.encode() for w in words]
     return [json.dumps(w).encode() for w in words] + [b"true", b"false", b"null", b"-1", b"[]", b"{}"]

@@ -1,7 +1,7 @@
 """One GRPO step through TRL's vLLM colocate path (``use_vllm=True, vllm_mode="colocate"``) on a tiny
 local Qwen2, with the real engine in this process; writes what TRL's importance-sampling correction saw.
 
-    python integration/trl_colocate.py replay OUT.json   # sampling_mask.adapters.trl.ReplayGRPOTrainer
+    python integration/trl_colocate.py replay OUT.json   # sampling_mask.trainers.trl.ReplayGRPOTrainer
     python integration/trl_colocate.py plain OUT.json    # trl.GRPOTrainer, for the kept mass
 
 Run by ``integration/test_trl_colocate.py`` (one process per trainer: TRL's colocated engine owns the
@@ -37,8 +37,8 @@ def run(mode: str, out: Path) -> dict[str, Any]:
     from trl.generation import vllm_generation
     from vllm import _custom_ops as vllm_ops
 
-    from sampling_mask.adapters import trl as trl_adapter
     from sampling_mask.reference_scorer import support_from_logits
+    from sampling_mask.trainers import trl as trl_adapter
 
     work = Path(tempfile.mkdtemp(prefix="trl-colocate-"))
     model_dir = build_tiny_model(work)

@@ -11,13 +11,14 @@ top-k / top-p / min-p filters, so that a trainer renormalizes its log-probs over
   (msgpack, Arrow, Parquet, JSON), validated and bounded by :class:`Limits`.
 - :class:`SamplingMaskError`: the one exception for bad input; ``err.code`` is an :class:`ErrorCode`.
 
-Subpackages, each imported on its own: ``codecs`` (formats, streaming writers, datasets),
-``adapters`` (vLLM, SGLang, SkyRL, prime-rl / verifiers, Miles, slime, ...), ``reference_scorer``
-(torch: renormalized log-probs, entropy, support recomputation, the audit), ``alignment`` (label
-shift, padding, context-parallel splits), ``trace`` (multi-turn trajectories), ``sampler`` (is a
-sampler replayable?), ``torch_data`` (DataLoader datasets), ``conformance`` (the suite's runner),
-``synthetic`` (workloads shaped like real runs), ``stats``. The ``sampling-mask`` command line wraps
-them. ``core`` is the vendorable part (numpy only).
+Subpackages, each imported on its own, in their layer order (each imports only those before it):
+``core`` (the vendorable model, numpy only), ``codecs`` (formats, streaming writers, datasets),
+``data`` (alignment with a trainer's tokens, multi-turn traces, statistics, synthetic workloads,
+DataLoader datasets), ``sampler`` (is a sampler replayable? what ``generate()`` really runs with),
+``adapters`` (engines' and frameworks' wire forms: vLLM, SGLang, SkyRL, prime-rl / verifiers, Miles,
+slime, NeMo-RL), ``reference_scorer`` (torch: renormalized log-probs, entropy, support
+recomputation, the audit), ``trainers`` (transformers capture, TRL, verl, OpenRLHF),
+``conformance`` (the suite's runner) and ``cli`` (the ``sampling-mask`` command line).
 
 ``import sampling_mask`` needs numpy only; torch, pyarrow and msgpack load lazily where used.
 Guides per role: ``docs/`` in the repository (the README's table says which page).

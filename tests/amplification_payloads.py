@@ -29,7 +29,7 @@ def legacy_compressed_stream(num_rows: int = ROWS) -> bytes:
     version V4 and the batch's ``compression`` field dropped (pyarrow still decompresses it)."""
     import pyarrow as pa
 
-    from sampling_mask.codecs import _ipc_bounds
+    from sampling_mask.codecs import ipc_bounds
     from sampling_mask.codecs.arrow import table_from_mask
 
     table = table_from_mask(_empty_rows(num_rows))
@@ -41,7 +41,7 @@ def legacy_compressed_stream(num_rows: int = ROWS) -> bytes:
     while struct.unpack_from("<i", data, pos + 4)[0] != 0:  # up to the end-of-stream marker
         start, length = pos + 8, struct.unpack_from("<i", data, pos + 4)[0]
         meta = memoryview(data)[start : start + length]
-        message = _ipc_bounds._Table(meta, struct.unpack_from("<I", meta, 0)[0])
+        message = ipc_bounds._Table(meta, struct.unpack_from("<I", meta, 0)[0])
         struct.pack_into("<h", data, start + message.pos + message._field(0), 3)  # version V5 -> V4
         batch = message.table(2)
         if message.scalar(1, "<B", 0) == 3 and batch is not None:  # a RecordBatch: drop field 3
@@ -92,10 +92,10 @@ def footer_repeating_one_batch(times: int = 1000) -> bytes:
     data = bytearray(sink.getvalue().to_pybytes())
     footer_length = struct.unpack_from("<i", data, len(data) - 10)[0]
     footer_start = len(data) - 10 - footer_length
-    from sampling_mask.codecs import _ipc_bounds
+    from sampling_mask.codecs import ipc_bounds
 
     footer = memoryview(data)[footer_start : len(data) - 10]
-    first, count = _ipc_bounds._Table(footer, struct.unpack_from("<I", footer, 0)[0]).structs(3, 24)
+    first, count = ipc_bounds._Table(footer, struct.unpack_from("<I", footer, 0)[0]).structs(3, 24)
     assert count == times
     block = bytes(footer[first : first + 24])
     for i in range(1, count):
@@ -106,7 +106,7 @@ def footer_repeating_one_batch(times: int = 1000) -> bytes:
 def realistic(fmt: str, num_rows: int = 150_000) -> bytes:
     """A valid rollout of realistic supports (46% singletons, mean ~8 ids), a few MB in ``fmt``."""
     import sampling_mask
-    from sampling_mask.synthetic import rollout
+    from sampling_mask.data.synthetic import rollout
 
     mask = rollout(num_rows, seed=1)
     if fmt in ("json-rows", "base64"):

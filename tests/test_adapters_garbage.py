@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sampling_mask import SamplingMask, SamplingMaskError
-from sampling_mask.adapters import miles, nemo_rl, prime_rl, sglang, skyrl, slime, trl, vllm
+from sampling_mask.adapters import miles, nemo_rl, prime_rl, sglang, skyrl, slime, vllm
+from sampling_mask.trainers import trl
 
 _scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=True), st.text(max_size=6)

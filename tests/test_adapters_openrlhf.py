@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from sampling_mask import SamplingMask, SamplingMaskError, concat  # noqa: E402
-from sampling_mask.adapters import openrlhf  # noqa: E402
+from sampling_mask.trainers import openrlhf  # noqa: E402
 
 UPSTREAM = Path(__file__).parent / "fixtures" / "upstream"
 FIXTURE = np.load(UPSTREAM / "trainers" / "verl_openrlhf_logprobs.npz")

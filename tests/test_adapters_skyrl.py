@@ -115,7 +115,7 @@ STEPWISE, STEPWISE_NAMES = _stepwise_cases()
 
 def _replay(case):
     """The trajectory as SkyRL's multi-turn-template agent loop appends it, through TraceBuilder."""
-    from sampling_mask.trace import TraceBuilder
+    from sampling_mask.data.trace import TraceBuilder
 
     builder = TraceBuilder(vocab_size=STEPWISE["vocab_size"])
     builder.add_prompt(case["prompt_ids"])

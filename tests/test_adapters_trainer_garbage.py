@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from sampling_mask import SamplingMask, SamplingMaskError  # noqa: E402
-from sampling_mask.adapters import openrlhf, verl  # noqa: E402
+from sampling_mask.trainers import openrlhf, verl  # noqa: E402
 
 GARBAGE: list[Any] = [
     None,

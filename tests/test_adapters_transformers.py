@@ -15,8 +15,9 @@ transformers = pytest.importorskip(
 from tiny_models import tiny_causal_lm  # noqa: E402
 
 from sampling_mask import ErrorCode, SamplingMaskError  # noqa: E402
-from sampling_mask.adapters import transformers as hf  # noqa: E402
 from sampling_mask.reference_scorer import audit, masked_logprobs, support_from_logits  # noqa: E402
+from sampling_mask.sampler import generation_config as hf_config  # noqa: E402
+from sampling_mask.trainers import transformers as hf  # noqa: E402
 
 pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
 
@@ -57,7 +58,7 @@ def _generate(model, settings: dict, eos, seed: int = 11, **extra):
         return_dict_in_generate=True,
         **settings,
     )
-    config = hf.resolve_generation_config(config, model=model)
+    config = hf_config.resolve_generation_config(config, model=model)
     torch.manual_seed(seed)
     out = model.generate(input_ids=ids, attention_mask=attention.clone(), generation_config=config, **extra)
     return out, config, attention
@@ -170,7 +171,7 @@ def test_hf_rule_applies_generates_defaults_from_the_models_config(model, name: 
         rows = torch.from_numpy(np.repeat(np.arange(support.num_rows), support.row_lengths))
         got[rows, torch.from_numpy(support.ids.astype(np.int64))] = True
         assert int((got != expected).any(dim=1).sum()) == 0
-        assert hf.sampler_settings(model.generation_config)["top_k"] == hf.generation_defaults()["top_k"]
+        assert hf_config.sampler_settings(model.generation_config)["top_k"] == hf_config.generation_defaults()["top_k"]
         # without generate()'s defaults the rule keeps more on (nearly) every row: the issue's bug
         plain = support_from_logits(raw, rule="hf", **settings)
         assert (plain.row_lengths > support.row_lengths).mean() > 0.5
@@ -193,9 +194,11 @@ def test_processors_the_rule_cannot_see_are_named() -> None:
     assert "repetition_penalty=1.2" in report.summary()["unseen_processors"]
     assert report.summary()["rows_equal"] == 4
     out = {"sequences": torch.tensor([[5, 6, 7]]), "scores": (torch.zeros(1, 10),)}
-    captured = hf.from_generate_output(out, prompt_length=2, generation_config=hf.resolve_generation_config(config))
+    captured = hf.from_generate_output(
+        out, prompt_length=2, generation_config=hf_config.resolve_generation_config(config)
+    )
     assert "repetition_penalty=1.2" in captured.metadata["processors_not_replayed"]
-    greedy = hf.unseen_processors(hf.resolve_generation_config(transformers.GenerationConfig()))
+    greedy = hf_config.unseen_processors(hf_config.resolve_generation_config(transformers.GenerationConfig()))
     assert any(name.startswith("do_sample=False") for name in greedy)
 
 

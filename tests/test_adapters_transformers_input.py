@@ -16,7 +16,8 @@ transformers = pytest.importorskip(
 )
 
 from sampling_mask import ErrorCode, SamplingMaskError  # noqa: E402
-from sampling_mask.adapters import transformers as hf  # noqa: E402
+from sampling_mask.sampler import generation_config as hf_config  # noqa: E402
+from sampling_mask.trainers import transformers as hf  # noqa: E402
 
 V = 12
 SEQUENCES = torch.tensor([[1, 2, 5, 3, 7], [1, 9, 4, 2, 0]])  # prompt 2, three steps; EOS 2 ends sequence 1 at step 1
@@ -187,17 +188,17 @@ def test_eos_ids_as_tensors_and_beyond_the_vocabulary() -> None:
     """A 1-D tensor of ids is read; an id no generated token can equal (>= V) ends nothing."""
     mask = hf.from_generate_output(_output(), prompt_length=PROMPT, eos_token_id=torch.tensor([2, 10**12]))
     assert mask.cu_seqlens.tolist() == [0, 3, 5]
-    assert hf.eos_token_ids(eos_token_id=np.array([2, 3])) == [2, 3]
+    assert hf_config.eos_token_ids(eos_token_id=np.array([2, 3])) == [2, 3]
 
 
 def test_resolve_refuses_what_transformers_refuses_and_leaves_lengths_unset() -> None:
     with pytest.raises(SamplingMaskError) as err:
-        hf.resolve_generation_config({"max_new_tokens": -1})
+        hf_config.resolve_generation_config({"max_new_tokens": -1})
     assert err.value.code is ErrorCode.E_SCHEMA and err.value.field == "generation_config"
     with pytest.raises(SamplingMaskError) as err:
-        hf.resolve_generation_config("top_p=0.9")
+        hf_config.resolve_generation_config("top_p=0.9")
     assert err.value.field == "generation_config"
-    config = hf.resolve_generation_config({"do_sample": True, "max_new_tokens": 4})
+    config = hf_config.resolve_generation_config({"do_sample": True, "max_new_tokens": 4})
     # generate() fills max_length itself: a set one next to max_new_tokens is a warning on every call
     assert config.max_length is None and config.min_length is None and config.top_k == 50
 

@@ -19,7 +19,8 @@ transformers = pytest.importorskip(
 from tiny_models import tiny_causal_lm  # noqa: E402
 
 from sampling_mask import ErrorCode, SamplingMaskError  # noqa: E402
-from sampling_mask.adapters import transformers as hf  # noqa: E402
+from sampling_mask.sampler import generation_config as hf_config  # noqa: E402
+from sampling_mask.trainers import transformers as hf  # noqa: E402
 
 pytestmark = pytest.mark.slow  # runs a model for seconds
 
@@ -248,7 +249,7 @@ def test_generate_with_a_resolved_config_warns_nothing(model, recwarn) -> None:
     logger = logging.getLogger("transformers")
     logger.addHandler(records)
     try:
-        gen = hf.resolve_generation_config(_config(top_p=0.9, max_new_tokens=3), model=model)
+        gen = hf_config.resolve_generation_config(_config(top_p=0.9, max_new_tokens=3), model=model)
         recorder = hf.SamplingMaskRecorder(gen, model=model)
         out = model.generate(_prompts(1, 4, 9), generation_config=gen, logits_processor=[recorder])
         recorder.mask(out)

@@ -23,8 +23,8 @@ torch = pytest.importorskip("torch")
 from tiny_models import tiny_causal_lm  # noqa: E402
 
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError  # noqa: E402
-from sampling_mask.adapters import trl as trl_adapter  # noqa: E402
-from sampling_mask.adapters._common import get_field  # noqa: E402
+from sampling_mask.core.checks import get_field  # noqa: E402
+from sampling_mask.trainers import trl as trl_adapter  # noqa: E402
 
 pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
 
@@ -266,6 +266,7 @@ def test_grpo_two_steps_on_cpu_replay_makes_the_ratio_one(name: str, tmp_path) -
     assert all(math.isfinite(v) for entry in trainer.replay_log for v in entry.values())
     changed = any(not torch.equal(v, trainer.model.state_dict()[k]) for k, v in first_weights.items())
     assert changed  # the two steps trained on the replayed log-probs
+    assert "generate" not in vars(trainer.model)  # the capture wrapped generate() for each batch only
     # what reached the loss: one mask per completion, aligned with its (shuffled) completion
     for inputs in seen:
         parts = inputs[trl_adapter.MASK_KEY]
@@ -316,9 +317,12 @@ def test_grpo_repetition_penalty_allowed_is_warned_and_logged(tmp_path) -> None:
             replay={"allow_processors_not_replayed": True, "replay_diagnostics": True},
         )
     assert trainer.processors_not_replayed == ["repetition_penalty=1.3"]
+    seen = _spy_loss_inputs(trainer)
     trainer.train()
-    # the recorder's metadata reached the trainer, and the logs count what is not replayed
-    assert "repetition_penalty=1.3" in trainer._replay_generated[-1].metadata["processors_not_replayed"]
+    # the recorder's metadata reached the loss with each completion's mask, and the logs count what is not replayed
+    assert all(
+        "repetition_penalty=1.3" in part.metadata["processors_not_replayed"] for part in seen[0][trl_adapter.MASK_KEY]
+    )
     assert trainer.state.log_history[0]["sampling_replay/processors_not_replayed"] == 1.0
     print(f"repetition_penalty=1.3: ratio with replay {trainer.replay_log[0]['ratio_replay']:.4f} (not exact)")
 
@@ -350,7 +354,7 @@ def test_grpo_masking_processors_replay_exactly(tmp_path) -> None:
 def test_grpo_nothing_truncated_carries_no_mask(tmp_path, monkeypatch) -> None:
     """TRL's defaults (top_k=0, top_p=1, min_p None) truncate nothing: no recorder, no mask in the
     loss, TRL's own entropy; the trainer is plain GRPOTrainer."""
-    from sampling_mask.adapters import transformers as hf_adapter
+    from sampling_mask.trainers import transformers as hf_adapter
 
     def never(*args, **kwargs):
         raise AssertionError("the recorder ran although nothing truncates")
@@ -400,26 +404,29 @@ def test_grpo_continuous_batching_is_refused_before_generation(tmp_path) -> None
 def test_grpo_a_mask_is_never_dropped_silently(tmp_path) -> None:
     """A mask that is active but does not fit, belongs to no replayed model, or is not consumed by the
     replay forward raises instead of leaving TRL's full-vocabulary scores in place."""
+    from sampling_mask.trainers.trl.grpo import BatchMasks
+
     trainer = _grpo(tmp_path, steps=1, top_p=0.9)
     mask = SamplingMask.from_rows([[3, 4], [5]], cu_seqlens=[0, 1, 2], sampled_token_ids=[3, 5])
     parts = trl_adapter.completion_masks(mask)
     input_ids = torch.tensor([[6, 7, 3], [6, 7, 5]])
     attention = torch.ones_like(input_ids)
     score = trainer._get_per_token_logps_and_entropies
-    trainer._replay_current = parts[:1]
-    with pytest.raises(SamplingMaskError) as err:  # one mask for two completions
-        score(trainer.model, input_ids, attention, 1)
+    full, _, _ = score(trainer.model, input_ids, attention, 1)  # no mask in use: TRL's full-vocabulary scores
+    assert float(full[1, 0].detach()) < 0.0
+    with trainer._masks_in_use(BatchMasks(completions=parts[:1])), pytest.raises(SamplingMaskError) as err:
+        score(trainer.model, input_ids, attention, 1)  # one mask for two completions
     assert err.value.code is ErrorCode.E_SHAPE and err.value.field == trl_adapter.MASK_KEY
-    trainer._replay_current = parts
-    with pytest.raises(SamplingMaskError) as err:  # a model whose forward does not replay
-        score(_model(503), input_ids, attention, 1)
-    assert err.value.field == "model"
-    logps, _, _ = score(trainer.model, input_ids, attention, 1)  # the replayed rows, renormalized
-    assert float(logps[1, 0]) == 0.0 and float(logps[0, 0]) < 0.0  # row {5} holds one id: log-prob 0
-    trainer._replay_state.take = lambda rows: None  # as if the forward were replaced after construction
-    with pytest.raises(SamplingMaskError) as err:
-        score(trainer.model, input_ids, attention, 1)
-    assert err.value.field == "model" and "scored 0 of 2" in err.value.message
+    with trainer._masks_in_use(BatchMasks(completions=parts)):
+        with pytest.raises(SamplingMaskError) as err:  # a model whose forward does not replay
+            score(_model(503), input_ids, attention, 1)
+        assert err.value.field == "model"
+        logps, _, _ = score(trainer.model, input_ids, attention, 1)  # the replayed rows, renormalized
+        assert float(logps[1, 0]) == 0.0 and float(logps[0, 0]) < 0.0  # row {5} holds one id: log-prob 0
+        trainer.model.forward = trainer.model.forward.__wrapped__  # the forward replaced after construction
+        with pytest.raises(SamplingMaskError) as err:
+            score(trainer.model, input_ids, attention, 1)
+        assert err.value.field == "model" and "scored 0 of 2" in err.value.message
     plain = _grpo(tmp_path, steps=1)  # nothing truncates: a mask in the inputs is an error, not ignored
     with pytest.raises(SamplingMaskError) as err:
         plain._compute_loss(plain.model, {trl_adapter.MASK_KEY: parts})
@@ -468,10 +475,11 @@ def test_vllm_colocate_path_replays_before_the_importance_sampling_correction(tm
         tmp_path, steps=1, top_p=0.9, per_device_train_batch_size=2, vllm_importance_sampling_mode="token_truncate"
     )
     engine = _ColocatedEngine(requests[:1], trainer.model, float(trainer.temperature))
+    engine_generate = engine.llm.generate
     trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, engine, 0
     trainer.vllm_importance_sampling_correction = True
-    trainer._wrap_vllm()
     output = trainer._generate_and_score_completions([{"prompt": "w1 w2 w3"}] * 2)
+    assert engine.llm.generate is engine_generate  # the capture wrapped the engine's generate for that call only
     carried = output[trl_adapter.MASK_KEY]
     assert [c.to_rows() for c in carried] == [o["sampling_mask"]["token_ids"] for o in outputs[:2]]
     keep = output["completion_mask"].bool()
@@ -485,7 +493,6 @@ def test_vllm_colocate_path_replays_before_the_importance_sampling_correction(tm
     # a completion whose mask has one row too few is refused, naming it
     short = [{"outputs": [outputs[0], {**outputs[1], "token_ids": outputs[1]["token_ids"] + [3]}]}]
     trainer.vllm_generation = _ColocatedEngine(short, trainer.model, float(trainer.temperature))
-    trainer._wrap_vllm()
     with pytest.raises(SamplingMaskError) as err:
         trainer._generate_and_score_completions([{"prompt": "w1 w2 w3"}] * 2)
     assert err.value.code in (ErrorCode.E_SHAPE, ErrorCode.E_MISSING_SAMPLED)
@@ -529,3 +536,93 @@ def test_grpo_a_sampling_temperature_the_trainer_does_not_score_at_is_refused(tm
     with pytest.raises(SamplingMaskError) as err:
         _grpo(tmp_path, top_p=0.9, temperature=1.0, generation_kwargs={"temperature": 0.5})
     assert err.value.field == "temperature" and "scores at temperature=1.0" in err.value.message
+
+
+# ----------------------------------------------------------------------------- the trainer class
+def test_the_trainer_is_a_module_level_class_imported_on_first_use() -> None:
+    """``import sampling_mask.trainers.trl`` loads neither TRL nor torch; ``ReplayGRPOTrainer`` is a
+    class of :mod:`sampling_mask.trainers.trl.grpo`, defined at its top level (its source reads there)."""
+    import inspect
+    import subprocess
+    import sys
+
+    probe = "import sys, sampling_mask.trainers.trl; print(sorted({'trl', 'torch', 'transformers'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    trl = pytest.importorskip("trl", reason="trl is not installed (pip install -e '.[trl]')")
+    from sampling_mask.trainers.trl import ReplayGRPOTrainer
+
+    assert ReplayGRPOTrainer.__module__ == "sampling_mask.trainers.trl.grpo"
+    assert ReplayGRPOTrainer.__qualname__ == "ReplayGRPOTrainer"
+    assert sys.modules[ReplayGRPOTrainer.__module__].ReplayGRPOTrainer is ReplayGRPOTrainer
+    assert issubclass(ReplayGRPOTrainer, trl.GRPOTrainer)
+    assert inspect.getsource(ReplayGRPOTrainer).startswith("class ReplayGRPOTrainer(GRPOTrainer)")
+
+
+def test_replay_added_to_another_grpo_trainer_subclass(tmp_path) -> None:
+    """Replay on top of another ``GRPOTrainer`` subclass: both as bases, the replay class first; the
+    other class's overrides still run and the masks still reach the loss."""
+    trl = pytest.importorskip("trl", reason="trl is not installed (pip install -e '.[trl]')")
+    batches: list[int] = []
+
+    class CountingGRPOTrainer(trl.GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            batches.append(int(output["completion_ids"].shape[0]))
+            return output
+
+    class CountingReplayTrainer(trl_adapter.ReplayGRPOTrainer, CountingGRPOTrainer):
+        pass
+
+    trainer = _grpo(tmp_path, steps=1, top_p=0.9, trainer_class=CountingReplayTrainer)
+    assert trainer.replay_enabled
+    seen = _spy_loss_inputs(trainer)
+    trainer.train()
+    assert batches == [8] and seen
+    for inputs in seen:
+        parts = inputs[trl_adapter.MASK_KEY]
+        for part, ids, keep in zip(parts, inputs["completion_ids"], inputs["completion_mask"], strict=True):
+            assert part.sampled_token_ids.tolist() == ids[keep.bool()].tolist()
+
+
+def test_without_trl_the_trainer_names_what_to_install(monkeypatch) -> None:
+    """Where TRL does not import, the first access of ``ReplayGRPOTrainer`` raises ``UnavailableError``
+    (an ``ImportError``) naming trl; the readers of the package still work."""
+    import sys
+
+    from sampling_mask.core.optional import UnavailableError
+
+    monkeypatch.setitem(sys.modules, "trl", None)  # import trl: ModuleNotFoundError, as when it is not installed
+    monkeypatch.delitem(sys.modules, "sampling_mask.trainers.trl.grpo", raising=False)
+    with pytest.raises(UnavailableError) as err:
+        trl_adapter.ReplayGRPOTrainer  # noqa: B018 - the access is the test
+    assert err.value.name == "trl" and "ReplayGRPOTrainer" in err.value.message
+    assert isinstance(err.value, ImportError)
+    assert trl_adapter.masks_from_server_response({"sampling_mask": [[[4]]], "completion_ids": [[4]]}).num_rows == 1
+
+
+def test_batch_masks_are_filled_once_and_taken_in_order() -> None:
+    """The one holder of a batch's masks: filled by one generation turn, checked against the batch,
+    taken chunk by chunk inside a scoring call only."""
+    pytest.importorskip("trl", reason="trl is not installed (pip install -e '.[trl]')")
+    from sampling_mask.trainers.trl.grpo import BatchMasks
+
+    batch = BatchMasks()
+    with pytest.raises(SamplingMaskError) as err:  # nothing captured yet
+        batch.for_batch(3)
+    assert err.value.code is ErrorCode.E_SCHEMA and err.value.field == trl_adapter.MASK_KEY
+    mask = SamplingMask.from_rows([[1, 2], [3], [4, 5, 6]], cu_seqlens=[0, 2, 2, 3])
+    batch.fill(mask, None)
+    assert [p.to_rows() for p in batch.for_batch(3)] == [[[1, 2], [3]], [], [[4, 5, 6]]]
+    with pytest.raises(SamplingMaskError) as err:  # a batch of another size
+        batch.for_batch(2)
+    assert err.value.code is ErrorCode.E_SHAPE
+    with pytest.raises(SamplingMaskError) as err:  # a second turn (as with tools) is not covered
+        batch.fill(mask, None)
+    assert err.value.code is ErrorCode.E_SHAPE and "second generation turn" in err.value.message
+    assert batch.logits_to_keep is None
+    with batch.scoring(4, with_entropy=True):
+        assert [p.num_rows for p in batch.take(2)] == [2, 0] and [p.num_rows for p in batch.take(1)] == [1]
+        assert batch.taken == 3 and batch.logits_to_keep == 4 and batch.with_entropy
+    assert batch.logits_to_keep is None  # outside a scoring call the replay forward replays nothing

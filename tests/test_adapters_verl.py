@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError  # noqa: E402
-from sampling_mask.adapters import verl  # noqa: E402
+from sampling_mask.trainers import verl  # noqa: E402
 
 UPSTREAM = Path(__file__).parent / "fixtures" / "upstream"
 FIXTURE = np.load(UPSTREAM / "trainers" / "verl_openrlhf_logprobs.npz")
@@ -121,7 +121,7 @@ def test_acceptance_logprobs_from_logits_takes_a_sampling_mask_of_n_rows() -> No
 
 
 def test_width_zero_masks_are_valid_and_score_the_full_vocabulary() -> None:
-    from sampling_mask import alignment
+    from sampling_mask.data import alignment
 
     g = torch.Generator().manual_seed(6)
     logits = torch.randn(2, 3, 9, generator=g)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
-from sampling_mask import alignment as al
+from sampling_mask.data import alignment as al
 
 # Two sequences: prompt of 2 then 2 generated tokens; prompt of 1 then 1 generated token.
 GENERATED = SamplingMask.from_rows(

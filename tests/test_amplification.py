@@ -216,14 +216,14 @@ def test_untrusted_preset_scales_with_the_input() -> None:
 def test_local_file_preset_fits_a_real_run() -> None:
     """10M tokens x 512 ids: 5.1e9 ids, 20.5 GB of int32 plus offsets, within LOCAL_FILE_LIMITS."""
     from sampling_mask import DEFAULT_LIMITS, LOCAL_FILE_LIMITS
-    from sampling_mask.codecs import _ipc_bounds, _parquet_bounds
+    from sampling_mask.codecs import _parquet_bounds, ipc_bounds
     from sampling_mask.core.limits import check_output
 
     rows, nnz, segments = 10_000_000, 10_000_000 * 512, 20_000
     assert rows <= LOCAL_FILE_LIMITS.max_rows and nnz <= LOCAL_FILE_LIMITS.max_nnz
     assert check_output(LOCAL_FILE_LIMITS, rows, nnz, segments=segments, per_row=12) > 20 * 10**9
     # What the Arrow and Parquet readers charge for such a file fits the preset's max_bytes too.
-    ipc_cost = _ipc_bounds._NODE_ELEMENT_BYTES * (segments + rows + nnz)
+    ipc_cost = ipc_bounds._NODE_ELEMENT_BYTES * (segments + rows + nnz)
     parquet_cost = _parquet_bounds.VALUE_BYTES * (nnz + rows) + 4 * nnz + 8 * segments
     assert max(ipc_cost, parquet_cost) <= LOCAL_FILE_LIMITS.max_bytes
     assert nnz > DEFAULT_LIMITS.max_nnz, "the network defaults stay tighter"

@@ -1,4 +1,4 @@
-"""The benchmark report (sampling_mask.bench): a --quick smoke run with tiny sizes, and its helpers.
+"""The benchmark report (sampling_mask.cli.bench): a --quick smoke run with tiny sizes, and its helpers.
 
 No timing is asserted: only that every section runs, reports consistent figures, and that the
 helpers the report relies on compute what they claim.
@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sampling_mask import SamplingMask, bench, synthetic
+from sampling_mask import SamplingMask
+from sampling_mask.cli import bench
 from sampling_mask.core import layouts
+from sampling_mask.data import synthetic
 
 REPO = Path(__file__).resolve().parents[1]
 

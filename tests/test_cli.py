@@ -22,7 +22,7 @@ import sampling_mask.codecs
 from sampling_mask import SamplingMask
 from sampling_mask.cli._common import Progress
 from sampling_mask.cli.convert import _rebatch
-from sampling_mask.stats import histogram_buckets, summarize, support_from_counts
+from sampling_mask.data.stats import histogram_buckets, summarize, support_from_counts
 
 pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
 

@@ -10,9 +10,9 @@ import pytest
 from test_cli import one_error_line, run
 
 import sampling_mask as sm
-from sampling_mask import synthetic
 from sampling_mask.codecs import dataset as ds_codec
-from sampling_mask.stats import summarize
+from sampling_mask.data import synthetic
+from sampling_mask.data.stats import summarize
 
 pytest.importorskip("pyarrow")
 
@@ -60,7 +60,7 @@ def test_validate_a_glob_reports_each_file_and_fails_on_one_bad_file(dataset) ->
 
 
 def test_directory_usage_errors(tmp_path: Path, dataset) -> None:
-    root, _files, _mask = dataset
+    root, files, _mask = dataset
     (tmp_path / "empty").mkdir()
     one_error_line(run("validate", tmp_path / "empty"), "E_IO")
     one_error_line(run("stats", str(tmp_path / "nothing-*.arrow")), "E_IO")

@@ -52,7 +52,7 @@ def _empty_segments(fmt: str, segments: int = 1_000_000) -> Callable[[], bytes]:
 
 def _realistic(megabytes: float = 10.0) -> bytes:
     """Row 2: a realistic msgpack mask of about ``megabytes`` (synthetic rollout, four companions)."""
-    from sampling_mask import synthetic
+    from sampling_mask.data import synthetic
 
     tokens = int(megabytes * 1e6 / 48)  # about 48 bytes a token in msgpack
     return sm.encode(synthetic.rollout(tokens, seed=1), "msgpack")  # type: ignore[no-any-return]
@@ -131,7 +131,7 @@ def test_reports_stay_within_the_untrusted_bound(results: dict[str, dict[str, An
 def test_per_segment_figures_are_exact_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks of 7 segments / 50 rows (one long segment from its histogram), kept, spooled or both,
     give every segment's figures as a per-segment reference computes them."""
-    from sampling_mask import stats
+    from sampling_mask.data import stats
 
     monkeypatch.setattr(stats, "_CHUNK_SEGMENTS", 7)
     monkeypatch.setattr(stats, "_CHUNK_ROWS", 50)
@@ -166,12 +166,14 @@ def test_per_segment_figures_are_exact_chunk_by_chunk(monkeypatch: pytest.Monkey
 
 def test_stats_json_per_segment_is_written_in_chunks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``stats --json`` of 70,000 segments (more than one chunk): every value, NaN as null."""
+    from sampling_mask.data import stats
+
     cu = np.concatenate(([0], np.repeat(np.arange(1, 35_001), 2)))  # 70,000 segments, every other empty
     mask = sm.SamplingMask.from_rows([[i % 7] if i % 3 else [] for i in range(35_000)], cu_seqlens=cu)
     sm.save(mask, tmp_path / "m.msgpack")
     assert main(["stats", str(tmp_path / "m.msgpack"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    expected = sm.stats.summarize(mask).to_dict()
+    expected = stats.summarize(mask).to_dict()
     assert report["per_segment"] == expected["per_segment"] and len(report["per_segment"]["rows"]) == 70_000
 
 

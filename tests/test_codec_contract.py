@@ -16,10 +16,10 @@ import pytest
 import sampling_mask as sm
 from sampling_mask import ErrorCode, Limits, SamplingMask, SamplingMaskError, UnavailableError, codecs
 from sampling_mask.cli import main
-from sampling_mask.codecs import _registry
+from sampling_mask.codecs import registry
 from sampling_mask.core.optional import require
 
-CODEC_NAMES = sorted(_registry.CODECS)
+CODEC_NAMES = sorted(registry.CODECS)
 LOSSY = {"json-rows", "base64"}
 
 
@@ -41,25 +41,25 @@ def _module(name: str):  # type: ignore[no-untyped-def]
 
 # ---------------------------------------------------------------------------- the table
 def test_the_table_is_what_the_entry_points_use() -> None:
-    assert codecs.FORMATS == _registry.FORMATS == tuple(f for c in _registry.CODECS.values() for f in c.formats)
-    assert codecs.EXTENSIONS == _registry.EXTENSIONS
+    assert codecs.FORMATS == registry.FORMATS == tuple(f for c in registry.CODECS.values() for f in c.formats)
+    assert codecs.EXTENSIONS == registry.EXTENSIONS
     assert len(set(codecs.FORMATS)) == len(codecs.FORMATS)  # one codec per format
     for ext, fmt in codecs.EXTENSIONS.items():
         assert codecs.format_for_path(f"x{ext.upper()}") == fmt
-    assert _registry.held_formats() == codecs.FORMATS  # the library holds every codec
+    assert registry.held_formats() == codecs.FORMATS  # the library holds every codec
 
 
 @pytest.mark.parametrize("name", CODEC_NAMES)
 def test_each_entry_names_a_module_its_formats_extra_and_files(name: str) -> None:
-    codec = _registry.CODECS[name]
+    codec = registry.CODECS[name]
     assert importlib.util.find_spec(f"sampling_mask.codecs.{name}") is not None
     for fmt in codec.formats:
-        assert _registry.codec_for(fmt) is codec
+        assert registry.codec_for(fmt) is codec
     assert set(codec.extensions.values()) <= set(codec.formats)
     for package, extra in zip(codec.packages, codec.extras, strict=True):
         assert sm.core.optional.EXTRAS[package] == extra
     if codec.files:
-        assert f"{name}.py" in codec.files and "_registry.py" in codec.files
+        assert f"{name}.py" in codec.files and "registry.py" in codec.files
         assert all(importlib.util.find_spec(f"sampling_mask.codecs.{f[:-3]}") for f in codec.files)
     else:
         assert codec.not_vendorable
@@ -67,11 +67,11 @@ def test_each_entry_names_a_module_its_formats_extra_and_files(name: str) -> Non
 
 @pytest.mark.parametrize("fmt", ["arrow", "arrows", "parquet", "msgpack", "json", "json-rows", "base64"])
 def test_detection_by_first_bytes_names_each_format(fmt: str) -> None:
-    _module(_registry.codec_for(fmt).name)
+    _module(registry.codec_for(fmt).name)
     mask = _rows_mask() if fmt in LOSSY else _mask()
     data = sm.encode(mask, fmt)
     assert codecs.detect_format(data) == fmt
-    assert _registry.sniff(data) == ("json" if fmt in _registry.CODECS["json"].formats else fmt)
+    assert registry.sniff(data) == ("json" if fmt in registry.CODECS["json"].formats else fmt)
 
 
 def test_unknown_format_and_unrecognised_bytes_are_errors() -> None:
@@ -90,7 +90,7 @@ def test_every_codec_has_the_same_keyword_only_signature(name: str) -> None:
     enc = inspect.signature(module.encode).parameters
     assert list(enc)[0] == "mask" and enc["mask"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for n, p in enc.items() if n != "mask"), name
-    assert enc["format"].default == _registry.CODECS[name].formats[0]
+    assert enc["format"].default == registry.CODECS[name].formats[0]
     dec = inspect.signature(module.decode).parameters
     assert list(dec) == ["data", "format", "limits", "validate", "copy"], name
     assert all(dec[n].kind is inspect.Parameter.KEYWORD_ONLY for n in ("format", "limits", "validate", "copy"))
@@ -101,7 +101,7 @@ def test_every_codec_has_the_same_keyword_only_signature(name: str) -> None:
 @pytest.mark.parametrize("validate", [True, False])
 @pytest.mark.parametrize("copy", [True, False])
 def test_every_codec_round_trips_with_every_option(fmt: str, validate: bool, copy: bool) -> None:
-    module = _module(_registry.codec_for(fmt).name)
+    module = _module(registry.codec_for(fmt).name)
     mask = _rows_mask() if fmt in LOSSY else _mask()
     data = module.encode(mask, format=fmt)
     for given in (fmt, None):
@@ -115,7 +115,7 @@ def test_every_codec_round_trips_with_every_option(fmt: str, validate: bool, cop
 @pytest.mark.parametrize("name", CODEC_NAMES)
 def test_a_format_of_another_codec_is_refused_by_name(name: str) -> None:
     module = _module(name)
-    other = next(f for f in codecs.FORMATS if _registry.codec_for(f).name != name)
+    other = next(f for f in codecs.FORMATS if registry.codec_for(f).name != name)
     data = module.encode(_mask())
     for call in (lambda: module.decode(data, format=other), lambda: module.encode(_mask(), format=other)):
         with pytest.raises(SamplingMaskError) as info:
@@ -173,7 +173,7 @@ def test_msgpack_needs_no_msgpack_package(monkeypatch: pytest.MonkeyPatch) -> No
     interpreter with ``import msgpack`` refused: tests/test_msgpack_writer.py."""
     data = sm.encode(_mask(), "msgpack")
     monkeypatch.setitem(sys.modules, "msgpack", None)  # import of it now fails
-    assert _registry.CODECS["msgpack"].packages == ()
+    assert registry.CODECS["msgpack"].packages == ()
     assert sm.encode(_mask(), "msgpack") == data and sm.decode(data) == _mask()
     assert b"".join(bytes(f) for f in sm.codecs.encode_frames(_mask(), offsets_dtype=None)) == data
 
@@ -215,7 +215,7 @@ def test_require_passes_other_import_errors_through_and_the_error_pickles(monkey
 def test_the_command_line_reads_its_format_tables_from_the_registry() -> None:
     from sampling_mask.cli import _common
 
-    assert _common.STREAMING_FORMATS == _registry.CODECS["arrow"].formats == _registry.STREAMING_FORMATS
-    assert _common.ROWS_ONLY_FORMATS == ("json-rows", "base64") == _registry.ROWS_ONLY_FORMATS
+    assert _common.STREAMING_FORMATS == registry.CODECS["arrow"].formats == registry.STREAMING_FORMATS
+    assert _common.ROWS_ONLY_FORMATS == ("json-rows", "base64") == registry.ROWS_ONLY_FORMATS
     assert all(fmt in _common.FORMAT_HELP for fmt in codecs.FORMATS)
     assert _common.OPTIONAL_EXTRAS is sm.core.optional.EXTRAS

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import sampling_mask as sm
-from sampling_mask import synthetic
 from sampling_mask.codecs import dataset as ds_codec
+from sampling_mask.data import synthetic
 
 pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
 
@@ -79,7 +79,7 @@ def test_written_dataset_is_partitioned_and_split_by_size(dataset_dir):
 
 
 def test_filter_by_partition_reads_back_equal(dataset_dir, rollout):
-    base, _files, _fmt = dataset_dir
+    base, files, _fmt = dataset_dir
     mask, columns = rollout
     dataset = sm.codecs.open_dataset(base)
     got = dataset.read(filter={"step": [1, 3]})
@@ -94,7 +94,7 @@ def test_filter_by_partition_reads_back_equal(dataset_dir, rollout):
 def test_filter_on_user_column_keeps_whole_sequences(dataset_dir, rollout):
     import pyarrow.dataset as pads
 
-    base, _files, _fmt = dataset_dir
+    base, files, _fmt = dataset_dir
     mask, columns = rollout
     dataset = sm.codecs.open_dataset(base)
     got = dataset.read(filter=(pads.field("reward") > 0.5) & (pads.field("step") == 3), columns=["request_id"])
@@ -106,7 +106,7 @@ def test_filter_on_user_column_keeps_whole_sequences(dataset_dir, rollout):
 
 
 def test_sequences_carry_their_columns(dataset_dir, rollout):
-    base, _files, _fmt = dataset_dir
+    base, files, _fmt = dataset_dir
     mask, columns = rollout
     seen = 0
     for seq in sm.codecs.open_dataset(base).sequences(filter={"worker": 2}, batch_size=3):
@@ -118,7 +118,7 @@ def test_sequences_carry_their_columns(dataset_dir, rollout):
 
 
 def test_unknown_column_and_bad_filter_are_errors(dataset_dir):
-    base, _files, _fmt = dataset_dir
+    base, files, _fmt = dataset_dir
     dataset = sm.codecs.open_dataset(base)
     with pytest.raises(sm.SamplingMaskError) as err:
         list(dataset.batches(columns=["nope"]))
@@ -237,7 +237,7 @@ def arrow_dir(tmp_path_factory, rollout):
 
 
 def test_sequence_dataset_items_and_zero_copy(arrow_dir, rollout):
-    from sampling_mask.torch_data import SequenceDataset
+    from sampling_mask.data.torch_data import SequenceDataset
 
     mask, columns = rollout
     dataset = SequenceDataset(arrow_dir, columns=["request_id", "reward"])
@@ -258,8 +258,8 @@ def test_sequence_dataset_items_and_zero_copy(arrow_dir, rollout):
 
 
 def test_dataloader_with_two_workers_equals_a_single_process_read(arrow_dir):
-    from sampling_mask import alignment
-    from sampling_mask.torch_data import SequenceDataset, collate_sequences
+    from sampling_mask.data import alignment
+    from sampling_mask.data.torch_data import SequenceDataset, collate_sequences
 
     dataset = SequenceDataset(arrow_dir, columns=["reward"])
     collate = functools.partial(collate_sequences, shift=True)
@@ -275,9 +275,9 @@ def test_dataloader_with_two_workers_equals_a_single_process_read(arrow_dir):
 
 
 def test_collate_label_aligns_generated_rows():
-    from sampling_mask import alignment
     from sampling_mask.codecs.dataset import MaskSequence
-    from sampling_mask.torch_data import collate_sequences
+    from sampling_mask.data import alignment
+    from sampling_mask.data.torch_data import collate_sequences
 
     gen = sm.SamplingMask.from_rows([[5, 1], [7], [3]], cu_seqlens=[0, 2, 3])
     items = [MaskSequence(gen.segment(i), {"prompt_length": p}, "x") for i, p in enumerate([2, 1])]
@@ -287,7 +287,7 @@ def test_collate_label_aligns_generated_rows():
 
 
 def test_shard_sampler_splits_evenly_and_balances_tokens():
-    from sampling_mask.torch_data import SequenceShardSampler
+    from sampling_mask.data.torch_data import SequenceShardSampler
 
     lengths = np.random.default_rng(0).integers(1, 1000, size=101)
     shards = [list(SequenceShardSampler(101, num_replicas=4, rank=r, lengths=lengths, seed=3)) for r in range(4)]
@@ -322,7 +322,7 @@ def test_worker_memory_stays_flat(tmp_path):
     script = textwrap.dedent(
         f"""
         import resource, sys
-        from sampling_mask.torch_data import SequenceDataset
+        from sampling_mask.data.torch_data import SequenceDataset
         def rss():
             with open("/proc/self/status") as fh:
                 return next(int(l.split()[1]) for l in fh if l.startswith("VmRSS")) / 1024
@@ -346,7 +346,7 @@ def test_worker_memory_stays_flat(tmp_path):
 
 # ------------------------------------------------------------------------------------------ other tools
 def _support_stats(masks) -> dict:
-    from sampling_mask.stats import summarize
+    from sampling_mask.data.stats import summarize
 
     support = summarize(list(masks)).support()
     return {k: support[k] for k in ("rows", "singleton_fraction", "mean", "median", "p99", "max")}

@@ -13,5 +13,5 @@ BLOCKS = [(PAGE.count("\n", 0, m.start("code")) + 1, m.group("code"), m.group("n
 
 def test_the_page_has_one_block_per_trainer() -> None:
     assert len(BLOCKS) >= 4  # transformers, TRL, verl, OpenRLHF
-    for name in ("adapters.transformers", "adapters.trl", "adapters import verl", "adapters import openrlhf"):
+    for name in ("trainers.transformers", "trainers.trl", "trainers import verl", "trainers import openrlhf"):
         assert any(name in code for _, code, _ in BLOCKS), name

@@ -1,5 +1,5 @@
 """Issue 24, the read side: datasets, the DataLoader dataset and the command line read only through
-the codecs' one batch reader (``codecs/_batch_reader.py``), so every attack the codecs hold is held
+the codecs' one batch reader (``codecs/batch_reader.py``), so every attack the codecs hold is held
 there too. One test per row of the issue's table that the read side owns (1-6, 13, 17) and per
 smaller point. Where a crash or memory is at stake the call runs in a fork (``memory_probe.in_fork``):
 a SIGBUS or SIGABRT is a failed test, not a lost worker. Nothing may block on a FIFO or a symlink
@@ -109,7 +109,7 @@ def _first_error(call: Any) -> dict[str, Any]:
 def test_bad_user_column_offsets_are_an_encoding_error_never_a_crash(tmp_path: Path) -> None:
     """Row 1: every reader rejects the file naming the column and row; none crashes or returns bytes
     from outside the buffer (each call in its own fork)."""
-    torch_data = pytest.importorskip("sampling_mask.torch_data")
+    torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     path = _bad_offsets_file(tmp_path / "d" / "x.arrow")
     assert path.stat().st_size < 2000
     calls = {
@@ -134,7 +134,7 @@ def test_bad_user_column_offsets_are_an_encoding_error_never_a_crash(tmp_path: P
 def test_bad_utf8_in_a_user_column_names_its_row(tmp_path: Path) -> None:
     """A user string column with valid offsets but bad UTF-8 in table row 2: E_ENCODING naming the
     column and the row, from every reader (the raw UnicodeDecodeError of the issue never escapes)."""
-    torch_data = pytest.importorskip("sampling_mask.torch_data")
+    torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     table = arrow.table_from_mask(MASK)
     offsets = pa.py_buffer(np.array([0, 1, 2, 3, 4], np.int32).tobytes())
     bad = pa.StringArray.from_buffers(4, offsets, pa.py_buffer(b"ab\xffc"))
@@ -157,7 +157,7 @@ def test_bad_utf8_in_a_user_column_names_its_row(tmp_path: Path) -> None:
 def test_sequence_dataset_refuses_a_fifo_at_once(tmp_path: Path, fmt: str) -> None:
     """Row 2: a FIFO named like a data file is E_ENCODING "not a regular file", at once; with
     ``on_error="report"`` it is listed and the good file still indexed."""
-    torch_data = pytest.importorskip("sampling_mask.torch_data")
+    torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     _good(tmp_path, fmt=fmt)
     os.mkfifo(tmp_path / f"x.{fmt}")
     error = _within(HANG_SECONDS, lambda: torch_data.SequenceDataset(tmp_path))
@@ -258,7 +258,7 @@ def _empty_rows_files(directory: Path, rows: int) -> dict[str, Path]:
 def test_empty_rows_are_refused_before_any_allocation(tmp_path: Path, fmt: str) -> None:
     """Row 3: a few KB of compressed empty rows under untrusted limits: SequenceDataset, open_dataset
     and the CLI's reader refuse them before reading a batch, as ``load`` does, growing nothing."""
-    torch_data = pytest.importorskip("sampling_mask.torch_data")
+    torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     path = _empty_rows_files(tmp_path, 1 << 22)[fmt]
     size = path.stat().st_size
     assert size < 20_000
@@ -303,7 +303,7 @@ def test_one_row_row_groups_are_charged_per_row_group(tmp_path: Path) -> None:
 def test_untrusted_reads_of_hostile_files_stay_within_the_bound(tmp_path: Path) -> None:
     """Peak memory of every read path (datasets, DataLoader dataset, iteration) over the hostile files
     above stays within max(16 x input, 64 MiB) under ``Limits.for_untrusted_input``."""
-    torch_data = pytest.importorskip("sampling_mask.torch_data")
+    torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     bad = _bad_offsets_file(tmp_path / "bad" / "x.arrow")
     files = [bad, *_empty_rows_files(tmp_path / "empty", 1 << 21).values()]
     for path in files:
@@ -377,11 +377,11 @@ def test_validate_messages_say_what_was_checked_and_that_a_file_is_truncated(tmp
 def test_sequence_dataset_rows_come_from_the_metadata(tmp_path: Path) -> None:
     """Construction reads no batch: the sequence counts are the metadata's, and a batch holding
     other rows than declared is E_ENCODING when it is read, never an IndexError."""
-    torch_data = pytest.importorskip("sampling_mask.torch_data")
+    torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     _good(tmp_path, fmt="arrow")
     dataset = torch_data.SequenceDataset(tmp_path, columns=["name"])
     assert len(dataset) == 4 and dataset[3].columns == {"name": "dddd"} and dataset[-1].mask == MASK.segment(3)
-    from sampling_mask.codecs._batch_reader import BatchReader, MappedFile
+    from sampling_mask.codecs.batch_reader import BatchReader, MappedFile
 
     reader = BatchReader(MappedFile(tmp_path / "good.arrow").buffer, "arrow", sm.DEFAULT_LIMITS)
     assert reader.rows == [4] and len(reader.costs) == 1

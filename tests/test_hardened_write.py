@@ -1,5 +1,5 @@
 """The one writer (issue 24, rows 7-9 and the smaller write-side points): ``save``, ``open_writer``,
-``convert``, ``write_dataset`` and ``vendor`` write through ``codecs._files.atomic_path``. A target
+``convert``, ``write_dataset`` and ``vendor`` write through ``codecs.files.atomic_path``. A target
 that is a FIFO or a device is refused before anything is replaced; below a destination root no
 symlink is written, replaced or deleted through; a failed write leaves no temporary or partial file.
 """
@@ -17,7 +17,7 @@ import pytest
 import sampling_mask as sm
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
 from sampling_mask.cli import main
-from sampling_mask.codecs import _files, write_dataset
+from sampling_mask.codecs import files, write_dataset
 
 MASK = SamplingMask.from_rows([[1, 2], [], [3]], vocab_size=10, cu_seqlens=[0, 2, 3])
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
@@ -43,7 +43,7 @@ def test_atomic_path_refuses_a_device() -> None:
     if not os.path.exists(os.devnull) or not stat.S_ISCHR(os.stat(os.devnull).st_mode):
         pytest.skip("no character device at os.devnull")
     with pytest.raises(SamplingMaskError) as info:
-        _files.check_target(os.devnull)
+        files.check_target(os.devnull)
     assert info.value.code is ErrorCode.E_ENCODING and "device" in info.value.message
 
 
@@ -54,20 +54,20 @@ def test_root_refuses_symlinks_below_it(tmp_path: Path) -> None:
     (root / "lnk").symlink_to(outside)
     for target in (root / "lnk" / "f.bin", root / "lnk"):
         with pytest.raises(SamplingMaskError) as info:
-            with _files.atomic_path(target, root=root) as tmp:
+            with files.atomic_path(target, root=root) as tmp:
                 Path(tmp).write_bytes(b"x")
         assert info.value.code is ErrorCode.E_ENCODING
     with pytest.raises(SamplingMaskError):
-        _files.make_dirs(root, root / "lnk" / "sub")
+        files.make_dirs(root, root / "lnk" / "sub")
     with pytest.raises(SamplingMaskError):
-        _files.check_inside(root, root / ".." / "outside" / "f.bin")
+        files.check_inside(root, root / ".." / "outside" / "f.bin")
     assert list(outside.iterdir()) == []
     assert os.path.islink(root / "lnk")
 
 
 def test_root_writer_removes_its_temporary_on_error(tmp_path: Path) -> None:
-    assert _files.make_dirs(tmp_path, tmp_path / "a") == [str(tmp_path / "a")]
-    with pytest.raises(RuntimeError), _files.atomic_path(tmp_path / "a" / "f.bin", root=tmp_path) as tmp:
+    assert files.make_dirs(tmp_path, tmp_path / "a") == [str(tmp_path / "a")]
+    with pytest.raises(RuntimeError), files.atomic_path(tmp_path / "a" / "f.bin", root=tmp_path) as tmp:
         Path(tmp).write_bytes(b"half")
         raise RuntimeError("boom")
     assert _listing(tmp_path) == ["a"]
@@ -76,8 +76,8 @@ def test_root_writer_removes_its_temporary_on_error(tmp_path: Path) -> None:
 def test_remove_file_leaves_folders_and_links_alone(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "f").write_bytes(b"x")
-    assert _files.remove_file(tmp_path, tmp_path / "d") is False
-    assert _files.remove_file(tmp_path, tmp_path / "f") is True
+    assert files.remove_file(tmp_path, tmp_path / "d") is False
+    assert files.remove_file(tmp_path, tmp_path / "f") is True
     assert _listing(tmp_path) == ["d"]
 
 

@@ -66,9 +66,9 @@ ALLOWED_DYNAMIC_IMPORTS = {
     ("conformance/protocol.py", "load_python_implementation"): (
         "the operator names the implementation under test on the command line; payloads never reach it"
     ),
-    ("codecs/_registry.py", "_load"): "the module of an entry of the fixed CODECS table, chosen by format name",
+    ("codecs/registry.py", "_load"): "the module of an entry of the fixed CODECS table, chosen by format name",
     ("core/optional.py", "require"): "optional package names: string literals of the calling code",
-    ("bench.py", "_optional"): "optional dependency names: string literals and the benchmark's fixed table",
+    ("cli/bench.py", "_optional"): "optional dependency names: string literals and the benchmark's fixed table",
 }
 
 

@@ -99,7 +99,7 @@ def test_lint_tools_are_pinned_once() -> None:
 
 def test_no_module_imports_another_modules_private_names() -> None:
     """A private name (``_x``) is used only inside the module that owns it (issues 24 and 28): no
-    ``from .x import _name`` across modules. Private *modules* (``from . import _files``) are fine,
+    ``from .x import _name`` across modules. Private *modules* (``from . import files``) are fine,
     and ruff's SLF001 (pyproject) covers attribute access."""
     import ast
 

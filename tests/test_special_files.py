@@ -15,7 +15,7 @@ import pytest
 
 import sampling_mask
 from sampling_mask import SamplingMask, SamplingMaskError
-from sampling_mask.codecs import _files, open_writer
+from sampling_mask.codecs import files, open_writer
 
 MASK = SamplingMask.from_rows([[3, 7], [], [5]], vocab_size=10)
 OTHER = SamplingMask.from_rows([[1], [2, 4]], vocab_size=10)
@@ -77,16 +77,16 @@ def test_load_reads_at_most_the_limit_plus_one_byte(tmp_path: Path, monkeypatch:
     assert _code(lambda: sampling_mask.load(path, limits=limits)) == "E_LIMIT"
     real_stat = os.stat(path)
     fake = os.stat_result((real_stat.st_mode, *real_stat[1:6], 10, *real_stat[7:]))
-    monkeypatch.setattr(_files, "check_regular", lambda _: fake)
+    monkeypatch.setattr(files, "check_regular", lambda _: fake)
     reads: list[int] = []
-    real_read = _files.read_head
+    real_read = files.read_head
 
     def read_head(p: object, size: int) -> bytes:
         reads.append(size)
         return real_read(p, size)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_files, "read_head", read_head)
-    assert _code(lambda: _files.read_bounded(path, 1024)) == "E_LIMIT"
+    monkeypatch.setattr(files, "read_head", read_head)
+    assert _code(lambda: files.read_bounded(path, 1024)) == "E_LIMIT"
     assert reads == [1025]
 
 
@@ -145,7 +145,7 @@ def test_save_removes_stale_temporaries_and_nothing_else(tmp_path: Path) -> None
 def test_temporary_names_are_unique(tmp_path: Path) -> None:
     names = set()
     for _ in range(50):
-        with _files.atomic_path(tmp_path / "mask.json") as tmp:
+        with files.atomic_path(tmp_path / "mask.json") as tmp:
             names.add(os.path.basename(tmp))
             Path(tmp).write_bytes(b"{}")
     assert len(names) == 50

@@ -1,4 +1,4 @@
-"""The calibrated synthetic workload (sampling_mask.synthetic)."""
+"""The calibrated synthetic workload (sampling_mask.data.synthetic)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sampling_mask import SamplingMask, SamplingMaskError
-from sampling_mask.synthetic import TARGETS, rollout, support_stats
+from sampling_mask.data.synthetic import TARGETS, rollout, support_stats
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
-from sampling_mask.trace import TraceBuilder
+from sampling_mask.data.trace import TraceBuilder
 
 EOS = 2
 

@@ -17,8 +17,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from sampling_mask.adapters import openrlhf as sm_openrlhf  # noqa: E402
-from sampling_mask.adapters import verl as sm_verl  # noqa: E402
+from sampling_mask.trainers import openrlhf as sm_openrlhf  # noqa: E402
+from sampling_mask.trainers import verl as sm_verl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINERS = ROOT / "tests" / "fixtures" / "upstream" / "trainers"
@@ -87,8 +87,8 @@ def _support(g: torch.Generator, label: int, vocab: int) -> list[int]:
 
 
 def test_the_docs_import_the_adapters_under_the_names_the_diffs_use() -> None:
-    assert "from sampling_mask.adapters import verl as sm_verl" in PAGE
-    assert "from sampling_mask.adapters import openrlhf as sm_openrlhf" in PAGE
+    assert "from sampling_mask.trainers import verl as sm_verl" in PAGE
+    assert "from sampling_mask.trainers import openrlhf as sm_openrlhf" in PAGE
     releases = {m.group("release") for m in DIFF.finditer(PAGE)}
     assert releases == {"verl 0.9.1", "openrlhf 0.11.2"}
 

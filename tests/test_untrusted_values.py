@@ -96,7 +96,7 @@ def test_non_canonical_base64_padding_bits_are_refused(text: str) -> None:
     nbytes = 4 if text.endswith("==") else 5
     shape = [1, 1] if nbytes == 4 else None
     if shape is None:  # five bytes: not a dense int32 shape; check the helper directly
-        from sampling_mask.codecs._buffers import decode_base64
+        from sampling_mask.codecs.buffers import decode_base64
 
         assert _code(lambda: decode_base64(text, 5, sampling_mask.DEFAULT_LIMITS, field="data")) == "E_ENCODING"
         return
@@ -153,12 +153,12 @@ def test_stream_cut_at_a_batch_boundary_is_not_complete(tmp_path: Any) -> None:
 
 def test_pre_0_15_end_marker_counts_as_complete() -> None:
     pytest.importorskip("pyarrow")
-    from sampling_mask.codecs import _ipc_bounds
+    from sampling_mask.codecs import ipc_bounds
 
     data = _stream([SamplingMask.from_rows([[1]])])
-    assert _ipc_bounds.batch_costs(data, "arrows").complete
-    assert not _ipc_bounds.batch_costs(data[:-8], "arrows").complete
-    assert not _ipc_bounds.batch_costs(data[:-4], "arrows").complete  # a continuation without its length
+    assert ipc_bounds.batch_costs(data, "arrows").complete
+    assert not ipc_bounds.batch_costs(data[:-8], "arrows").complete
+    assert not ipc_bounds.batch_costs(data[:-4], "arrows").complete  # a continuation without its length
 
 
 # ---------------------------------------------------------------------------------------------- buffers

@@ -302,7 +302,7 @@ def test_a_vendored_mask_is_accepted_by_encode_adapters_and_alignment(vendored: 
     assert sm.as_sampling_mask(theirs) == ours
     assert sm.decode(sm.encode(theirs, "json"), format="json") == ours
     from sampling_mask.adapters import vllm
-    from sampling_mask.alignment import shift_left
+    from sampling_mask.data.alignment import shift_left
 
     assert vllm.to_token_ids(theirs) == vllm.to_token_ids(ours)
     assert shift_left(theirs) == shift_left(ours)

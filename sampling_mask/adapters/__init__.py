@@ -1,4 +1,6 @@
-"""Ecosystem adapters, one module per ecosystem; none imports the ecosystem's package.
+"""Engines' and frameworks' wire forms, one module per ecosystem (numpy only; none imports the
+ecosystem's package). Trainer integrations (transformers, TRL, verl, OpenRLHF) are in
+:mod:`sampling_mask.trainers`.
 
 Each module reads (``from_*``) and writes (``to_*``) the layouts its docstring names, duck-typed:
 the ecosystem's real objects work when present, plain dicts / numpy arrays / lists always work.

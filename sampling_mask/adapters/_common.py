@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..codecs import _buffers
+from ..codecs import buffers
 from ..core import layouts
 from ..core.checks import as_host_array, is_int
 from ..core.errors import ErrorCode, SamplingMaskError
@@ -18,22 +18,17 @@ from ..core.limits import Limits, checked_nbytes
 from ..core.model import SamplingMask, concat
 
 __all__ = [
-    "MISSING",
     "PASSTHROUGH",
     "array_from_base64",
     "array_from_bytes",
     "array_to_base64",
     "check_response_length",
     "check_rows_nonempty",
-    "get_field",
     "int_array",
     "masks_from_samples",
     "passthrough",
     "ragged_from_lists",
 ]
-
-MISSING: Any = object()
-
 
 #: The :class:`SamplingMask` keyword arguments a reader passes through unchanged.
 PASSTHROUGH = ("sampled_token_ids", "sampled_logprobs", "temperature", "support_logprobs", "metadata", "validate")
@@ -43,19 +38,6 @@ def passthrough(scope: Mapping[str, Any]) -> dict[str, Any]:
     """The :data:`PASSTHROUGH` keywords of a reader, taken from its ``locals()``: its signature spells
     each one out (keyword-only), this carries them to the constructor."""
     return {name: scope[name] for name in PASSTHROUGH}
-
-
-def get_field(obj: Any, name: str, default: Any = MISSING, *, where: str | None = None) -> Any:
-    """``obj[name]`` for mappings, ``obj.name`` otherwise; ``default`` (or ``E_SCHEMA``) when absent."""
-    if isinstance(obj, Mapping):
-        if name in obj:
-            return obj[name]
-    elif hasattr(obj, name):
-        return getattr(obj, name)
-    if default is not MISSING:
-        return default
-    field = f"{where}.{name}" if where else name
-    raise SamplingMaskError(ErrorCode.E_SCHEMA, f"missing field {name!r}", field=field)
 
 
 def int_array(value: Any, dtype: type, *, field: str, ndim: int = 1) -> np.ndarray:
@@ -73,10 +55,10 @@ def array_from_base64(
     text: Any, dtype: str, *, field: str, limits: Limits, shape: tuple[int, ...] | None = None
 ) -> np.ndarray:
     """A read-only little-endian ``dtype`` array from strict base64 text, through the wire helpers of
-    :mod:`sampling_mask.codecs._buffers`: the decoded size is derived from the text length and checked
+    :mod:`sampling_mask.codecs.buffers`: the decoded size is derived from the text length and checked
     against ``limits`` and ``shape`` (``E_LIMIT`` / ``E_BYTES``) before decoding; bad base64 is ``E_ENCODING``.
     Without ``shape`` the array is 1-D and the bytes must hold whole values (``E_BYTES``)."""
-    wire = _buffers.WIRE_DTYPES[dtype]
+    wire = buffers.WIRE_DTYPES[dtype]
     if not isinstance(text, str):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, f"expected base64 text, got {type(text).__name__}", field=field)
     if shape is None:
@@ -89,8 +71,8 @@ def array_from_base64(
             )
         shape = (decoded // wire.itemsize,)
     nbytes = checked_nbytes(shape, wire.itemsize, limits, field=field)
-    raw = _buffers.decode_base64(text, nbytes, limits, field=field)
-    return _buffers.array_from_buffer(raw, wire, shape, limits, field=field)
+    raw = buffers.decode_base64(text, nbytes, limits, field=field)
+    return buffers.array_from_buffer(raw, wire, shape, limits, field=field)
 
 
 def array_to_base64(array: np.ndarray, dtype: str) -> str:

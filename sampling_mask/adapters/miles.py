@@ -27,14 +27,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core.checks import as_float_array
+from ..core.checks import as_float_array, get_field
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
 from ._common import (
     check_response_length,
     check_rows_nonempty,
-    get_field,
     int_array,
     masks_from_samples,
     passthrough,

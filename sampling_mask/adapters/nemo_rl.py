@@ -37,10 +37,11 @@ from typing import Any
 import numpy as np
 
 from ..core import layouts
+from ..core.checks import get_field
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
-from ._common import get_field, int_array, passthrough
+from ._common import int_array, passthrough
 
 __all__ = ["SIZES_FIELD", "TOKEN_IDS_FIELD", "from_batch", "from_data", "to_batch", "to_data"]
 

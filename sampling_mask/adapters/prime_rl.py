@@ -23,14 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from .. import alignment
 from ..codecs import msgpack as msgpack_codec
 from ..core import layouts
-from ..core.checks import as_float_array
+from ..core.checks import as_float_array, get_field
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
-from ._common import array_from_base64, array_from_bytes, array_to_base64, get_field, int_array, passthrough
+from ..data import alignment
+from ._common import array_from_base64, array_from_bytes, array_to_base64, int_array, passthrough
 
 __all__ = [
     "CAPTURE_CAP",
@@ -256,7 +256,7 @@ def shift_packed_left(mask: SamplingMask) -> SamplingMask:
     (segments are the packed samples, kept as ``cu_seqlens``). Position t gets row t+1, across
     sample boundaries; the last position is empty. Row 0 must be empty (``E_SCHEMA``): no logits
     score it, and prime-rl drops it. Old name ``shift_left``; not
-    :func:`sampling_mask.alignment.shift_left`, which shifts inside each segment."""
+    :func:`sampling_mask.data.alignment.shift_left`, which shifts inside each segment."""
     mask = as_sampling_mask(mask)
     n = mask.num_rows
     if n and mask.row_lengths[0] > 0:
@@ -271,7 +271,7 @@ def shift_packed_left(mask: SamplingMask) -> SamplingMask:
 
 def unshift_packed(mask: SamplingMask) -> SamplingMask:
     """Inverse of :func:`shift_packed_left` (old name ``unshift``; not
-    :func:`sampling_mask.alignment.unshift`, which works per segment); the last packed row must be
+    :func:`sampling_mask.data.alignment.unshift`, which works per segment); the last packed row must be
     empty (``E_SCHEMA``)."""
     mask = as_sampling_mask(mask)
     n = mask.num_rows
@@ -325,7 +325,7 @@ def context_parallel_packed_rows(num_rows: int, world_size: int, rank: int) -> n
     """The packed positions context-parallel ``rank`` holds in prime-rl: ``shard_for_cp`` is
     ``torch.chunk(t, world_size, dim=1)[rank]`` over the whole packed sequence, which must divide
     evenly (``E_SHAPE``, as prime-rl refuses it). cu=[0, 5, 12], P=2: ``[0..5]`` and ``[6..11]``.
-    Old name ``context_parallel_rows``; not :func:`sampling_mask.alignment.context_parallel_rows`,
+    Old name ``context_parallel_rows``; not :func:`sampling_mask.data.alignment.context_parallel_rows`,
     which splits each sequence of ``cu_seqlens``. A non-integer argument is ``E_DTYPE``."""
     for name, value in (("num_rows", num_rows), ("world_size", world_size), ("rank", rank)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):

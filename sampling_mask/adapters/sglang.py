@@ -63,10 +63,11 @@ from typing import Any, Literal
 import numpy as np
 
 from ..core import checks, layouts
+from ..core.checks import get_field
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
-from ._common import get_field, int_array, ragged_from_lists
+from ._common import int_array, ragged_from_lists
 
 __all__ = [
     "from_chat_choice",

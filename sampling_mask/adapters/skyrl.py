@@ -18,7 +18,7 @@ Matches:
   ``[len(response_ids), top_k]``: generation k's rows, then ``-1`` rows for the synthetic EOS and
   the observation. The final observation stays in the last step (the non-step-wise path cuts it);
   a generation cut by ``max_tokens`` (``stop_reason == "length"``) has no EOS row. A
-  :class:`~sampling_mask.trace.Trace` gives these samples with :func:`step_samples` (its
+  :class:`~sampling_mask.data.trace.Trace` gives these samples with :func:`step_samples` (its
   ``step_mask(step_ends="observation")``); :func:`from_step_samples` / :func:`to_step_samples`
   read and write the per-sample arrays.
 
@@ -33,13 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..core.checks import get_field
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
-from ._common import array_from_base64, array_to_base64, get_field, int_array, masks_from_samples, passthrough
+from ._common import array_from_base64, array_to_base64, int_array, masks_from_samples, passthrough
 
 if TYPE_CHECKING:
-    from ..trace import Trace
+    from ..data.trace import Trace
 
 __all__ = [
     "from_dense",

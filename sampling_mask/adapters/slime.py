@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.checks import get_field
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
@@ -27,7 +28,6 @@ from ._common import (
     array_from_bytes,
     array_to_base64,
     check_response_length,
-    get_field,
     int_array,
     masks_from_samples,
     passthrough,

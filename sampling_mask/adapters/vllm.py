@@ -71,10 +71,11 @@ from typing import Any, Literal
 import numpy as np
 
 from ..core import checks, layouts
+from ..core.checks import get_field
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count
 from ..core.model import SamplingMask, as_sampling_mask
-from ._common import get_field, int_array, passthrough, ragged_from_lists
+from ._common import int_array, passthrough, ragged_from_lists
 
 __all__ = [
     "FILTERED_LOGPROB",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..codecs import _registry
+from ..codecs import registry
 from ..core.optional import EXTRAS, UnavailableError
 
 if TYPE_CHECKING:
@@ -24,10 +24,10 @@ if TYPE_CHECKING:
 
 PROG = "sampling-mask"
 #: Formats written and read batch by batch, and those that carry the rows only: the codec registry's.
-STREAMING_FORMATS, ROWS_ONLY_FORMATS = _registry.STREAMING_FORMATS, _registry.ROWS_ONLY_FORMATS
+STREAMING_FORMATS, ROWS_ONLY_FORMATS = registry.STREAMING_FORMATS, registry.ROWS_ONLY_FORMATS
 #: Optional dependencies and the extra that installs each.
 OPTIONAL_EXTRAS = EXTRAS
-FORMAT_HELP = f"input format when the extension does not say it ({', '.join(_registry.FORMATS)})"
+FORMAT_HELP = f"input format when the extension does not say it ({', '.join(registry.FORMATS)})"
 
 
 class CliError(Exception):
@@ -112,7 +112,7 @@ class JsonArray(list):  # type: ignore[type-arg]
         return self._length
 
     def __iter__(self) -> Iterator[Any]:
-        from ..stats import json_values
+        from ..data.stats import json_values
 
         for chunk in self._chunks():
             yield from json_values(chunk)

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 from ..core.checks import is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, LOCAL_FILE_LIMITS, Limits
-from ..stats import SupportSummary
+from ..data.stats import SupportSummary
 from ._common import ROWS_ONLY_FORMATS, STREAMING_FORMATS, CliError, Progress, error_text, progress_enabled
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..codecs._walk import Skipped
+    from ..codecs.walk import Skipped
     from ..core.model import SamplingMask
 
 
@@ -72,9 +72,9 @@ class Source:
         """The whole mask (``self.fmt`` becomes the detected JSON form); SamplingMaskError on bad content."""
         codecs = self.codecs
         if self.json_family:
-            from ..codecs import _files
+            from ..codecs import files
 
-            data = _files.read_bounded(self.path, self.limits.max_bytes)  # a regular file only, bounded
+            data = files.read_bounded(self.path, self.limits.max_bytes)  # a regular file only, bounded
             self.fmt = str(codecs.detect_format(data))
             self.json_family = False
             mask: SamplingMask = codecs.decode(data, format=self.fmt, limits=self.limits)
@@ -122,7 +122,7 @@ def input_files(pattern: str) -> tuple[list[Path], list[Skipped]] | None:
     """
     import glob
 
-    from ..codecs._walk import find_files
+    from ..codecs.walk import find_files
 
     path = Path(pattern)
     if not path.is_dir() and (path.exists() or not glob.has_magic(pattern)):
@@ -185,7 +185,7 @@ def schema_value(path: Path, fmt: str, key: str) -> str | None:
     """``sampling_mask.<key>`` from the schema metadata of an Arrow / Parquet file, None when absent."""
     if fmt not in STREAMING_FORMATS:
         return None
-    from ..codecs._batch_reader import read_schema
+    from ..codecs.batch_reader import read_schema
 
     try:
         raw = (read_schema(path, fmt, DEFAULT_LIMITS).metadata or {}).get(f"sampling_mask.{key}".encode())
@@ -211,7 +211,7 @@ def count_segments(path: Path, fmt: str) -> int | None:
     """Segments (table rows) in an Arrow file or Parquet file from its metadata alone; None when unknown."""
     if fmt not in ("arrow", "parquet"):
         return None
-    from ..codecs._batch_reader import BatchReader, MappedFile
+    from ..codecs.batch_reader import BatchReader, MappedFile
 
     try:
         return sum(BatchReader(MappedFile(path).buffer, fmt, DEFAULT_LIMITS).rows)
@@ -256,7 +256,7 @@ def read_npy(path: Path, *, ndim: int, kinds: str, field: str) -> np.ndarray:
 
     import numpy as np
 
-    from ..codecs._batch_reader import MappedFile
+    from ..codecs.batch_reader import MappedFile
     from ..core.limits import LOCAL_FILE_LIMITS, checked_nbytes
 
     data = memoryview(MappedFile(path).buffer)
@@ -299,7 +299,7 @@ def read_sampled(path: Path) -> np.ndarray:
     :class:`SidecarError`."""
     import numpy as np
 
-    from ..codecs import _files
+    from ..codecs import files
     from ..codecs import json as json_codec
 
     check_input(path)
@@ -311,7 +311,7 @@ def read_sampled(path: Path) -> np.ndarray:
         if suffix == ".npy":
             data: Any = read_npy(path, ndim=1, kinds="iu", field=field)
         else:
-            data = json_codec.parse(_files.read_bounded(path, DEFAULT_LIMITS.max_bytes))
+            data = json_codec.parse(files.read_bounded(path, DEFAULT_LIMITS.max_bytes))
     except OSError as exc:
         raise CliError("E_IO", f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
     except SamplingMaskError as exc:

@@ -120,7 +120,7 @@ def _convert_streaming(
 
 def run(args: argparse.Namespace) -> int:
     """IN -> OUT; Arrow file / stream and Parquet go batch by batch (files larger than memory convert)."""
-    from ..codecs._files import check_target
+    from ..codecs.files import check_target
 
     source = open_input(args, "input")
     dst = Path(args.output)
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         check_target(dst)
     except SamplingMaskError as exc:
         raise CliError(exc.code.value, f"cannot write {str(dst)!r}: {error_text(exc)}") from None
-    # The one atomic writer (codecs._files.atomic_path, as save() uses): the output goes to a temporary
+    # The one atomic writer (codecs.files.atomic_path, as save() uses): the output goes to a temporary
     # file next to OUT renamed at the end, so a failed conversion never leaves half a file, and
     # converting a file onto itself reads all of the old one first.
     enabled = progress_enabled(args) and source.streaming

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import SamplingMaskError
-from ..stats import SupportSummary
+from ..data.stats import SupportSummary
 from ._common import (
     OPTIONAL_EXTRAS,
     PROG,
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 def _demo_rollout(tokens: int, seed: int) -> SamplingMask:
     """A rollout from the calibrated synthetic workload (support sizes fitted to real runs)."""
-    from .. import synthetic
+    from ..data import synthetic
 
     return synthetic.rollout(tokens, seed=seed)
 
@@ -152,11 +152,11 @@ def run(args: argparse.Namespace) -> int:
     gen_s = time.perf_counter() - t0
     summary = SupportSummary()
     summary.add(mask)
-    from ..synthetic import TARGETS as real
+    from ..data.synthetic import TARGETS as real
 
     out(
         f"rollout: {mask.num_rows:,} tokens in {plural(mask.num_segments, 'sequence')}, {mask.nnz:,} ids, "
-        f"vocab {mask.vocab_size or 'unknown'} (sampling_mask.synthetic, seed {args.seed}, {gen_s:.2f} s)"
+        f"vocab {mask.vocab_size or 'unknown'} (sampling_mask.data.synthetic, seed {args.seed}, {gen_s:.2f} s)"
     )
     out(f"support sizes: {support_line(summary.support())}")
     out(

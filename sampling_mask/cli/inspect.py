@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..stats import histogram_buckets
+from ..data.stats import histogram_buckets
 from ._common import (
     FORMAT_HELP,
     STREAMING_FORMATS,

@@ -1,5 +1,5 @@
 """``sampling-mask stats FILE``: the support-size distribution overall and per segment (the numbers of
-:mod:`sampling_mask.stats`); ``--plot`` writes a PNG histogram (matplotlib)."""
+:mod:`sampling_mask.data.stats`); ``--plot`` writes a PNG histogram (matplotlib)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..stats import SEGMENT_FIELDS, SupportSummary
+from ..data.stats import SEGMENT_FIELDS, SupportSummary
 from ._common import (
     FORMAT_HELP,
     CliError,
@@ -33,7 +33,7 @@ from ._source import (
 )
 
 if TYPE_CHECKING:
-    from ..codecs._walk import Skipped
+    from ..codecs.walk import Skipped
 
 
 def run(args: argparse.Namespace) -> int:

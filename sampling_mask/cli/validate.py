@@ -60,10 +60,10 @@ def _unvalidated_segments(source: Source, batch_index: int) -> np.ndarray | None
         elif source.fmt == "json":
             import numpy as np
 
-            from ..codecs import _files
+            from ..codecs import files
             from ..codecs import json as json_codec
 
-            doc = json_codec.parse(_files.read_bounded(source.path, source.limits.max_bytes), limits=source.limits)
+            doc = json_codec.parse(files.read_bounded(source.path, source.limits.max_bytes), limits=source.limits)
             rows = doc.get("rows")
             cu = doc.get("cu_seqlens", [0, len(rows)] if isinstance(rows, list) else None)
             return np.asarray(cu, dtype=np.int64) if isinstance(cu, list) else None

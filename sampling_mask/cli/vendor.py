@@ -14,7 +14,7 @@ Every copied file's first line names the release and the file it came from. Runn
 updates the copy: it rewrites the files of the manifest and removes those no longer chosen. A file
 changed since it was written (its sha256 differs from the manifest's), or a DEST holding files but no
 manifest, is refused (``E_IO``, exit 2) unless ``--force``. Every file goes through the library's one
-atomic writer (``codecs._files.atomic_path``), and nothing is written, replaced or deleted through a
+atomic writer (``codecs.files.atomic_path``), and nothing is written, replaced or deleted through a
 symlink below DEST (refused, ``E_IO``, also with ``--force``): the command never touches a file outside DEST.
 """
 
@@ -29,8 +29,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..codecs._registry import CODECS as _ALL_CODECS
-from ..codecs._registry import Codec
+from ..codecs.registry import CODECS as _ALL_CODECS
+from ..codecs.registry import Codec
 from ._common import CliError, add_command, out
 
 #: The codecs a copy can take (the registry's entries with vendorable files).
@@ -98,8 +98,8 @@ def _check_package(name: str, dest: Path) -> None:
 
 
 def _checked(dest: Path, rel: str) -> Path:
-    """``dest / rel`` after :func:`codecs._files.check_inside`: no ``..``, no symlink below DEST (``E_IO``)."""
-    from ..codecs._files import check_inside
+    """``dest / rel`` after :func:`codecs.files.check_inside`: no ``..``, no symlink below DEST (``E_IO``)."""
+    from ..codecs.files import check_inside
     from ..core.errors import SamplingMaskError
 
     try:
@@ -114,7 +114,7 @@ def _checked(dest: Path, rel: str) -> Path:
 def _previous_files(dest: Path, force: bool) -> dict[str, str]:
     """``{relpath: sha256}`` of the copy already in ``dest`` (empty when none); refuses local changes
     and any path of the manifest that leads through a symlink (also with ``--force``)."""
-    from ..codecs._files import read_bounded
+    from ..codecs.files import read_bounded
     from ..core.errors import SamplingMaskError
 
     if not dest.exists():
@@ -156,7 +156,7 @@ def _regular(path: Path) -> bool:
 
 def _file_sha256(path: Path) -> str:
     """The sha256 of a regular file, read bounded (a vendored file is small; a huge one differs anyway)."""
-    from ..codecs._files import read_bounded
+    from ..codecs.files import read_bounded
 
     try:
         return _sha256(read_bounded(path, 1 << 26))
@@ -207,7 +207,7 @@ def _codecs_init(stamp: str, name: str, codecs: tuple[str, ...]) -> str:
         f'{stamp}"""Vendored codecs, formats {", ".join(formats)}: ``encode(mask, format)`` and\n'
         "``decode(data, *, format=None, limits=..., validate=True, copy=False)`` (the format told by the\n"
         f"first bytes), also as ``{name}.encode`` / ``{name}.decode``; or each module directly:\n\n{usage}\n"
-        '"""\n\nfrom ._registry import decode, detect_format, encode, held_formats\n\n'
+        '"""\n\nfrom .registry import decode, detect_format, encode, held_formats\n\n'
         "FORMATS = held_formats()\n\n"
         '__all__ = ["FORMATS", "decode", "detect_format", "encode"]\n'
     )
@@ -264,7 +264,7 @@ def _readme(name: str, version: str, codecs: tuple[str, ...]) -> str:
 def vendor(dest: Path, package: str, codecs: tuple[str, ...], *, force: bool = False) -> list[str]:
     """Write the copy (see the module docstring); the paths written, relative to ``dest``."""
     from .. import __version__
-    from ..codecs._files import remove_file
+    from ..codecs.files import remove_file
     from ..core.errors import SamplingMaskError
 
     _check_package(package, dest)
@@ -308,7 +308,7 @@ def vendor(dest: Path, package: str, codecs: tuple[str, ...], *, force: bool = F
 
 def _write_files(dest: Path, contents: dict[str, bytes]) -> None:
     """Each file through the one atomic writer, inside ``dest`` and never through a symlink."""
-    from ..codecs._files import atomic_path, make_dirs
+    from ..codecs.files import atomic_path, make_dirs
 
     dest.mkdir(parents=True, exist_ok=True)
     for rel, data in contents.items():

@@ -4,7 +4,7 @@ Codec contract: a codec module turns a mask into ``bytes`` and back, losslessly 
 says otherwise, and its decoder raises only :class:`~sampling_mask.SamplingMaskError` on bad input
 after checking every declared size against ``Limits`` and the real buffer length. Every codec's
 ``encode(mask, *, format=..., **options)`` and ``decode(data, *, format=None, limits=...,
-validate=True, copy=False)`` have the same keyword-only signature; one table, ``codecs._registry``,
+validate=True, copy=False)`` have the same keyword-only signature; one table, ``codecs.registry``,
 knows each codec's formats, extensions, first bytes, the extra it needs and its vendorable files:
 
 ========== ========================== ===================== ===========================
@@ -34,9 +34,9 @@ from typing import Any
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
-from . import _files, _registry
-from ._registry import EXTENSIONS, FORMATS, detect_format, encode, format_for_path
-from ._registry import sniff as _sniff
+from . import files, registry
+from .registry import EXTENSIONS, FORMATS, detect_format, encode, format_for_path
+from .registry import sniff as _sniff
 
 __all__ = [
     "EXTENSIONS",
@@ -55,8 +55,8 @@ __all__ = [
     "write_dataset",
 ]
 
-_ARROW_FORMATS = _registry.CODECS["arrow"].formats
-_JSON_FORMATS = _registry.CODECS["json"].formats
+_ARROW_FORMATS = registry.CODECS["arrow"].formats
+_JSON_FORMATS = registry.CODECS["json"].formats
 
 
 def encode_frames(mask: SamplingMask, **opts: Any) -> list[Any]:
@@ -94,7 +94,7 @@ def decode(
     payloads pass ``limits=Limits.for_untrusted_input(len(data))``. A list of frames
     (:func:`encode_frames`, ZMQ multipart) is read as the msgpack envelope they concatenate to.
     """
-    return _registry.decode(data, format=format, limits=limits, validate=validate, copy=copy)
+    return registry.decode(data, format=format, limits=limits, validate=validate, copy=copy)
 
 
 def save(mask: SamplingMask, path: str | os.PathLike[str], *, format: str | None = None, **opts: Any) -> None:
@@ -104,7 +104,7 @@ def save(mask: SamplingMask, path: str | os.PathLike[str], *, format: str | None
     a path that exists and is not a regular file is refused (``E_ENCODING``)."""
     mask = as_sampling_mask(mask)
     fmt = format_for_path(path) if format is None else format
-    _registry.codec_for(fmt)
+    registry.codec_for(fmt)
     if fmt in _ARROW_FORMATS:
         extra_columns = opts.pop("extra_columns", None)
         with open_writer(path, format=fmt, **opts) as writer:
@@ -114,23 +114,23 @@ def save(mask: SamplingMask, path: str | os.PathLike[str], *, format: str | None
         from . import json as json_codec
 
         pieces = json_codec.iter_encode(mask, format=fmt, **opts)
-        with _files.atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        with files.atomic_path(path) as tmp, open(tmp, "wb") as fh:
             for piece in pieces:
                 fh.write(piece)
         return
     data = encode(mask, fmt, **opts)
-    with _files.atomic_path(path) as tmp, open(tmp, "wb") as fh:
+    with files.atomic_path(path) as tmp, open(tmp, "wb") as fh:
         fh.write(data)
 
 
 def _file_format(path: str | os.PathLike[str], format: str | None) -> str:
     """The explicit format, else the extension's, else detected from the file's first bytes."""
     if format is not None:
-        _registry.codec_for(format)
+        registry.codec_for(format)
         return format
     fmt = EXTENSIONS.get(os.path.splitext(os.fspath(path))[1].lower())
     if fmt is None:
-        fmt = _sniff(_files.read_head(path, 32))
+        fmt = _sniff(files.read_head(path, 32))
     return fmt
 
 
@@ -145,12 +145,12 @@ def load(
     file may hold any JSON form; an unknown extension is detected by content. Only regular files are
     read (``E_ENCODING`` for a FIFO, directory or device), and at most ``limits.max_bytes`` of them.
     A trusted local file of a real run may need ``limits=LOCAL_FILE_LIMITS``."""
-    _files.check_regular(path)
+    files.check_regular(path)
     fmt = _file_format(path, format)
     if fmt in _ARROW_FORMATS:
-        arrow = _registry.module_for(fmt, encoding=False)
+        arrow = registry.module_for(fmt, encoding=False)
         return arrow.load(path, fmt, limits=limits, validate=validate)
-    data = _files.read_bounded(path, limits.max_bytes)
+    data = files.read_bounded(path, limits.max_bytes)
     return decode(data, format=format if fmt in _JSON_FORMATS else fmt, limits=limits, validate=validate)
 
 
@@ -172,7 +172,7 @@ def iter_masks(
     else:
         fmt = _file_format(path, format)
     if fmt in _ARROW_FORMATS:
-        arrow = _registry.module_for(fmt, encoding=False)
+        arrow = registry.module_for(fmt, encoding=False)
         yield from arrow.iter_masks(path, fmt, limits=limits, validate=validate, batch_size=batch_size)
     elif isinstance(path, (bytes, bytearray, memoryview)):
         yield decode(path, format=format, limits=limits, validate=validate)
@@ -195,7 +195,7 @@ def open_writer(path: str | os.PathLike[str], *, format: str | None = None, **op
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, f"{fmt!r} has no record batches; streaming needs arrow, arrows or parquet", value=fmt
         )
-    arrow = _registry.module_for(fmt, encoding=True)
+    arrow = registry.module_for(fmt, encoding=True)
     return arrow.Writer.to_path(path, fmt, **opts)
 
 

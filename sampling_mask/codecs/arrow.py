@@ -21,7 +21,7 @@ Reading validates before trusting: buffer sizes (``E_ENCODING``), column types e
 offsets monotonic (``E_SEGMENTS``), companions' offsets equal to the mask's (``E_SHAPE``), then the
 mask's checks, whose pass over the ids checks the rows' offsets first (``E_OFFSETS``), then Arrow's
 full validation of every other column (user columns included); pyarrow exceptions never escape.
-All of it is the codecs' one batch reader (:mod:`._batch_reader`), which also reads for datasets,
+All of it is the codecs' one batch reader (:mod:`.batch_reader`), which also reads for datasets,
 ``torch_data`` and the command line; the functions here wrap it. Ids and companions are
 zero-copy views of the Arrow buffers, so a memory-mapped ``.arrow`` file gives ids that view the
 mapped file. User columns: :func:`read_table` returns the whole ``pyarrow.Table``;
@@ -42,7 +42,8 @@ from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
 from ..core.optional import require
-from ._batch_reader import (
+from ._common import check_layout, id_order_of
+from .batch_reader import (
     COMPACT_COLUMN,
     COMPACT_NNZ_COLUMN,
     COMPACT_ROWS_COLUMN,
@@ -55,12 +56,11 @@ from ._batch_reader import (
     mask_from_batch,
     read_header,
 )
-from ._batch_reader import METADATA_PREFIX as METADATA_PREFIX
-from ._batch_reader import PREFIX as PREFIX
-from ._batch_reader import header_metadata as _header_metadata
-from ._buffers import input_view
-from ._common import check_layout, id_order_of
-from ._registry import own_format, sniff
+from .batch_reader import METADATA_PREFIX as METADATA_PREFIX
+from .batch_reader import PREFIX as PREFIX
+from .batch_reader import header_metadata as _header_metadata
+from .buffers import input_view
+from .registry import own_format, sniff
 
 __all__ = [
     "COMPACT_COLUMN",
@@ -257,10 +257,10 @@ class Writer:
     def to_path(cls, path: Any, fmt: str, *, root: Any = None, **opts: Any) -> Writer:
         """A writer to a temporary file next to ``path``, renamed over it by :meth:`close` and removed
         instead when the ``with`` block raises (or on :meth:`abort`): a reader never sees a partial file.
-        ``root``: the destination folder ``path`` must stay inside (:func:`._files.atomic_path`)."""
+        ``root``: the destination folder ``path`` must stay inside (:func:`.files.atomic_path`)."""
         import pyarrow as pa
 
-        from ._files import atomic_path
+        from .files import atomic_path
 
         files = contextlib.ExitStack()
         tmp = files.enter_context(atomic_path(path, root=root))
@@ -390,7 +390,7 @@ def encode(
 
 # ---------------------------------------------------------------------------------------------- read
 # Every read goes through the one batch reader (regular files only, costs checked before pyarrow
-# allocates, every column validated before a byte is handed out): see ._batch_reader.
+# allocates, every column validated before a byte is handed out): see .batch_reader.
 
 
 def mask_from_table(table: Any, *, limits: Limits = DEFAULT_LIMITS, validate: bool = True) -> SamplingMask:

@@ -6,12 +6,12 @@ A dataset is a directory (searched recursively), a glob or a list of paths, all 
 
 Invariants:
 
-* Every file is read through the codecs' one batch reader (``._batch_reader``), as
+* Every file is read through the codecs' one batch reader (``.batch_reader``), as
   :func:`sampling_mask.codecs.arrow.iter_masks` reads it: a regular file only, its schema header
   (version, vocab size, id order, layout, metadata) checked before any batch is trusted, each
   batch's size bounded before it is read, the mask and every user column validated before a value
   is handed out. ``pyarrow.dataset`` is not used.
-* Files are found by ``._walk``: nothing is opened to find them, symlinks to directories are never
+* Files are found by ``.walk``: nothing is opened to find them, symlinks to directories are never
   followed, FIFOs / devices / dangling or looping links / links to files outside the root (unless
   ``follow_symlinks=True``) are reported by path, not read.
 * One table row is one segment (sequence), so a row filter keeps or drops whole sequences: filters on
@@ -44,7 +44,7 @@ from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask
 from . import arrow
-from ._batch_reader import (
+from .batch_reader import (
     PREFIX,
     RESERVED_COLUMNS,
     BatchReader,
@@ -57,7 +57,7 @@ from ._batch_reader import (
     read_schema,
     user_values,
 )
-from ._walk import find_files, located, split_by_format
+from .walk import find_files, located, split_by_format
 
 __all__ = [
     "FileError",
@@ -487,7 +487,7 @@ def write_dataset(
     raised. Nothing is written through a symlink below ``base_dir`` (``E_ENCODING``): the files stay
     inside it.
     """
-    from . import _files
+    from . import files
 
     if format not in _EXTENSIONS:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "write_dataset writes 'parquet' or 'arrow'", value=format)
@@ -507,7 +507,7 @@ def write_dataset(
         nonlocal counter
         os.makedirs(base, exist_ok=True)
         if directory != base:
-            created.extend(_files.make_dirs(base, directory))
+            created.extend(files.make_dirs(base, directory))
         path = os.path.join(directory, f"part-{token}-{counter:05d}.{format}")
         counter += 1
         writer = arrow.Writer.to_path(path, format, root=base, **writer_options)
@@ -560,7 +560,7 @@ def write_dataset(
             writer.abort(exc)
         for path in written:
             with contextlib.suppress(OSError, SamplingMaskError):
-                _files.remove_file(base, path)
+                files.remove_file(base, path)
         for folder in reversed(created):
             with contextlib.suppress(OSError):
                 os.rmdir(folder)

@@ -44,7 +44,6 @@ from ..core.checks import check_structure, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes, remaining
 from ..core.model import SamplingMask, as_sampling_mask
-from ._buffers import array_from_buffer, decode_base64, wire_dtype, wire_shape
 from ._common import (
     SPEC_MAJOR,
     VERSION_KEY,
@@ -56,9 +55,21 @@ from ._common import (
     metadata_to_json,
     parse_id_order,
 )
-from ._registry import own_format
+from .buffers import array_from_buffer, decode_base64, wire_dtype, wire_shape
+from .registry import own_format
 
-__all__ = ["FORMATS", "BASE64_DTYPES", "decode", "detect", "encode", "iter_encode", "parse", "parse_cost"]
+__all__ = [
+    "FORMATS",
+    "BASE64_DTYPES",
+    "decode",
+    "detect",
+    "encode",
+    "iter_encode",
+    "metadata_from_json",
+    "metadata_to_json",
+    "parse",
+    "parse_cost",
+]
 
 FORMATS = ("json", "json-rows", "base64")
 #: dtypes the base64 envelope may declare for a mask (values must fit int32).

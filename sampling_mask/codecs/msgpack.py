@@ -50,9 +50,9 @@ from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, remaining
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
 from . import _msgpack_reader, _msgpack_writer
-from ._buffers import array_from_buffer, input_view, wire_dtype, wire_shape
 from ._common import ID_ORDERS, SPEC_MAJOR, VERSION_KEY, check_id_order, check_version, id_order_of, parse_id_order
-from ._registry import own_format
+from .buffers import array_from_buffer, input_view, wire_dtype, wire_shape
+from .registry import own_format
 
 __all__ = ["LAYOUTS", "decode", "encode", "encode_frames", "encode_into", "is_envelope", "read_value"]
 

@@ -24,8 +24,8 @@ import numpy as np
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
-from ._batch_reader import PREFIX, MappedFile, header_metadata, read_header
 from ._common import check_id_order, id_order_of
+from .batch_reader import PREFIX, MappedFile, header_metadata, read_header
 
 __all__ = ["DTYPES", "from_tensors", "load_file", "read_tensors", "save_file", "tensor_dtypes", "to_tensors"]
 

@@ -216,7 +216,7 @@ def _vocab_size(payload: Mapping[str, Any]) -> int | None:
 def _metadata(payload: Mapping[str, Any]) -> Any:
     """The metadata of a model mask: values as in the JSON document (SPEC 11.2), a non-finite float
     spelled ``{"float": "NaN" | "Infinity" | "-Infinity"}``."""
-    from ..codecs._common import metadata_from_json
+    from ..codecs.json import metadata_from_json
 
     metadata = payload.get("metadata")
     if metadata is not None and not isinstance(metadata, Mapping):
@@ -323,7 +323,7 @@ def mask_to_json(mask: SamplingMask) -> dict[str, Any]:
         else:
             out[name] = values
     if mask.metadata:
-        from ..codecs._common import metadata_to_json
+        from ..codecs.json import metadata_to_json
 
         out["metadata"] = metadata_to_json(mask.metadata)
     return out
@@ -493,7 +493,7 @@ def encode_layout(form: str, mask: SamplingMask, options: Mapping[str, Any] | No
     for name, arr in mask.companions.items():
         out[name] = array_to_json(arr)
     if mask.metadata:
-        from ..codecs._common import metadata_to_json
+        from ..codecs.json import metadata_to_json
 
         out["metadata"] = metadata_to_json(mask.metadata)
     return out

@@ -1,6 +1,6 @@
 # sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/core/checks.py, vendorable (docs/serving-and-vendoring.md)
-"""Input checks every layer shares (numpy and the standard library only): arrays from user or
-wire values, strict integers, and "raise at the first bad row".
+"""Input checks every layer shares (numpy and the standard library only): fields of duck-typed
+objects, arrays from user or wire values, strict integers, and "raise at the first bad row".
 
 Each raises :class:`~.errors.SamplingMaskError` with the field (and the first bad row) named.
 
@@ -24,13 +24,31 @@ from .errors import ErrorCode, SamplingMaskError
 from .limits import Limits, check_count
 
 __all__ = [
+    "MISSING",
     "as_float_array",
     "as_host_array",
     "asarray_checked",
     "check_structure",
+    "get_field",
     "is_int",
     "raise_at_first",
 ]
+
+
+MISSING: Any = object()
+
+
+def get_field(obj: Any, name: str, default: Any = MISSING, *, where: str | None = None) -> Any:
+    """``obj[name]`` for mappings, ``obj.name`` otherwise; ``default`` (or ``E_SCHEMA``) when absent."""
+    if isinstance(obj, Mapping):
+        if name in obj:
+            return obj[name]
+    elif hasattr(obj, name):
+        return getattr(obj, name)
+    if default is not MISSING:
+        return default
+    field = f"{where}.{name}" if where else name
+    raise SamplingMaskError(ErrorCode.E_SCHEMA, f"missing field {name!r}", field=field)
 
 
 def is_int(value: Any) -> bool:

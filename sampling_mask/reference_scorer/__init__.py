@@ -42,7 +42,7 @@ Diagnostics: :func:`replay_diagnostics` -> :class:`ReplayDiagnostics` (per-row i
 mismatch KL k1 / k3 between rollout ``sampled_logprobs`` and trainer log-probs, fraction of rows
 replayed; all-reduced over a context-parallel ``group``).
 Context parallel: :func:`context_parallel_split` (rows of one rank, contiguous or zig-zag, via
-``sampling_mask.alignment.context_parallel_rows``) and :func:`gather_rows`.
+``sampling_mask.data.alignment.context_parallel_rows``) and :func:`gather_rows`.
 
 Support reconstruction and the mask audit: :func:`support_from_logits` (what vLLM / SGLang /
 transformers' sampler keeps for each row, ``rule=``), :func:`audit` / :func:`audit_from_hidden` ->

@@ -7,7 +7,7 @@ all-reduces in forward and passes the gradient through unchanged in backward, wh
 rank's gradient of its own shard exact; :class:`CopyToGroup` is its mirror (identity forward,
 all-reduce backward) for the hidden states every rank multiplies by its shard.
 
-Context parallel: rows are split across ranks (``sampling_mask.alignment``, contiguous or
+Context parallel: rows are split across ranks (``sampling_mask.data.alignment``, contiguous or
 zig-zag); scoring is row-local, so each rank scores its rows alone and per-row results
 equal the unsplit computation. :func:`gather_rows` reassembles per-row results for logging.
 """
@@ -81,9 +81,9 @@ def context_parallel_split(
     mask: SamplingMask, world_size: int, rank: int, mode: str = "contiguous"
 ) -> tuple[np.ndarray, SamplingMask]:
     """(row indices of ``rank``, the mask of those rows, one segment per sequence) for context
-    parallelism: ``sampling_mask.alignment.context_parallel_rows`` and ``shard_mask``, which split
+    parallelism: ``sampling_mask.data.alignment.context_parallel_rows`` and ``shard_mask``, which split
     rows and mask the same way (contiguous, or zig-zag: chunks r and 2P-1-r of each sequence)."""
-    from ..alignment import context_parallel_rows, shard_mask
+    from ..data.alignment import context_parallel_rows, shard_mask
 
     rows = context_parallel_rows(mask.cu_seqlens, world_size, rank, mode)
     return rows, shard_mask(mask, world_size, rank, mode)

@@ -33,7 +33,7 @@ with per-row parameters, so supports agree id for id with the engine's code run 
   top-p renormalizes over the top-k survivors; min-p is relative to the top-p survivors' max.
   With ``generation_config=`` the parameters are the ones ``generate()`` really uses: unset fields take
   transformers' own defaults, read from the installed package at run time (5.x fills an unset
-  ``top_k`` with 50; :mod:`sampling_mask.adapters.transformers`).
+  ``top_k`` with 50; :mod:`sampling_mask.sampler.generation_config`).
 
 Parameters are scalars or [T] and are held in float32 (as the engines hold them). Off values:
 ``top_k`` None / 0 / -1 (and, except for ``"sglang"``, any k >= V), ``top_p`` None / 1, ``min_p``
@@ -324,7 +324,7 @@ def sampler_arguments(rule: str, generation_config: Any, **explicit: Any) -> tup
     Without ``generation_config`` the explicit values are returned as they are. With one (``rule="hf"``
     only, a transformers ``GenerationConfig`` or a mapping of its fields), the values ``generate()``
     really uses: the config filled with transformers' own defaults, read from the installed package
-    (:func:`sampling_mask.adapters.transformers.sampler_settings`; an unset ``top_k`` is 50 in 5.x),
+    (:func:`sampling_mask.sampler.generation_config.sampler_settings`; an unset ``top_k`` is 50 in 5.x),
     and the names of the processors it turns on that the rule does not reproduce (``repetition_penalty``,
     ``min_new_tokens``, bad words, greedy ``do_sample=False``, ...). Passing both is ``E_SCHEMA``.
     """
@@ -341,10 +341,10 @@ def sampler_arguments(rule: str, generation_config: Any, **explicit: Any) -> tup
             f"pass either generation_config or {', '.join(given)}, not both",
             field="generation_config",
         )
-    from ..adapters import transformers as hf_adapter  # lazy: needs transformers
+    from ..sampler import generation_config as hf_config  # transformers is imported lazily there
 
-    config = hf_adapter.resolve_generation_config(generation_config)
-    return hf_adapter.sampler_settings(config, resolve=False), hf_adapter.unseen_processors(config)
+    config = hf_config.resolve_generation_config(generation_config)
+    return hf_config.sampler_settings(config, resolve=False), hf_config.unseen_processors(config)
 
 
 def support_from_logits(

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError
 
 __all__ = ["count_arg"]
 

@@ -8,7 +8,7 @@
   current batch of each file is kept, so a worker's memory stays flat over the dataset.
 * :func:`collate_sequences` packs a list of sequences into one :class:`PackedBatch`: the masks
   concatenated (segment order = batch order), ``cu_seqlens`` as an int32 tensor, the label shift of
-  :func:`sampling_mask.alignment.shift_left` applied by default, the columns as tensors.
+  :func:`sampling_mask.data.alignment.shift_left` applied by default, the columns as tensors.
 * :class:`SequenceShardSampler` gives each data-parallel rank an equal number of sequences per epoch
   (like ``DistributedSampler``), optionally balancing the ranks' token counts.
 
@@ -27,14 +27,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..codecs.batch_reader import BatchReader, MappedFile, arrow_errors, mask_from_batch, user_values
+from ..codecs.dataset import FileError, MaskSequence
+from ..codecs.ipc_bounds import check as check_cost
+from ..codecs.walk import find_files, located, split_by_format
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits
+from ..core.model import SamplingMask, concat
 from . import alignment
-from .codecs._batch_reader import BatchReader, MappedFile, arrow_errors, mask_from_batch, user_values
-from .codecs._ipc_bounds import check as check_cost
-from .codecs._walk import find_files, located, split_by_format
-from .codecs.dataset import FileError, MaskSequence
-from .core.errors import ErrorCode, SamplingMaskError
-from .core.limits import DEFAULT_LIMITS, Limits
-from .core.model import SamplingMask, concat
 
 __all__ = ["PackedBatch", "SequenceDataset", "SequenceShardSampler", "collate_sequences"]
 
@@ -199,8 +199,8 @@ def collate_sequences(
     """``collate_fn`` for a ``DataLoader`` over :class:`SequenceDataset` (``functools.partial`` sets the options).
 
     Input-aligned sequences (a row per input token, prompt rows empty) are label-aligned with
-    :func:`~sampling_mask.alignment.shift_left` (``shift=True``). Sequences of generated rows only are
-    label-aligned with :func:`~sampling_mask.alignment.label_aligned`, their prompt lengths read from
+    :func:`~sampling_mask.data.alignment.shift_left` (``shift=True``). Sequences of generated rows only are
+    label-aligned with :func:`~sampling_mask.data.alignment.label_aligned`, their prompt lengths read from
     the column ``prompt_length_column``. ``shift=False`` and no column: rows as stored.
     """
     if not items:

@@ -1,6 +1,6 @@
 """The one reader of Arrow IPC files, IPC streams and Parquet files: every read in the package goes
 through it (:mod:`.arrow`'s ``load`` / ``decode`` / ``iter_masks`` / ``read_table`` /
-``mask_from_table``, :mod:`.dataset`, :mod:`sampling_mask.torch_data`, :mod:`.safetensors`'s header,
+``mask_from_table``, :mod:`.dataset`, :mod:`sampling_mask.data.torch_data`, :mod:`.safetensors`'s header,
 and the command line through those). No other module opens these formats itself.
 
 Invariants:
@@ -9,7 +9,7 @@ Invariants:
   device, socket or directory is ``E_ENCODING`` at once (nothing blocks, nothing is read), an empty
   file too; then the file is memory-mapped read-only. A symlink loop is the usual ``OSError``.
 * **Bounded before allocated.** What reading each record batch / row group may allocate (its
-  *cost*, :mod:`._ipc_bounds` / :mod:`._parquet_bounds`, from the metadata alone, a fixed part per
+  *cost*, :mod:`.ipc_bounds` / :mod:`._parquet_bounds`, from the metadata alone, a fixed part per
   batch included) is checked against ``limits.max_bytes`` before pyarrow reads it, and so are the
   rows each declares (:attr:`BatchReader.rows` comes from the metadata, never from reading a batch).
   A batch whose rows differ from what the metadata declared is ``E_ENCODING``.
@@ -40,7 +40,7 @@ from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.limits import Limits, check_count, check_output, output_nbytes, remaining
 from ..core.model import COMPANIONS, SamplingMask, concat
-from . import _ipc_bounds, _parquet_bounds
+from . import _parquet_bounds, ipc_bounds
 from ._common import (
     SPEC_MAJOR,
     check_id_order,
@@ -49,7 +49,7 @@ from ._common import (
     metadata_value_from_json,
     parse_id_order,
 )
-from ._walk import file_kind
+from .walk import file_kind
 
 __all__ = [
     "column_names",
@@ -576,8 +576,8 @@ class BatchReader:
                 ErrorCode.E_ENCODING, "the file does not start with the magic ARROW1", field="magic"
             )
         if fmt in ("arrow", "arrows"):
-            costs = _ipc_bounds.batch_costs(data, fmt)
-            _ipc_bounds.check(costs.dictionaries, limits, "the dictionary batches")
+            costs = ipc_bounds.batch_costs(data, fmt)
+            ipc_bounds.check(costs.dictionaries, limits, "the dictionary batches")
             self.costs, self.rows, self.complete = list(costs.batches), list(costs.rows), costs.complete
         with arrow_errors(f"{fmt} input"):
             if fmt == "arrow":
@@ -605,7 +605,7 @@ class BatchReader:
                     raise SamplingMaskError(ErrorCode.E_ENCODING, "the Parquet footer's row groups disagree")
                 if batch_size is not None:
                     for index, cost in enumerate(self.costs):
-                        _ipc_bounds.check(cost, limits, f"row group {index}")
+                        ipc_bounds.check(cost, limits, f"row group {index}")
                     self._pieces = self._reader.iter_batches(batch_size=batch_size)
             self.header = read_header(self.schema.metadata, limits)
 
@@ -613,14 +613,14 @@ class BatchReader:
         """``E_LIMIT`` unless every batch together fits ``limits.max_bytes`` (one joined mask); the
         batches :meth:`masks` reads then count on from there (SPEC 8.5: one count per decode)."""
         self._counted = sum(self.costs)
-        _ipc_bounds.check(self._counted, self.limits, what)
+        ipc_bounds.check(self._counted, self.limits, what)
 
     def read(self, index: int) -> Any:
         """Batch ``index`` (called with 0, 1, 2, ... or, for a file, in any order), or None after the
         last one. Its cost is checked before it is read, its rows against the declared after."""
         if index < len(self.costs) and self._pieces is None:
             what = f"row group {index}" if self.fmt == "parquet" else f"record batch {index}"
-            _ipc_bounds.check(self.costs[index], self.limits, what)
+            ipc_bounds.check(self.costs[index], self.limits, what)
         if self.fmt == "arrow":
             batch = self._reader.get_batch(index) if index < self._reader.num_record_batches else None
         elif self.fmt == "arrows":

@@ -1,4 +1,4 @@
-# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/codecs/_registry.py, vendorable (docs/serving-and-vendoring.md)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/codecs/registry.py, vendorable (docs/serving-and-vendoring.md)
 """The codec contract, and the one table that knows every codec.
 
 Each codec is one module next to this one (``arrow``, ``msgpack``, ``json``) and offers::
@@ -94,7 +94,7 @@ class Codec:
         return tuple(EXTRAS[p] for p in self.packages)
 
 
-_SHARED = ("_buffers.py", "_common.py", "_registry.py")
+_SHARED = ("buffers.py", "_common.py", "registry.py")
 
 CODECS: Mapping[str, Codec] = {
     "arrow": Codec(

@@ -1,6 +1,6 @@
 """Finding the files of a directory, a glob or a list of paths, without ever blocking or looping.
 
-Used by :mod:`.dataset`, :mod:`sampling_mask.torch_data` and the command line (``validate``,
+Used by :mod:`.dataset`, :mod:`sampling_mask.data.torch_data` and the command line (``validate``,
 ``stats`` of a directory or glob). Invariants:
 
 * Nothing is opened here: entries are classified by ``lstat`` / ``stat`` alone, so a FIFO or a

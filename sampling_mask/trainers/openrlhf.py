@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
+from ..adapters import vllm as vllm_adapter
 from ..core.checks import as_host_array, is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask, concat
-from . import vllm as vllm_adapter
 from .verl import batch_segments, dense_rows, replay_logprobs
 
 __all__ = [

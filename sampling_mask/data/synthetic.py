@@ -28,9 +28,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .core import layouts
-from .core.errors import ErrorCode, SamplingMaskError
-from .core.model import SamplingMask
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.model import SamplingMask
 
 __all__ = ["TARGETS", "rollout", "support_stats"]
 
@@ -195,7 +195,7 @@ def rollout(
     if temps.size == 0 or not np.all(temps > 0):
         raise SamplingMaskError(ErrorCode.E_RANGE, "temperatures must be > 0", field="temperature")
     row_temperature = np.repeat(rng.choice(temps, size=seg_lengths.size), seg_lengths)
-    metadata: dict[str, Any] = {"top_k": int(top_k), "top_p": float(top_p), "producer": "sampling_mask.synthetic"}
+    metadata: dict[str, Any] = {"top_k": int(top_k), "top_p": float(top_p), "producer": "sampling_mask.data.synthetic"}
     if temps.size == 1:
         metadata["temperature"] = float(temps[0])
     if num_tokens == 0:

@@ -35,11 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from ..core.checks import as_host_array, is_int, raise_at_first
+from ..adapters import vllm as vllm_adapter
+from ..core.checks import as_host_array, get_field, is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask, concat
-from . import vllm as vllm_adapter
-from ._common import get_field
 
 __all__ = [
     "MASK_KEY",

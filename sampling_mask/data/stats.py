@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .core.model import SamplingMask, as_sampling_mask
+from ..core.model import SamplingMask, as_sampling_mask
 
 __all__ = ["SEGMENT_FIELDS", "SupportSummary", "histogram_buckets", "json_values", "summarize", "support_from_counts"]
 

@@ -1,4 +1,4 @@
-# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/codecs/_buffers.py, vendorable (docs/serving-and-vendoring.md)
+# sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/codecs/buffers.py, vendorable (docs/serving-and-vendoring.md)
 """Checked views of untrusted byte buffers: the one place a decoder turns bytes into an array.
 
 Invariant: a declared dtype comes from a per-field whitelist, a declared shape is a list of

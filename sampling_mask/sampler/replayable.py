@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError
 
 __all__ = ["DEFAULT_MAX_TOP_K", "Reason", "ReplayCheck", "check_sampler", "check_sampling_params", "require_replayable"]
 

@@ -27,13 +27,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..core import layouts
+from ..core.checks import as_float_array, as_host_array
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits
+from ..core.model import SamplingMask, as_sampling_mask
 from ._args import count_arg
 from .alignment import take_rows
-from .core import layouts
-from .core.checks import as_float_array, as_host_array
-from .core.errors import ErrorCode, SamplingMaskError
-from .core.limits import DEFAULT_LIMITS, Limits
-from .core.model import SamplingMask, as_sampling_mask
 
 __all__ = ["Trace", "TraceBuilder"]
 

@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
+from ..core import layouts
+from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.layouts import as_host_array
+from ..core.model import SamplingMask, as_sampling_mask, concat
 from ._args import count_arg
-from .core import layouts
-from .core.errors import ErrorCode, SamplingMaskError
-from .core.layouts import as_host_array
-from .core.model import SamplingMask, as_sampling_mask, concat
 
 __all__ = [
     "append_padding_segment",
