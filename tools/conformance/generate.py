@@ -31,6 +31,8 @@ __all__ = ["build", "main", "stable_float"]
 
 SUITE = "v1"
 REQ, REC = "required", "recommended"
+#: The spec revision a builder's cases arrived with, recorded by ``File.add(since=...)``.
+SPEC_1_4 = "1.4"
 _SOURCES = Path(__file__).resolve().parent / "sources"
 
 
@@ -2946,7 +2948,7 @@ def _arrow_payloads() -> dict[str, bytes]:
             writer.write_batch(batch)  # one record batch per segment: two blocks in the footer
     out["arrow.one-batch-per-segment"] = sink.getvalue()
     out.update(_byte_count_payloads(lists, table, meta, ipc_file, ipc_stream))
-    out.update(_schema_only_payloads(companions, issue, meta, ipc_file, ipc_stream, parquet))
+    out.update(_schema_only_payloads(companions, issue, meta, ipc_file, parquet))
     return out
 
 
@@ -3024,9 +3026,7 @@ def _byte_count_payloads(lists: Any, table: Any, meta: Any, ipc_file: Any, ipc_s
     return out
 
 
-def _schema_only_payloads(
-    companions: Any, issue: Any, meta: Any, ipc_file: Any, ipc_stream: Any, parquet: Any
-) -> dict[str, bytes]:
+def _schema_only_payloads(companions: Any, issue: Any, meta: Any, ipc_file: Any, parquet: Any) -> dict[str, bytes]:
     """Payloads whose schema alone says something: no batch, or schema metadata of another kind."""
     import io
 
@@ -4780,8 +4780,6 @@ def v1_3_cases(book: Book) -> None:
 
 
 # ------------------------------------------------------------------------------------------ byte count
-#: The spec revision of the builders below.
-SPEC_1_4 = "1.4"
 
 
 def ipc_byte_count_cases(book: Book) -> None:
