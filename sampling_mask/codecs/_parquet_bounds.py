@@ -172,7 +172,8 @@ def _row_group(r: _Reader) -> tuple[int, int]:
 
 def row_groups(data: Any) -> list[tuple[int, int]]:
     """(cost, declared rows) of each row group of Parquet file bytes ``data``, from its footer
-    (``E_ENCODING`` when the footer cannot be read: encrypted, cut, or not Thrift)."""
+    (``E_ENCODING`` when either magic is damaged or the footer cannot be read: encrypted, cut, or
+    not Thrift)."""
     view = memoryview(data).cast("B")
     size = len(view)
     if size < 12 or bytes(view[size - 4 :]) != b"PAR1":
@@ -183,6 +184,8 @@ def row_groups(data: Any) -> list[tuple[int, int]]:
             else "not a Parquet file (no PAR1 footer at its end)"
         )
         raise SamplingMaskError(ErrorCode.E_ENCODING, message, field="footer")
+    if bytes(view[:4]) != b"PAR1":  # SPEC 8.5.7: pyarrow reads the footer and never the leading magic
+        raise SamplingMaskError(ErrorCode.E_ENCODING, "the file does not start with the magic PAR1", field="magic")
     (length,) = struct.unpack_from("<I", view, size - 8)
     if length > size - 12:
         raise SamplingMaskError(

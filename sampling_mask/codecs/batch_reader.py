@@ -38,7 +38,7 @@ import numpy as np
 
 from ..core import layouts
 from ..core.errors import ErrorCode, SamplingMaskError
-from ..core.limits import Limits, check_count, check_output
+from ..core.limits import Limits, check_count, check_output, output_nbytes, remaining
 from ..core.model import COMPANIONS, SamplingMask, concat
 from . import _parquet_bounds, ipc_bounds
 from ._common import (
@@ -323,8 +323,10 @@ def _compact_column(batch: Any, cu_rows: Any, limits: Limits) -> tuple[np.ndarra
     return ids.astype(np.int32, copy=False), offsets, cu
 
 
-def mask_from_batch(batch: Any, header: Header, limits: Limits, validate: bool) -> SamplingMask:
-    """The mask of one record batch; every check of the module docstring, in that order."""
+def mask_from_batch(batch: Any, header: Header, limits: Limits, validate: bool, *, counted: int = 0) -> SamplingMask:
+    """The mask of one record batch; every check of the module docstring, in that order. ``counted``:
+    the bytes its decode has counted already (SPEC 8.5: one count per decode), which the compact
+    layout's rows and ids add to."""
     import pyarrow as pa
 
     try:
@@ -332,16 +334,16 @@ def mask_from_batch(batch: Any, header: Header, limits: Limits, validate: bool) 
     except pa.ArrowException as exc:
         raise SamplingMaskError(ErrorCode.E_ENCODING, f"invalid Arrow data: {exc}"[:500]) from None
     check_count(batch.num_rows, limits.max_segments, "segment count", field=MASK_COLUMN)
-    # No bound on the buffers the batch stores (SPEC 9.5 step 5, 1.3): what it produces was bounded
-    # from its declared counts and decompressed lengths before pyarrow read it, and the stored
-    # buffers are the input itself (a user column, padding), which MUST NOT refuse a mask (8.1).
+    # No bound on the buffers the batch stores (SPEC 8.5.6): what it produces was bounded from its
+    # declared counts and decompressed lengths before pyarrow read it, and the stored buffers are
+    # the input itself (a user column, padding), never counted.
     if header.compact:
         parts = [column_of(batch, n) for n in (COMPACT_COLUMN, COMPACT_ROWS_COLUMN, COMPACT_NNZ_COLUMN)]
         if any(p is None for p in parts):
             raise SamplingMaskError(
                 ErrorCode.E_SCHEMA, "the compact layout needs its three columns", field=COMPACT_COLUMN
             )
-        ids, offsets, cu = _compact_column(batch, parts, limits)
+        ids, offsets, cu = _compact_column(batch, parts, remaining(limits, counted))
     else:
         column = column_of(batch, MASK_COLUMN)
         if column is None:
@@ -410,8 +412,15 @@ def empty_mask(header: Header, schema: Any, limits: Limits) -> SamplingMask:
 
 
 def join(masks: list[SamplingMask], header: Header, schema: Any, limits: Limits) -> SamplingMask:
+    """The concatenation of the batches' masks; the limits bound the joined mask (SPEC 8.5)."""
     if not masks:
         return empty_mask(header, schema, limits)
+    for total, limit, what in (
+        (sum(m.num_rows for m in masks), limits.max_rows, "row count"),
+        (sum(m.nnz for m in masks), limits.max_nnz, "id count"),
+        (sum(m.num_segments for m in masks), limits.max_segments, "segment count"),
+    ):
+        check_count(total, limit, f"{what} of all record batches", field=MASK_COLUMN)
     return masks[0] if len(masks) == 1 else concat(masks)
 
 
@@ -560,8 +569,9 @@ class BatchReader:
         self.limits = limits
         self.complete = True
         self._pieces: Any = None
+        self._counted: int | None = None  # the joined decode's count (check_all), None when streaming
         source = pa.BufferReader(data)
-        if fmt == "arrow" and data[:6].to_pybytes() != b"ARROW1":  # SPEC 9.5; pyarrow checks only the trailing magic
+        if fmt == "arrow" and data[:6].to_pybytes() != b"ARROW1":  # SPEC 8.5.6; pyarrow checks only the trailing magic
             raise SamplingMaskError(
                 ErrorCode.E_ENCODING, "the file does not start with the magic ARROW1", field="magic"
             )
@@ -600,8 +610,10 @@ class BatchReader:
             self.header = read_header(self.schema.metadata, limits)
 
     def check_all(self, what: str = "all record batches together") -> None:
-        """``E_LIMIT`` unless every batch together fits ``limits.max_bytes`` (one joined mask)."""
-        ipc_bounds.check(sum(self.costs), self.limits, what)
+        """``E_LIMIT`` unless every batch together fits ``limits.max_bytes`` (one joined mask); the
+        batches :meth:`masks` reads then count on from there (SPEC 8.5: one count per decode)."""
+        self._counted = sum(self.costs)
+        ipc_bounds.check(self._counted, self.limits, what)
 
     def read(self, index: int) -> Any:
         """Batch ``index`` (called with 0, 1, 2, ... or, for a file, in any order), or None after the
@@ -648,7 +660,9 @@ class BatchReader:
                             value=done,
                         )
                     return
-                mask = mask_from_batch(batch, self.header, self.limits, validate)
+                mask = mask_from_batch(batch, self.header, self.limits, validate, counted=self._counted or 0)
+                if self._counted is not None and self.header.compact:  # rows and ids the costs did not hold
+                    self._counted += output_nbytes(mask.num_rows, mask.nnz, segments=mask.num_segments)
             done += 1
             yield mask
             if after_each is not None:

@@ -166,7 +166,9 @@ def _arrow(data: bytes, form: str) -> list[str]:
             and key not in _ARROW_META
             and not key.startswith("sampling_mask.metadata.")
         ):
-            found.append(f"{form}: schema-metadata key {key!r} is not defined by 1.0 (reserved, ignored)")
+            found.append(
+                f"{form}: schema-metadata key {key!r} is not defined by 1.0 (reserved: never written, SPEC 9.2)"
+            )
     layout = meta.get("sampling_mask.layout", "list")
     names = schema.names
     if layout == "list":

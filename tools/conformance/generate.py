@@ -31,6 +31,8 @@ __all__ = ["build", "main", "stable_float"]
 
 SUITE = "v1"
 REQ, REC = "required", "recommended"
+#: The spec revision a builder's cases arrived with, recorded by ``File.add(since=...)``.
+SPEC_1_4 = "1.4"
 _SOURCES = Path(__file__).resolve().parent / "sources"
 
 
@@ -205,6 +207,9 @@ class File:
         self.form = form
         self.description = description
         self.cases: list[dict[str, Any]] = []
+        #: The spec revision that introduced a case, by case id, where its builder says (not written
+        #: into the files: the case schema has no such field yet).
+        self.since: dict[str, str] = {}
 
     def add(
         self,
@@ -218,6 +223,7 @@ class File:
         level: str = REQ,
         options: dict[str, Any] | None = None,
         limits: dict[str, int] | None = None,
+        since: str | None = None,
     ) -> None:
         case: dict[str, Any] = {
             "id": f"{self.form}.{slug}",
@@ -234,6 +240,8 @@ class File:
         case["input"] = input
         case["expected"] = expected
         self.cases.append(case)
+        if since is not None:
+            self.since[case["id"]] = since
 
     def document(self) -> dict[str, Any]:
         return {
@@ -2418,7 +2426,8 @@ def msgpack_cases(book: Book) -> None:
     for dtype in ("uint8", "uint16", "int32"):
         f.add(
             f"ragged-counts-{dtype}",
-            f"Row lengths as counts ({dtype}) instead of offsets; the reference writer's default form.",
+            f"Row lengths as counts ({dtype}) instead of offsets (1.1): every reader of 1.1 and later reads "
+            "them; writers write them only when asked (6).",
             "msgpack",
             _mhex({**no_offsets, "counts": _marray([2, 0, 1], dtype), "cu_seqlens": _marray([0, 2, 3], "int32")}),
             ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
@@ -2938,6 +2947,101 @@ def _arrow_payloads() -> dict[str, bytes]:
         for batch in issue.to_batches(max_chunksize=1):
             writer.write_batch(batch)  # one record batch per segment: two blocks in the footer
     out["arrow.one-batch-per-segment"] = sink.getvalue()
+    out.update(_byte_count_payloads(lists, table, meta, ipc_file, ipc_stream))
+    out.update(_schema_only_payloads(companions, issue, meta, ipc_file, parquet))
+    return out
+
+
+def _ipc_file_of_batches(t: Any, compression: str | None) -> bytes:
+    """An IPC file of table ``t`` written one record batch per table row (one footer block each)."""
+    import io
+
+    import pyarrow as pa
+
+    sink = io.BytesIO()
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_file(sink, t.schema, options=options) as writer:
+        for batch in t.to_batches(max_chunksize=1):
+            writer.write_batch(batch)
+    return sink.getvalue()
+
+
+#: Rows of each half of the two-batch payloads of the byte count (SPEC 8.5).
+HALF_EMPTY_ROWS = MANY_EMPTY_ROWS // 2
+#: Bytes of the compressible user column of each batch of the two-batch payloads (zeros).
+ZERO_BLOB_BYTES = 100_000
+#: Bytes of the incompressible user column of the payloads whose compressed batch stores it as is.
+RANDOM_BLOB_BYTES = 8192
+
+
+def _byte_count_payloads(lists: Any, table: Any, meta: Any, ipc_file: Any, ipc_stream: Any) -> dict[str, bytes]:
+    """Payloads of the byte count of SPEC 8.5: what a compressed batch declares, batches that count
+    together, a buffer stored uncompressed inside a compressed batch."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out: dict[str, bytes] = {}
+    many, half = MANY_EMPTY_ROWS, HALF_EMPTY_ROWS
+    one = table({"sampling_mask": lists([0, many], [0] * (many + 1), pa.array([], pa.int32()))}, meta())
+    two = table({"sampling_mask": lists([0, half, 2 * half], [0] * (2 * half + 1), pa.array([], pa.int32()))}, meta())
+    blobs = table(
+        {
+            "sampling_mask": lists([0, 1, 2], [0, 1, 2], pa.array([1, 2], pa.int32())),
+            "blob": pa.array([bytes(ZERO_BLOB_BYTES)] * 2, pa.binary()),
+        },
+        meta(vocab_size="10", id_order="ascending"),
+    )
+    for form, write in (("arrow", _ipc_file_of_batches), ("arrows", lambda t, c: ipc_stream(t, 2, compression=c))):
+        out[f"{form}.many-empty-rows-zstd"] = (
+            ipc_file(one, compression="zstd") if form == "arrow" else ipc_stream(one, compression="zstd")
+        )
+        out[f"{form}.two-batches-of-empty-rows-zstd"] = write(two, "zstd")
+        out[f"{form}.two-batches-compressed-blob"] = write(blobs, "zstd")
+    sink = io.BytesIO()
+    pq.write_table(two, sink, row_group_size=1)
+    out["parquet.two-row-groups-of-empty-rows"] = sink.getvalue()
+    sink = io.BytesIO()
+    pq.write_table(blobs, sink, row_group_size=1, compression="zstd")
+    out["parquet.two-row-groups-compressed-blob"] = sink.getvalue()
+    # An LZ4 batch whose incompressible user column is then stored as is: its buffer's prefix -1,
+    # its raw bytes after it (the frame was longer, so the buffer keeps its place and length).
+    raw = np.random.default_rng(20260414).integers(0, 256, RANDOM_BLOB_BYTES, dtype=np.uint8).tobytes()
+    random = table(
+        {
+            "sampling_mask": lists([0, 2, 3], [0, 2, 2, 3], pa.array([1, 5, 7], pa.int32())),
+            "blob": pa.array([raw[: RANDOM_BLOB_BYTES // 2], raw[RANDOM_BLOB_BYTES // 2 :]], pa.binary()),
+        },
+        meta(vocab_size="10", id_order="ascending"),
+    )
+    for form in ("arrow", "arrows"):
+        data = ipc_file(random, compression="lz4") if form == "arrow" else ipc_stream(random, compression="lz4")
+        needle = RANDOM_BLOB_BYTES.to_bytes(8, "little") + bytes.fromhex("04224d18")  # the prefix, the LZ4 magic
+        at = data.find(needle)
+        assert at >= 0 and data.count(needle) == 1, form
+        out[f"{form}.blob-stored-uncompressed"] = (
+            data[:at] + (-1).to_bytes(8, "little", signed=True) + raw + data[at + 8 + len(raw) :]
+        )
+    return out
+
+
+def _schema_only_payloads(companions: Any, issue: Any, meta: Any, ipc_file: Any, parquet: Any) -> dict[str, bytes]:
+    """Payloads whose schema alone says something: no batch, or schema metadata of another kind."""
+    import io
+
+    import pyarrow as pa
+
+    out: dict[str, bytes] = {}
+    out["arrow.no-batches-companions"] = ipc_file(companions.schema)
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, companions.schema):
+        pass
+    out["arrows.no-batches-companions"] = sink.getvalue()
+    out["parquet.no-rows-companions"] = parquet(companions.schema.empty_table())
+    integral = issue.replace_schema_metadata(meta(vocab_size="10", id_order="ascending", metadata__top_k="4.0"))
+    out["arrow.metadata-top-k-integral-float"] = ipc_file(integral)
+    out["parquet.metadata-top-k-integral-float"] = parquet(integral)
     return out
 
 
@@ -4675,6 +4779,284 @@ def v1_3_cases(book: Book) -> None:
     )
 
 
+# ------------------------------------------------------------------------------------------ byte count
+
+
+def ipc_byte_count_cases(book: Book) -> None:
+    """The one count of an Arrow IPC decode (SPEC 8.5, 8.5.6): what a compressed batch declares and
+    the mask's bytes add up, every batch of a file or stream adds to the count and to the limits, a
+    buffer stored uncompressed counts nothing, an unread validity bitmap counts like any buffer."""
+    bins = _arrow_source()
+    many, half = MANY_EMPTY_ROWS, HALF_EMPTY_ROWS
+    declared = 4 * (many + 1) + 8  # the inner and outer offsets' uncompressed lengths (no id)
+    produced = 8 * (many + 1) + 8 * 2
+    for form in ("arrow", "arrows"):
+        bad = book.file(f"invalid/{form}.json", form)
+        good = book.file(f"{form}/decode.json", form)
+        bad.add(
+            "compressed-lengths-and-mask-count-together",
+            f"A zstd batch of {many} empty rows declares {declared} uncompressed bytes of offsets and produces "
+            f"a mask of {produced} (8.1): the count is their sum, {declared + produced}, so max_bytes "
+            f"1000000 (above each alone) is E_LIMIT (8.5.6 step 3).",
+            "8.5.6",
+            {"hex": bins[f"{form}.many-empty-rows-zstd"].hex()},
+            err("E_LIMIT"),
+            limits={"max_bytes": 1_000_000},
+            since=SPEC_1_4,
+        )
+        each = 4 * (half + 1) + 8 + 8 * (half + 1) + 16
+        bad.add(
+            "batches-count-together",
+            f"Two zstd batches of {half} empty rows each: one counts {each} bytes (offsets declared and the "
+            f"mask's bytes), the decode of both counts twice that; max_bytes 900000 is E_LIMIT (8.5: one count "
+            "per decode).",
+            "8.5.6",
+            {"hex": bins[f"{form}.two-batches-of-empty-rows-zstd"].hex()},
+            err("E_LIMIT"),
+            limits={"max_bytes": 900_000},
+            since=SPEC_1_4,
+        )
+        bad.add(
+            "compressed-lengths-of-batches-count-together",
+            f"Two zstd batches, each with a user column of {ZERO_BLOB_BYTES} zero bytes (declared uncompressed) and "
+            "one row: about 100 KB each, 200 KB together; max_bytes 150000 is E_LIMIT (8.5.6 step 3: every "
+            "batch's compressed lengths add to the decode's count).",
+            "8.5.6",
+            {"hex": bins[f"{form}.two-batches-compressed-blob"].hex()},
+            err("E_LIMIT"),
+            limits={"max_bytes": 150_000},
+            since=SPEC_1_4,
+        )
+        bad.add(
+            "batches-together-over-max-rows",
+            "Two batches of 2 and 1 rows: each within max_rows = 2, the mask of both (3 rows) is not: E_LIMIT "
+            "(8.5: the limits bound the decode's mask).",
+            "8.5",
+            {"hex": bins[f"{form}.one-batch-per-segment"].hex()},
+            err("E_LIMIT"),
+            limits={"max_rows": 2},
+            since=SPEC_1_4,
+        )
+        good.add(
+            "buffer-stored-uncompressed-not-counted",
+            f"An LZ4 batch stores its {RANDOM_BLOB_BYTES}-byte user column as is (prefix -1): the body holds those "
+            "bytes and nothing decompresses them, so they count nothing; the batch counts about 3.4 KB with the "
+            "whole allowance, and max_bytes 6000 reads it (8.5.6 step 3).",
+            "8.5.6",
+            {"hex": bins[f"{form}.blob-stored-uncompressed"].hex()},
+            ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+            limits={"max_bytes": 6000},
+            since=SPEC_1_4,
+        )
+    # An unread validity bitmap (null count 0) inside a compressed body counts its declared length.
+    for form, source, length in (("arrow", "arrow.zstd", 29), ("arrows", "arrows.lz4", 35)):
+        data = bins[source]
+        buffers = np.array([0, 0, 0, length], "<i8").tobytes()  # the outer list's validity (empty), its offsets
+        assert data.count(buffers) == 1, source
+        forged = data.replace(buffers, np.array([8, 16, 0, length], "<i8").tobytes())
+        book.file(f"invalid/{form}.json", form).add(
+            "unread-validity-bitmap-declared-length-counted",
+            "A compressed batch whose outer list (null count 0) names a 16-byte validity bitmap at offset 8 of "
+            "the body, where the offsets' compressed frame starts: never read as a bitmap, its first 8 bytes "
+            "still declare its uncompressed length (above 2**54), which the count holds: E_LIMIT (8.5.6 step 3).",
+            "8.5.6",
+            {"hex": forged.hex()},
+            err("E_LIMIT"),
+            since=SPEC_1_4,
+        )
+
+
+def parquet_byte_count_cases(book: Book) -> None:
+    """The one count of a Parquet decode (SPEC 8.5, 8.5.7): every row group adds to it and to the
+    limits, and in the compact layout the pages and the rows of the count columns add up."""
+    bins = _arrow_source()
+    bad = book.file("invalid/parquet.json", "parquet")
+    half = HALF_EMPTY_ROWS
+    each = 12 * half + 8 + 8 * 2  # 8.1 with T = nnz = num_values, B = 1 (plus a few bytes of pages)
+    bad.add(
+        "row-groups-count-together",
+        f"Two row groups of {half} empty rows: each counts about {each} bytes from its footer (8.1 with T and "
+        f"nnz the leaf chunk's {half} values), the decode of both twice that; max_bytes 900000 is E_LIMIT "
+        "(8.5: one count per decode).",
+        "8.5.7",
+        {"hex": bins["parquet.two-row-groups-of-empty-rows"].hex()},
+        err("E_LIMIT"),
+        limits={"max_bytes": 900_000},
+        since=SPEC_1_4,
+    )
+    bad.add(
+        "pages-of-row-groups-count-together",
+        f"Two zstd row groups, each with a user column of {ZERO_BLOB_BYTES} zero bytes (total_uncompressed_size "
+        "about 100 KB) and one row: 200 KB together; max_bytes 150000 is E_LIMIT (8.5.7 step 2: every row "
+        "group's pages add to the decode's count).",
+        "8.5.7",
+        {"hex": bins["parquet.two-row-groups-compressed-blob"].hex()},
+        err("E_LIMIT"),
+        limits={"max_bytes": 150_000},
+        since=SPEC_1_4,
+    )
+    bad.add(
+        "batches-together-over-max-rows",
+        "Two row groups of 2 and 1 rows: each within max_rows = 2, the mask of both (3 rows) is not: E_LIMIT "
+        "(8.5: the limits bound the decode's mask).",
+        "8.5",
+        {"hex": bins["parquet.two-row-groups"].hex()},
+        err("E_LIMIT"),
+        limits={"max_rows": 2},
+        since=SPEC_1_4,
+    )
+    many = MANY_EMPTY_ROWS
+    rows = 8 * (many + 1) + 8 * 2
+    bad.add(
+        "compact-pages-and-rows-count-together",
+        f"A compact row group of {many} empty rows: its pages decode to about 100 KB (the blob's row lengths) "
+        f"and its count column gives T = {many}, a mask of {rows} bytes; together about 900 KB, so max_bytes "
+        f"850000 (above the mask alone) is E_LIMIT (8.5.7 steps 2 and 4).",
+        "8.5.7",
+        {"hex": bins["parquet.compact-many-empty-rows"].hex()},
+        err("E_LIMIT"),
+        limits={"max_bytes": 850_000},
+        since=SPEC_1_4,
+    )
+
+
+def parquet_magic_cases(book: Book) -> None:
+    """A Parquet file starts with PAR1 as well as ending with it (SPEC 8.5.7 step 1, 9.3)."""
+    data = _arrow_source()["parquet.issue-example"]
+    assert data[:4] == b"PAR1"
+    bad = book.file("invalid/parquet.json", "parquet")
+    for slug, lead, why in (
+        ("leading-magic-damaged", b"\x00AR1", "whose first byte is not the P of PAR1"),
+        ("leading-magic-last-byte", b"PAR2", "starting PAR2"),
+    ):
+        bad.add(
+            slug,
+            f"A Parquet file {why} (the footer and its trailing magic intact): E_ENCODING (8.5.7 step 1).",
+            "8.5.7",
+            {"hex": (lead + data[4:]).hex()},
+            err("E_ENCODING"),
+            since=SPEC_1_4,
+        )
+
+
+def arrow_metadata_kind_cases(book: Book) -> None:
+    """An Arrow or Parquet schema-metadata value keeps its JSON kind: 4.0 is a float (SPEC 5.2, 9.2)."""
+    bins = _arrow_source()
+    for form in ("arrow", "parquet"):
+        book.file(f"invalid/{form}.json", form).add(
+            "metadata-top-k-integral-float",
+            "sampling_mask.metadata.top_k is the JSON text 4.0: a float, and top_k takes integers only: E_SCHEMA "
+            "(5.2, 9.2), never read as 4.",
+            "9.2",
+            {"hex": bins[f"{form}.metadata-top-k-integral-float"].hex()},
+            err("E_SCHEMA"),
+            since=SPEC_1_4,
+        )
+
+
+def empty_file_schema_cases(book: Book) -> None:
+    """A file of no batch holds the empty mask with what its schema declares: V, metadata and the
+    companions, empty (SPEC 9.3)."""
+    bins = _arrow_source()
+    expected = ok(
+        mask(
+            [],
+            cu=[0],
+            vocab=10,
+            sampled_token_ids=[],
+            sampled_logprobs=[],
+            temperature=[],
+            support_logprobs=[],
+            metadata={"top_k": 3, "producer": "vllm-0.32"},
+        )
+    )
+    for form, source, what in (
+        ("arrow", "arrow.no-batches-companions", "An IPC file with no record batch"),
+        ("arrows", "arrows.no-batches-companions", "An IPC stream with no record batch"),
+        ("parquet", "parquet.no-rows-companions", "A Parquet file of no row"),
+    ):
+        book.file(f"{form}/decode.json", form).add(
+            "no-batches-keeps-companions-and-metadata",
+            f"{what} whose schema declares four companions and metadata: T = 0, B = 0, with V, the metadata and "
+            "the four companions, empty (9.3).",
+            "arrow-batches",
+            {"hex": bins[source].hex()},
+            expected,
+            since=SPEC_1_4,
+        )
+
+
+def declared_array_cases(book: Book) -> None:
+    """A declared array's size against max_bytes, its bytes present (SPEC 8.5), and the base64
+    envelope's decoded bytes in the same count as the mask (8.5.4)."""
+    padding = _marray([[-1] * 64] * 4, "int32")  # [4, 64] of padding: 1024 bytes, a mask of 4 empty rows
+    book.file("invalid/msgpack.json", "msgpack").add(
+        "array-over-max-bytes-with-its-bytes",
+        "A dense ARRAY [4, 64] of -1 holds its 1024 bytes, and its mask of 4 empty rows takes 56 bytes: the "
+        "declared array is above max_bytes 1000, E_LIMIT (8.5, declared arrays; bytes an input stores count "
+        "where a procedure says so).",
+        "8.5.2",
+        _mhex({"layout": "dense", "dense": padding}),
+        err("E_LIMIT"),
+        limits={"max_bytes": 1000},
+        since=SPEC_1_4,
+    )
+    bad = book.file("invalid/base64.json", "base64")
+    bad.add(
+        "decoded-bytes-over-max-bytes",
+        "A [4, 64] int32 envelope of -1 (its mask: 4 empty rows, 56 bytes) decodes to 1024 bytes, which the "
+        "count holds: max_bytes 1000 is E_LIMIT (8.5.4 step 2).",
+        "8.5.4",
+        {"text": _envelope([[-1] * 64] * 4)},
+        err("E_LIMIT"),
+        limits={"max_bytes": 1000},
+        since=SPEC_1_4,
+    )
+    full = [list(range(64))] * 4
+    bad.add(
+        "decoded-bytes-and-mask-count-together",
+        "A [4, 64] int32 envelope of full rows decodes to 1024 bytes and its mask takes 1080 (256 ids, 5 offsets, "
+        "2 segment bounds): one count of 2104, so max_bytes 1800 (above each alone) is E_LIMIT (8.5.4).",
+        "8.5.4",
+        {"text": _envelope(full)},
+        err("E_LIMIT"),
+        limits={"max_bytes": 1800},
+        since=SPEC_1_4,
+    )
+
+
+def metadata_string_nan_cases(book: Book) -> None:
+    """The string "NaN" is a metadata string, the float NaN is {"float": "NaN"} (SPEC 5.2, 11.2; the
+    model mask of the conformance protocol spells them the same way)."""
+    book.file("json/decode.json", "json").add(
+        "metadata-string-nan",
+        'A metadata value "NaN" is the string NaN, kept as written; the float NaN would be {"float": "NaN"} '
+        "(5.2, 11.2).",
+        "metadata",
+        {"text": _doc(rows=[[1]], metadata={"note": "NaN"})},
+        ok(mask([[1]], metadata={"note": "NaN"})),
+        since=SPEC_1_4,
+    )
+    book.file("model/operations.json", "model").add(
+        "concatenate-metadata-string-nan",
+        'Two masks whose metadata note is the string "NaN": the same metadata, kept a string (3.5, 3.6).',
+        "3.6",
+        {"masks": [model([[1]], metadata={"note": "NaN"}), model([[2]], metadata={"note": "NaN"})]},
+        ok(mask([[1], [2]], cu=[0, 1, 2], metadata={"note": "NaN"})),
+        op="concatenate",
+        since=SPEC_1_4,
+    )
+    book.file("invalid/model.json", "model").add(
+        "concatenate-metadata-string-nan-against-float-nan",
+        'The string "NaN" and the float NaN ({"float": "NaN"}) are different metadata values: E_SCHEMA (3.5, 3.6).',
+        "3.6",
+        {"masks": [model([[1]], metadata={"note": "NaN"}), model([[2]], metadata={"note": {"float": "NaN"}})]},
+        err("E_SCHEMA"),
+        op="concatenate",
+        since=SPEC_1_4,
+    )
+
+
 BUILDERS: list[Callable[[Book], None]] = [
     dense_cases,
     packed_cases,
@@ -4693,6 +5075,13 @@ BUILDERS: list[Callable[[Book], None]] = [
     v1_2_cases,
     v1_2_teeth_cases,
     v1_3_cases,
+    ipc_byte_count_cases,
+    parquet_byte_count_cases,
+    parquet_magic_cases,
+    arrow_metadata_kind_cases,
+    empty_file_schema_cases,
+    declared_array_cases,
+    metadata_string_nan_cases,
 ]
 
 

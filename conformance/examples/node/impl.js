@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// A second, independent implementation of sampling-mask spec v1 in plain Node.js (>= 18, no npm
-// packages), written to show how any language joins the conformance suite.
+// A second, independent implementation of sampling-mask spec v1 (revision 1.4) in plain Node.js
+// (>= 18, no npm packages), written from the spec's text to show how any language joins the
+// conformance suite.
 //
 // It speaks the runner protocol: one JSON request per line on stdin, one JSON response per line on
 // stdout (conformance/README.md, "Runner protocol"). It decodes, validates and encodes two forms:
@@ -66,12 +67,15 @@ function typedArray(spec, field, limits) {
   if (typeof spec.dtype !== "string" || info === undefined) reject("E_DTYPE", `unknown dtype ${spec.dtype}`, { field });
   const [itemsize, kind] = info;
   if (!Array.isArray(spec.shape)) reject("E_SHAPE", "shape must be a list", { field });
-  let count = 1;
+  // SPEC 8.5, declared arrays: the size computed exactly (BigInt), compared with max_bytes before
+  // the bytes present are (a forged shape is E_LIMIT, never E_BYTES).
+  let size = BigInt(itemsize);
   for (const dim of spec.shape) {
     if (!Number.isInteger(dim) || dim < 0) reject("E_SHAPE", "dimensions are non-negative integers", { field });
-    count *= dim;
+    size *= BigInt(dim);
   }
-  if (count * itemsize > limits.max_bytes) reject("E_LIMIT", `${count * itemsize} bytes exceed the limit`, { field });
+  if (size > BigInt(limits.max_bytes)) reject("E_LIMIT", `${size} bytes exceed the limit`, { field });
+  const count = Number(size) / itemsize;
   const hasHex = "hex" in spec, hasValues = "values" in spec;
   if (hasHex === hasValues) reject("E_SCHEMA", "exactly one of values and hex", { field });
   let data;
