@@ -128,6 +128,43 @@ def test_reports_stay_within_the_untrusted_bound(results: dict[str, dict[str, An
     assert event["rss"] <= bound, f"{label}: peak RSS grew {event['rss']} MiB, bound {bound:.0f} MiB"
 
 
+_FRESH_PROCESS = """
+import os, sys
+
+def peak_mib():
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) / 1024 for line in fh if line.startswith("VmHWM:"))
+
+from sampling_mask.cli import main
+before = peak_mib()
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+status = main(["--untrusted-limits", *sys.argv[1:]])
+os.write(2, f"{status} {peak_mib() - before} {'pandas' in sys.modules}".encode())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM from /proc")
+def test_a_fresh_conversion_to_parquet_stays_within_the_bound(tmp_path: Path) -> None:
+    """9 MB of empty rows to Parquet in a fresh process, growth counted from ``import
+    sampling_mask.cli``: what the command loads on the way (pyarrow, its Parquet writer) counts too.
+    Handing numpy arrays to ``pa.array`` imported pandas, some 50 MiB (139 MiB against a bound of
+    137 where it was measured): the writer never imports it."""
+    import subprocess
+
+    pytest.importorskip("pyarrow")
+    source = tmp_path / "e.msgpack"
+    source.write_bytes(_empty_rows())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-c", _FRESH_PROCESS, "convert", str(source), str(tmp_path / "o.parquet")]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    status, growth, pandas = done.stderr.split()[-3:]
+    bound = untrusted_bound_mb(source.stat().st_size)
+    assert status == "0" and float(growth) <= bound, (done.stderr[-2000:], bound)
+    assert pandas == "False", "the conversion imported pandas"
+    assert sm.load(tmp_path / "o.parquet").num_rows == 2_250_000
+
+
 def test_per_segment_figures_are_exact_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks of 7 segments / 50 rows (one long segment from its histogram), kept, spooled or both,
     give every segment's figures as a per-segment reference computes them."""
