@@ -96,6 +96,64 @@ MEMORY_CASES: dict[str, tuple[Callable[[], bytes], Callable[[bytes], None]]] = {
 }  # fmt: skip
 
 
+def _empty_lists(megabytes: float = 20.0) -> bytes:
+    """Row "side files": ``[[],[],...]``, some 25 bytes of Python objects per byte of text."""
+    count = int(megabytes * 1e6 / 3)
+    return b"[" + b"[]," * (count - 1) + b"[]]"
+
+
+def _safetensors_padded_header(megabytes: float = 39.0) -> bytes:
+    """Row "logits header": a valid 1 x 4 float32 tensor whose JSON header carries 39 MB of ``[],``."""
+    pad = _empty_lists(megabytes)
+    header = b'{"logits":{"dtype":"F32","shape":[1,4],"data_offsets":[0,16]},"pad":' + pad + b"}"
+    return struct.pack("<Q", len(header)) + header + bytes(16)
+
+
+LOGITS_SHAPE = (2_000, 10_000)  # 80 MB of float32 logits
+
+
+def _logits_npy() -> bytes:
+    """Row "audit": 80 MB of float32 logits [2,000, 10,000] in a .npy file."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.random.default_rng(0).standard_normal(LOGITS_SHAPE, dtype=np.float32))
+    return buffer.getvalue()
+
+
+def _cli_side(
+    argv: list[str], side: str, rows: int = 2, statuses: tuple[int, ...] = (0, 1, 2)
+) -> Callable[[bytes], None]:
+    """Run ``sampling-mask --untrusted-limits ARGV`` with a small valid mask of ``rows`` rows as
+    ``{mask}``, zero logits for it as ``{logits}`` and the payload as the side file ``{side}`` (named
+    ``side``); raise unless the exit status is one of ``statuses`` (a refused side file is exit 1
+    for validate, 2 for audit)."""
+
+    def call(data: bytes) -> None:
+        folder = Path(tempfile.mkdtemp())
+        sm.save(sm.SamplingMask.from_rows([[0]] * rows, vocab_size=LOGITS_SHAPE[1]), folder / "m.json")
+        np.save(folder / "small.npy", np.zeros((rows, 4), np.float32))
+        (folder / side).write_bytes(data)
+        names = {"{mask}": "m.json", "{side}": side, "{logits}": "small.npy"}
+        args = [str(folder / names[a]) if a in names else a for a in argv]
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        status = main(["--untrusted-limits", *args])
+        if status not in statuses:
+            raise RuntimeError(f"exit {status}")
+
+    return call
+
+
+#: label -> (side file builder, the command run on it): each bounded by its mask's bound plus its side
+#: file's, max(16 x size, 64 MiB) each.
+SIDE_CASES: dict[str, tuple[Callable[[], bytes], Callable[[bytes], None]]] = {
+    "validate --sampled, 20 MB of [[],[],...]": (_empty_lists, _cli_side(["validate", "{mask}", "--sampled", "{side}"], "s.json", statuses=(1,))),
+    "audit --sampled, 20 MB of [[],[],...]": (_empty_lists, _cli_side(["audit", "{mask}", "--logits", "{logits}", "--sampled", "{side}"], "s.json", statuses=(2,))),
+    "audit --logits, 39 MB of [], in a safetensors header": (_safetensors_padded_header, _cli_side(["audit", "{mask}", "--logits", "{side}"], "l.safetensors", statuses=(2,))),
+    "audit --logits, 80 MB of logits": (_logits_npy, _cli_side(["audit", "{mask}", "--logits", "{side}"], "l.npy", rows=LOGITS_SHAPE[0], statuses=(0, 1))),
+}  # fmt: skip
+
+
 def _warm_up() -> None:
     """Import and run every path once, so that a case's growth is its own."""
     folder = Path(tempfile.mkdtemp())
@@ -109,6 +167,13 @@ def _warm_up() -> None:
         main(["--untrusted-limits", "stats", str(folder), "--json"])
         for out in ("o.json", "o.parquet"):
             main(["--untrusted-limits", "convert", str(folder / "w.msgpack"), str(folder / out)])
+        sm.save(sm.SamplingMask.from_rows([[0], [1]], vocab_size=4), folder / "a.json")
+        (folder / "s.json").write_text("[0, 1]")
+        np.save(folder / "l.npy", np.zeros((2, 4), np.float32))
+        (folder / "l.safetensors").write_bytes(_safetensors_padded_header(0.001))
+        main(["--untrusted-limits", "validate", str(folder / "a.json"), "--sampled", str(folder / "s.json")])
+        for logits in ("l.npy", "l.safetensors"):
+            main(["--untrusted-limits", "audit", str(folder / "a.json"), "--logits", str(folder / logits)])
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +228,19 @@ def test_a_fresh_conversion_to_parquet_stays_within_the_bound(tmp_path: Path) ->
     assert status == "0" and float(growth) <= bound, (done.stderr[-2000:], bound)
     assert pandas == "False", "the conversion imported pandas"
     assert sm.load(tmp_path / "o.parquet").num_rows == 2_250_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label", list(SIDE_CASES))
+def test_side_files_are_bounded_like_masks(results: dict[str, dict[str, Any]], label: str) -> None:
+    """Rows "side files", "logits header" and "audit": ``--sampled`` and ``--logits`` are read under
+    the mask's limits, scaled by their own size under ``--untrusted-limits`` (the JSON parse's cost
+    and a safetensors header's included), so each command stays within the mask's bound plus the
+    side file's. Read under the defaults, the 20 MB side file took 525 MiB and the 39 MB header 1,015."""
+    event = results[label]
+    assert event["code"] == "OK", event
+    bound = untrusted_bound_mb(0) + untrusted_bound_mb(event["size"])  # the small mask's, the side file's
+    assert event["rss"] <= bound, f"{label}: peak RSS grew {event['rss']} MiB, bound {bound:.0f} MiB"
 
 
 def test_per_segment_figures_are_exact_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -309,4 +387,5 @@ def test_escaping_is_one_function() -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    child_main(((label, build, call) for label, (build, call) in MEMORY_CASES.items()), _warm_up)
+    cases = {**MEMORY_CASES, **SIDE_CASES}
+    child_main(((label, build, call) for label, (build, call) in cases.items()), _warm_up)

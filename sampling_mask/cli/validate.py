@@ -25,6 +25,7 @@ from ._source import (
     not_read,
     open_input,
     read_sampled,
+    side_limits,
 )
 
 if TYPE_CHECKING:
@@ -170,7 +171,8 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
     position = _Position()
     error: dict[str, Any] | None
     try:
-        sampled = read_sampled(Path(args.sampled)) if args.sampled is not None else None
+        side = Path(args.sampled) if args.sampled is not None else None
+        sampled = read_sampled(side, side_limits(args, side)) if side is not None else None
     except SidecarError as exc:
         vocab, error = None, {"file": args.sampled, **exc.to_dict()}
     else:
