@@ -26,7 +26,6 @@ from ._common import (
     print_json,
     require_matplotlib,
     save_png,
-    shown,
 )
 from ._source import check_input, open_input, read_all, read_npy, read_sampled, side_limits
 
@@ -150,10 +149,11 @@ def _fmt_param(name: str, value: Any) -> str:
 
 
 def _report_lines(path: Path, summary: dict[str, Any], params: dict[str, Any], report: Any) -> list[str]:
+    """The text report's lines, unescaped: :func:`run` prints each through :func:`out`."""
     given = ", ".join(_fmt_param(k, v) for k, v in params.items() if k != "temperature_source")
     n = summary["rows_compared"]
     lines = [
-        f"audit of {shown(path.name)} against rule {summary['rule']} ({given}; temperature from {params['temperature_source']})",
+        f"audit of {path.name} against rule {summary['rule']} ({given}; temperature from {params['temperature_source']})",
         f"rows: {summary['rows']:,}, compared {n:,} (rows with an empty recorded support are skipped)",
         f"equal supports: {summary['rows_equal']:,} of {n:,}; mean Jaccard {_fmt(summary['mean_jaccard'])}",
         f"rows missing ids: {summary['rows_missing_ids']:,} ({summary['missing_ids']:,} ids); "
@@ -265,11 +265,11 @@ def run(args: argparse.Namespace) -> int:
         print_json({"file": args.file, "logits": args.logits, "parameters": parameters, "notes": notes, **summary})
     else:
         for line in _report_lines(Path(args.file), summary, parameters, report):
-            out(line)
+            out("{line}", line=line)
         for note in notes:
-            out(f"note: {note}")
+            out("note: {note}", note=note)
         if args.plot is not None:
-            out(f"wrote {shown(args.plot)}")
+            out("wrote {file}", file=args.plot)
     sampled_ok = report.sampled_in_recorded is None or bool(np.all(report.sampled_in_recorded | ~report.compared))
     return 0 if summary["rows_equal"] == summary["rows_compared"] and sampled_ok else 1
 
