@@ -159,8 +159,16 @@ def _print_segments(summary: SupportSummary, limit: int) -> None:
         median=fmt_num(seg_rows["median"]),
         max=seg_rows["max"],
     )
-    titles = {"b": "segment", "rows": "rows", "empty": "empty", "ids": "ids", "mean": "mean", "median": "median"}
-    out("  {b:>8} {rows:>8} {empty:>7} {ids:>10} {mean:>7} {median:>7} {max:>7}", **titles, max="max")
+    out(
+        "  {b:>8} {rows:>8} {empty:>7} {ids:>10} {mean:>7} {median:>7} {max:>7}",
+        b="segment",
+        rows="rows",
+        empty="empty",
+        ids="ids",
+        mean="mean",
+        median="median",
+        max="max",
+    )
     per_segment = summary.per_segment(first=max(limit, 0))
     listed = per_segment["rows"]
     for b in range(listed.size):
