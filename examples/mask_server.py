@@ -1,80 +1,107 @@
-"""An example HTTP service that accepts sampling masks from the network (standard library only).
+"""An example HTTP service that accepts sampling masks from the network, on the stack vLLM and SGLang
+serve through: uvicorn (with its h11 protocol) and Starlette. ``pip install 'sampling-mask[serve]'``.
 
 ``POST /decode`` (optional ``?format=msgpack|arrows|json|...``; detected from the bytes otherwise)
 with the encoded mask as the body. Answers ``200 {"ok": true, "num_rows", "num_segments", "nnz",
-"checksum"}`` or ``400 {"ok": false, "code": "E_...", "message"}``; ``411`` without a
-Content-Length, ``400`` for one that is not a decimal number or for two Content-Length headers,
-``413`` above ``--max-body``, ``431`` for a request line and headers over ``HEADER_BYTES`` (32 KiB),
-``408`` for a client that does not send its whole request (request line, headers and body) within
-``--read-timeout`` seconds or stops sending for ``--stall-timeout`` seconds once it has started,
-``503`` when no memory frees up for it in time. ``GET /stats`` reports requests served and the
-process's peak RSS.
+"checksum"}`` or ``400 {"ok": false, "code": "E_...", "message"}``. ``GET /stats`` reports requests
+served and the process's peak RSS. Every answer is JSON, the refusals before a request reaches the
+application included; every refusal closes its connection.
 
-What keeps it up under hostile input (the bounds that hold, each tested in
-``tests/test_server_limits.py`` / ``tests/test_server_floods.py`` and shown by
+What keeps it up under hostile input (each tested in ``tests/test_server_limits.py`` /
+``tests/test_server_floods.py`` / ``tests/test_server_hostile.py``, and shown by
 ``benchmarks/bench_server_load.py``):
 
-- every body is decoded under ``Limits.for_untrusted_input(len(body))``, so one decode grows memory
-  by at most max(16 x body, 64 MiB) (SECURITY.md): :func:`request_cost` is that plus the body;
-- admission by size, in two lanes: bodies of at most ``SMALL_BODY`` (64 KiB) go through a pool of
-  their own (``--small-decoders x request_cost(64 KiB)``), larger ones through a pool of
-  ``--decoders x request_cost(--max-body)`` (memory-weighted semaphores). A body's bytes are
-  reserved from its lane as they arrive (256 KiB at a time, into an anonymous mapping whose pages
-  appear as they are written), the rest of its cost once the whole body is in, before it is decoded:
-  a client that declares a body and sends nothing holds no memory and no reservation, so small
-  requests are answered at once beside it;
-- headers are memory too: one request's request line and headers are at most ``HEADER_BYTES``
-  (431 past it, counted as they are read), and they are read only with a slot of the header pool
-  (``HEADER_SLOTS x HEADER_COST``, 64 x 512 KiB), held until the request is answered;
-- peak memory above the idle process: at most :func:`memory_bound` (704 MiB by default: the two
-  lanes and the header pool), whatever the number of clients; a connection waiting for a slot holds
-  only its thread and a 16 KiB read buffer (the operating system's thread and socket limits apply);
-- one deadline per request covers the request line, the headers and the body (a client trickling
-  one byte a second is answered 408 after ``--read-timeout``), and once a request has started each
-  read waits at most ``--stall-timeout`` (2 s): a client that stops sending is answered 408 and its
-  reservation given back at once, not at the request's deadline;
-- every ``SamplingMaskError`` becomes a 400 with its code; nothing else is expected, and anything
-  else becomes a 500 that names the exception (the load test counts those as failures); the
-  server's own protocol errors are JSON too.
+- **Framing is h11's.** uvicorn runs with ``http="h11"`` (never httptools), ``loop="asyncio"``. The
+  request line, the headers, ``Content-Length`` and chunked bodies are read by h11 only, and this
+  file holds no HTTP parsing: what h11 refuses is answered with the status h11 names (400; 431 for
+  an unfinished head past ``HEADER_BYTES``; 501 for a transfer coding it does not know), conflicting
+  ``Content-Length`` values included. A request that carries ``Transfer-Encoding`` is refused
+  before its body is read: with ``Content-Length`` too it is 400 (RFC 9112 section 6.1: reject),
+  without it 411 (a body is reserved for by its declared size before it is read); its connection is
+  closed, so nothing inside such a body is ever answered as a request. ``Content-Length`` above
+  ``--max-body`` is 413.
+- **Headers are bounded.** At most ``HEADER_BYTES`` (32 KiB) of request line and headers: h11 stops
+  an unfinished head at that size (``h11_max_incomplete_event_size``), and a finished head above it
+  is 431 before any routing.
+- **Time is bounded.** The request line and headers must arrive within ``--header-timeout`` of the
+  connection's opening or of its previous answer (408, or the idle connection is closed): uvicorn
+  times only idle keep-alive connections, so :class:`GuardedH11Protocol` adds that deadline. Once a
+  body has begun, no read waits more than ``--stall-timeout`` and the whole body arrives within
+  ``--read-timeout`` of its admission (408, and its reservation is given back at once).
+- **Connections are bounded.** At most ``--max-connections`` are open at once; one more is answered
+  503 and closed at once. An open connection holds at most ``CONNECTION_COST`` before its request is
+  admitted (h11's buffer of an unfinished head, uvicorn's read-ahead of a body), and nothing of the
+  memory lanes, so slow or silent clients below that cap cannot delay other requests.
+- **Memory is reserved whole, in a bounded order.** Every body is decoded under
+  ``Limits.for_untrusted_input(len(body))``, which grows memory by at most max(16 x body, 64 MiB)
+  (SECURITY.md); :func:`request_cost` is that plus the body. Bodies of at most ``SMALL_BODY``
+  (64 KiB) have a lane of their own (``--small-decoders x request_cost(64 KiB)``), larger ones share
+  ``--decoders x request_cost(--max-body)``. When a body's first bytes have come (a client that
+  declares a body and sends nothing holds no reservation, and is answered 408 after the stall
+  timeout), the request takes its whole cost from its lane in one step, first come first served,
+  waiting at most ``--queue-timeout`` while holding nothing (503 after it); only then is the rest of
+  its body read, into a buffer whose pages appear as bytes arrive. A request that holds a
+  reservation needs nothing more to finish, and one that waits holds nothing, so no set of bodies
+  can wedge a lane: admitted requests finish (or are answered 408 at their stall timeout) and the
+  next in line is admitted.
+- Peak memory above the idle process: at most :func:`memory_bound` (800 MiB by default: the two
+  lanes and ``--max-connections x CONNECTION_COST``), whatever the clients send.
+- Every ``SamplingMaskError`` becomes a 400 with its code; anything else becomes a 500 that names
+  the exception (the load test counts those as failures).
 
-Run: ``python examples/mask_server.py --port 8000`` (binds 127.0.0.1 by default). The load test
-(``benchmarks/bench_server_load.py``) starts it on an ephemeral port and drives it.
+Run: ``python examples/mask_server.py --port 8000`` (binds 127.0.0.1 by default; ``--port 0``: any
+free port, printed). The load test (``benchmarks/bench_server_load.py``) starts it on an ephemeral
+port and drives it.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import http.client
-import io
+import asyncio
+import collections
+import functools
 import json
 import mmap
 import resource
 import socket
 import sys
-import threading
-import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import sampling_mask
 from sampling_mask import Limits, SamplingMask, SamplingMaskError
 
+try:
+    import h11
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+except ModuleNotFoundError as exc:  # the example's own dependencies: an optional extra
+    message = f"{exc}: the example server needs pip install 'sampling-mask[serve]'"
+    raise ModuleNotFoundError(message, name=exc.name) from None
+
+MiB = 1 << 20
 MAX_BODY = 8 << 20  # bytes
-READ_TIMEOUT = 5.0  # seconds a client may take to send its request
+HEADER_TIMEOUT = 5.0  # seconds for the request line and headers
+READ_TIMEOUT = 5.0  # seconds for a body, from its admission
+STALL_TIMEOUT = 2.0  # seconds one read of a started body may wait
+QUEUE_TIMEOUT = 30.0  # seconds a request may wait for memory, holding nothing, before a 503
 DECODERS = 4  # decodes of --max-body bytes at once (smaller bodies weigh less)
 SMALL_BODY = 64 << 10  # bytes: bodies up to this size have a lane of their own ...
 SMALL_DECODERS = 2  # ... with this many decodes at once
-QUEUE_TIMEOUT = 30.0  # seconds a request may wait for memory before a 503
-STALL_TIMEOUT = 2.0  # seconds one read of a started request may wait for a byte before a 408
-HEADER_BYTES = 32 << 10  # the request line and headers of one request together, at most (else 431)
-HEADER_COST = 16 * HEADER_BYTES  # what parsing them may hold (lines, text, the message object)
-HEADER_SLOTS = 64  # requests whose headers are read at once (the header pool: 32 MiB)
-BODY_STEP = 256 << 10  # body bytes reserved at a time, as they arrive
-MiB = 1 << 20
+MAX_CONNECTIONS = 256  # connections open at once; one more is answered 503
+HEADER_BYTES = 32 << 10  # the request line and headers of one request, at most (else 431)
+#: What one open connection may hold before its request is admitted: h11's buffer of an unfinished
+#: head (HEADER_BYTES), uvicorn's read-ahead of a body (64 KiB, plus one 256 KiB read of asyncio's
+#: transport) and the connection's own objects.
+CONNECTION_COST = 512 << 10
 
 
 def request_cost(size: int) -> int:
@@ -83,105 +110,83 @@ def request_cost(size: int) -> int:
     return size + max(16 * size, 64 * MiB)
 
 
-def memory_bound(max_body: int = MAX_BODY, decoders: int = DECODERS, small_decoders: int = SMALL_DECODERS) -> int:
-    """The server's documented bound: peak memory above the idle process, in bytes (default 704 MiB):
-    the two lanes' pools and the header pool (connections beyond them wait, holding a thread and a
-    16 KiB read buffer each)."""
+def memory_bound(
+    max_body: int = MAX_BODY,
+    decoders: int = DECODERS,
+    small_decoders: int = SMALL_DECODERS,
+    max_connections: int = MAX_CONNECTIONS,
+) -> int:
+    """The server's documented bound: peak memory above the idle process, in bytes (default 800 MiB):
+    the two lanes' pools and what the open connections may hold before admission."""
     lanes = decoders * request_cost(max_body) + small_decoders * request_cost(min(SMALL_BODY, max_body))
-    return lanes + HEADER_SLOTS * HEADER_COST
+    return lanes + max_connections * CONNECTION_COST
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The server's limits (the command line's flags)."""
+
+    max_body: int = MAX_BODY
+    header_timeout: float = HEADER_TIMEOUT
+    read_timeout: float = READ_TIMEOUT
+    stall_timeout: float = STALL_TIMEOUT
+    queue_timeout: float = QUEUE_TIMEOUT
+    decoders: int = DECODERS
+    small_decoders: int = SMALL_DECODERS
+    max_connections: int = MAX_CONNECTIONS
+
+    @property
+    def memory_bound(self) -> int:
+        return memory_bound(self.max_body, self.decoders, self.small_decoders, self.max_connections)
 
 
 class MemoryGate:
-    """A memory-weighted semaphore: :meth:`reserve` waits until ``cost`` bytes of the pool are free."""
+    """A memory-weighted semaphore on one event loop, first come first served: :meth:`reserve` takes
+    ``cost`` bytes of the pool in one step. A waiter holds nothing while it waits, and one that
+    cannot be served blocks the waiters behind it (so a large request is never passed over for
+    ever by smaller ones)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._free = capacity
-        self._changed = threading.Condition()
+        self.free = capacity
+        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
 
-    def reserve(self, cost: int, timeout: float) -> bool:
+    async def reserve(self, cost: int, timeout: float) -> bool:
         """Take ``cost`` bytes (at most the capacity) within ``timeout`` seconds; False when it could not."""
         cost = min(cost, self.capacity)
-        with self._changed:
-            if not self._changed.wait_for(lambda: self._free >= cost, timeout):
-                return False
-            self._free -= cost
+        if not self._waiting and self.free >= cost:
+            self.free -= cost
             return True
+        entry = (cost, asyncio.get_running_loop().create_future())
+        self._waiting.append(entry)
+        try:
+            await asyncio.wait_for(asyncio.shield(entry[1]), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return self._withdraw(entry)
+        except BaseException:
+            if self._withdraw(entry):
+                self.release(cost)
+            raise
 
     def release(self, cost: int) -> None:
-        with self._changed:
-            self._free += min(cost, self.capacity)
-            self._changed.notify_all()
+        self.free += min(cost, self.capacity)
+        self._grant()
 
-
-class _Reservation:
-    """What one request holds of a gate, taken in steps and given back at once."""
-
-    def __init__(self, gate: MemoryGate) -> None:
-        self.gate, self.held = gate, 0
-
-    def take(self, cost: int, timeout: float) -> bool:
-        if cost <= 0:
+    def _withdraw(self, entry: tuple[int, asyncio.Future[None]]) -> bool:
+        """Leave the queue; True when the reservation was granted as the wait ended (the caller holds it)."""
+        if entry[1].done():
             return True
-        if not self.gate.reserve(cost, timeout):
-            return False
-        self.held += min(cost, self.gate.capacity)
-        return True
+        self._waiting.remove(entry)
+        entry[1].cancel()
+        self._grant()  # the next in line may fit now
+        return False
 
-    def release(self) -> None:
-        self.gate.release(self.held)
-        self.held = 0
-
-
-class _DeadlineSocket(io.RawIOBase):
-    """The connection's reads, each given only what is left of the request's deadline."""
-
-    def __init__(self, sock: socket.socket, stall_timeout: float) -> None:
-        self._sock = sock
-        self.deadline = float("inf")
-        self.stall_timeout = stall_timeout
-        self.timed_out = False
-        self.received = 0  # bytes of the current request
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        """One read within what is left of the request's deadline and, once the request has started,
-        within ``stall_timeout``: a client that stops sending loses what it holds at once."""
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            self.timed_out = True
-            raise TimeoutError("request deadline passed")
-        self._sock.settimeout(min(left, self.stall_timeout) if self.received else left)
-        try:
-            count = self._sock.recv_into(buffer)
-        except TimeoutError:
-            self.timed_out = True
-            raise
-        self.received += count
-        return count
-
-
-class _HeaderCap:
-    """The connection's buffered reader, but ``readline`` (the request line and the headers: what
-    http.server reads with it) stops at ``room`` bytes per request: one more is ``LineTooLong``,
-    which http.server answers 431."""
-
-    def __init__(self, reader: io.BufferedReader) -> None:
-        self._reader = reader
-        self.room = HEADER_BYTES
-
-    def readline(self, size: int = -1) -> bytes:
-        limit = self.room + 1 if size is None or size < 0 else min(size, self.room + 1)
-        line = self._reader.readline(limit)
-        self.room -= len(line)
-        if self.room < 0:
-            raise http.client.LineTooLong(f"request line and headers over {HEADER_BYTES} bytes")
-        return line
-
-    def __getattr__(self, name: str) -> Any:  # read, readinto, peek, close: the reader's own
-        return getattr(self._reader, name)
+    def _grant(self) -> None:
+        while self._waiting and self.free >= self._waiting[0][0]:
+            cost, granted = self._waiting.popleft()
+            self.free -= cost
+            granted.set_result(None)
 
 
 def summary(mask: SamplingMask) -> dict[str, Any]:
@@ -211,205 +216,116 @@ def memory_mib() -> dict[str, float]:
     return {"rss_mib": found.get("VmRSS", peak), "peak_rss_mib": peak}
 
 
-class MaskHandler(BaseHTTPRequestHandler):
-    """One request: read a bounded body in bounded time, decode it under the untrusted preset."""
+def refusal(status: int, message: str, **fields: Any) -> JSONResponse:
+    """A JSON refusal that closes its connection (any body still on the way is never read)."""
+    return JSONResponse({"ok": False, **fields, "message": message}, status, headers={"connection": "close"})
 
-    server: MaskServer
-    protocol_version = "HTTP/1.1"
 
-    def setup(self) -> None:
-        super().setup()
-        self.rfile.close()  # the socket file http.server made: every read goes through the deadline instead
-        self._raw = _DeadlineSocket(self.connection, self.server.stall_timeout)
-        self._reader = _HeaderCap(io.BufferedReader(self._raw, 16 << 10))
-        self.rfile = self._reader  # type: ignore[assignment]
+class _Refused(Exception):
+    """A request answered before its body was read whole (408, 503, a client gone)."""
 
-    def handle_one_request(self) -> None:
-        """One request under one deadline: the request line, the headers and the body together
-        (http.server's own timeout is per read, so a trickling sender could hold it for ever), each
-        read once started within the stall timeout. Its headers are read only with a slot of the
-        header pool, and at most ``HEADER_BYTES`` of them (431)."""
-        self._raw.deadline = time.monotonic() + self.server.read_timeout
-        self._raw.timed_out = False
-        self._raw.received = 0
-        self._reader.room = HEADER_BYTES
-        self._answered = False
-        self.request_version, self.requestline, self.command = "HTTP/1.1", "", ""  # until parsed
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class MaskService:
+    """The application: routes, the two lanes and the decoder threads (see the module docstring)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.small_body = min(SMALL_BODY, settings.max_body)
+        self.large = MemoryGate(settings.decoders * request_cost(settings.max_body))
+        self.small = MemoryGate(settings.small_decoders * request_cost(self.small_body))
+        self.decoders = ThreadPoolExecutor(settings.decoders + settings.small_decoders, "decode")
+        self.requests = 0
+        handlers = {HTTPException: self._http_error}
+        routes = [Route("/decode", self.decode, methods=["POST"]), Route("/stats", self.stats, methods=["GET"])]
+        self.app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[dict-item]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Refuse a finished head above ``HEADER_BYTES`` (h11 bounds an unfinished one), then route."""
+        if scope["type"] == "http":
+            head = (
+                len(scope["raw_path"]) + len(scope["query_string"]) + sum(len(k) + len(v) for k, v in scope["headers"])
+            )
+            if head > HEADER_BYTES:
+                await refusal(431, f"request line and headers over {HEADER_BYTES} bytes")(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        return JSONResponse({"ok": False, "message": HTTPStatus(status).phrase}, status)
+
+    async def stats(self, request: Request) -> Response:
+        bound = self.settings.memory_bound / MiB
+        return JSONResponse({"ok": True, "requests": self.requests, "memory_bound_mib": bound, **memory_mib()})
+
+    async def decode(self, request: Request) -> Response:
+        headers = request.headers
+        if "transfer-encoding" in headers:
+            if "content-length" in headers:  # two framings of one body: the request-smuggling class
+                return refusal(400, "both Content-Length and Transfer-Encoding (RFC 9112 section 6.1)")
+            return refusal(411, "Content-Length required: a body is reserved for by its size before it is read")
+        if "content-length" not in headers:
+            return refusal(411, "Content-Length required")
+        size = int(headers["content-length"])  # h11 checked it: one value of at most 20 digits
+        if size > self.settings.max_body:
+            return refusal(413, f"body over {self.settings.max_body} bytes")
+        lane = self.small if size <= self.small_body else self.large
+        cost = request_cost(size)
         try:
-            started = self._reader.peek(1)  # an idle keep-alive connection holds no slot
-        except (TimeoutError, OSError):
-            self.close_connection = True
-            return
-        if not started:
-            self.close_connection = True
-            return
-        headers = self.server.header_gate
-        if not headers.reserve(HEADER_COST, self.server.stall_timeout):
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self._answer(503, {"ok": False, "message": "server busy; retry later"})
-            return
+            first = await self._receive(request, self.settings.stall_timeout) if size else (b"", False)
+            if not await lane.reserve(cost, self.settings.queue_timeout):
+                return refusal(503, "server busy; retry later")
+            try:
+                body = await self._read_body(request, size, first)
+                fmt = request.query_params.get("format")
+                self.requests += 1
+                loop = asyncio.get_running_loop()
+                status, answer = await loop.run_in_executor(self.decoders, self._decode_body, body, fmt)
+                del body
+            finally:
+                lane.release(cost)
+        except _Refused as refused:
+            return refusal(refused.status, refused.message)
+        return JSONResponse(answer, status)
+
+    async def _receive(self, request: Request, timeout: float) -> tuple[bytes, bool]:
+        """The next piece of the body within ``timeout`` seconds: (bytes, more to come)."""
         try:
-            super().handle_one_request()
-        except http.client.LineTooLong:  # the request line alone is over the cap
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self._answer(431, {"ok": False, "message": f"request line and headers over {HEADER_BYTES} bytes"})
-        finally:
-            headers.release(HEADER_COST)
-        # http.server drops a timed-out request silently: answer 408 when the client had started
-        # one (an idle keep-alive connection is just closed).
-        if self._raw.timed_out and self._raw.received and not self._answered:
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self._answer(408, {"ok": False, "message": "request too slow"})
+            message = await asyncio.wait_for(request.receive(), max(timeout, 0.0))
+        except asyncio.TimeoutError:
+            raise _Refused(408, "request body too slow") from None
+        if message["type"] != "http.request":  # the client went away
+            raise _Refused(400, "body shorter than Content-Length")
+        return message.get("body", b""), message.get("more_body", False)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        pass  # quiet: the load test sends tens of thousands of requests
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """http.server's own errors (431, 400, 414, 501, ...) as JSON too, closing the connection."""
-        self.close_connection = True
-        self._answer(code, {"ok": False, "message": message or HTTPStatus(code).phrase})
-
-    def _answer(self, status: int, body: dict[str, Any]) -> None:
-        self._answered = True
-        self.connection.settimeout(self.server.read_timeout)  # writing the answer has its own time
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _read_body(self, size: int, held: _Reservation) -> memoryview | None:
-        """``size`` bytes (fewer if the client closes) read into one buffer, within the request's
-        deadline, each step's bytes reserved from ``held``'s lane before they are read (None when the
-        lane stays full past the stall timeout); a read-only view, so the decoder reads it in place.
-        The buffer is an anonymous mapping whose pages appear as bytes arrive: a client that declares
-        a body and sends nothing holds neither memory nor a reservation."""
+    async def _read_body(self, request: Request, size: int, first: tuple[bytes, bool]) -> memoryview:
+        """The ``size``-byte body, its first piece already received, into one buffer within
+        ``--read-timeout`` (no read waiting more than ``--stall-timeout``); a read-only view, so the
+        decoder reads it in place. A large body's buffer is an anonymous mapping whose pages appear
+        as bytes arrive."""
         buffer: Any = bytearray(size) if size <= SMALL_BODY else mmap.mmap(-1, size)
         view = memoryview(buffer)
-        got = 0
-        while got < size:
-            if not got:
-                self._reader.peek(1)  # the first byte of the body before anything is reserved
-            end = got + min(BODY_STEP, size - got)
-            if not held.take(end - got, self.server.stall_timeout):
-                return None
-            while got < end:
-                count = self.rfile.readinto(view[got:end])
-                if not count:  # the client closed early
-                    return view[:got].toreadonly()
-                got += count
-        return view[:got].toreadonly()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.read_timeout
+        (piece, more), got = first, 0
+        while True:
+            if got + len(piece) > size:  # h11 frames by Content-Length: never more than declared
+                raise _Refused(400, "body longer than Content-Length")
+            view[got : got + len(piece)] = piece
+            got += len(piece)
+            if not more:
+                break
+            piece, more = await self._receive(request, min(self.settings.stall_timeout, deadline - loop.time()))
+        if got != size:
+            raise _Refused(400, "body shorter than Content-Length")
+        return view.toreadonly()
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        if urlparse(self.path).path != "/stats":
-            self._answer(404, {"ok": False, "message": "GET /stats or POST /decode"})
-            return
-        self._answer(
-            200,
-            {
-                "ok": True,
-                "requests": self.server.requests,
-                "memory_bound_mib": self.server.memory_bound / MiB,
-                **memory_mib(),
-            },
-        )
-
-    def do_POST(self) -> None:  # noqa: N802
-        url = urlparse(self.path)
-        if url.path != "/decode":
-            self._answer(404, {"ok": False, "message": "POST /decode"})
-            return
-        fmt = parse_qs(url.query).get("format", [None])[0]
-        lengths = self.headers.get_all("Content-Length") or []
-        if len(lengths) > 1:  # two framings of one body: the request smuggling class
-            self.close_connection = True
-            self._answer(400, {"ok": False, "message": "more than one Content-Length header"})
-            return
-        length = lengths[0] if lengths else None
-        if length is None:
-            self.close_connection = True
-            self._answer(411, {"ok": False, "message": "Content-Length required"})
-            return
-        if not (length.isascii() and length.strip().isdigit() and len(length) <= 20):  # not "²", not "-1"
-            self.close_connection = True
-            self._answer(400, {"ok": False, "message": "Content-Length must be a decimal number of bytes"})
-            return
-        size = int(length)
-        if size > self.server.max_body:
-            self.close_connection = True
-            self._answer(413, {"ok": False, "message": f"body over {self.server.max_body} bytes"})
-            return
-        gate, cost = self.server.gate_for(size)
-        held = _Reservation(gate)  # the body's bytes as they arrive, then its decode's bound
-        try:
-            try:
-                body = self._read_body(size, held)
-            except TimeoutError:
-                self.close_connection = True
-                self._answer(408, {"ok": False, "message": "request body too slow"})
-                return
-            if body is None or not held.take(cost - held.held, self.server.queue_timeout):
-                self.close_connection = True
-                self._answer(503, {"ok": False, "message": "server busy; retry later"})
-                return
-            if len(body) < size:  # the client closed early
-                self.close_connection = True
-                self._answer(400, {"ok": False, "code": "E_BYTES", "message": "body shorter than Content-Length"})
-                return
-            status, answer = self.server.decode(body, fmt)
-            del body
-        finally:
-            held.release()
-        self._answer(status, answer)
-
-
-class MaskServer(ThreadingHTTPServer):
-    """A threading HTTP server that admits requests by declared size (see the module docstring)."""
-
-    daemon_threads = True
-    request_queue_size = 128
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        *,
-        max_body: int = MAX_BODY,
-        read_timeout: float = READ_TIMEOUT,
-        decoders: int = DECODERS,
-        small_decoders: int = SMALL_DECODERS,
-        queue_timeout: float = QUEUE_TIMEOUT,
-        stall_timeout: float = STALL_TIMEOUT,
-    ) -> None:
-        super().__init__(address, MaskHandler)
-        self.max_body = max_body
-        self.read_timeout = read_timeout
-        self.queue_timeout = queue_timeout
-        self.stall_timeout = stall_timeout
-        self.header_gate = MemoryGate(HEADER_SLOTS * HEADER_COST)
-        self.requests = 0
-        self.small_body = min(SMALL_BODY, max_body)
-        self.memory_bound = memory_bound(max_body, decoders, small_decoders)
-        self._large = MemoryGate(decoders * request_cost(max_body))
-        self._small = MemoryGate(small_decoders * request_cost(self.small_body))
-        self._count = threading.Lock()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], ConnectionError):  # a client that went away: nothing to report
-            return
-        super().handle_error(request, client_address)
-
-    def gate_for(self, size: int) -> tuple[MemoryGate, int]:
-        """The lane of a ``size``-byte body and what it reserves there."""
-        cost = request_cost(size)
-        return (self._small if size <= self.small_body else self._large), cost
-
-    def decode(self, body: Any, fmt: str | None) -> tuple[int, dict[str, Any]]:
-        with self._count:
-            self.requests += 1
+    def _decode_body(self, body: memoryview, fmt: str | None) -> tuple[int, dict[str, Any]]:
+        """In a decoder thread: the mask's summary (200), its error (400), or a bug named (500)."""
         try:
             mask = sampling_mask.decode(body, format=fmt, limits=Limits.for_untrusted_input(len(body)))
             return 200, summary(mask)
@@ -419,33 +335,128 @@ class MaskServer(ThreadingHTTPServer):
             return 500, {"ok": False, "code": "INTERNAL", "message": f"{type(exc).__name__}: {exc}"[:200]}
 
 
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with what uvicorn leaves open: a deadline for the request line and
+    headers, a cap on open connections, and h11's own status for what it refuses (431 for an
+    unfinished head past its limit, where uvicorn answers 400). It reads no bytes itself: h11 parses,
+    and its answers are written through h11."""
+
+    def __init__(self, *args: Any, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.settings = settings
+        self._deadline: asyncio.TimerHandle | None = None
+        self._request_started = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.server_state.connections) > self.settings.max_connections:
+            self._refuse(503, "too many connections; retry later")
+            return
+        self._arm_header_deadline()
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn.their_state is h11.IDLE:
+            self._request_started = True  # bytes of the next request's head have come
+        super().data_received(data)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm_header_deadline()  # the next request on this connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn calls this while it handles h11's ``RemoteProtocolError``: answer the status h11
+        names for it (``error_status_hint``: 431, 501, else 400), with h11's reason."""
+        error = sys.exc_info()[1]
+        status = error.error_status_hint if isinstance(error, h11.RemoteProtocolError) else 400
+        self._refuse(status, f"{HTTPStatus(status).phrase}: {error or msg}"[:200])
+
+    def _arm_header_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._request_started = False
+        self._deadline = self.loop.call_later(self.settings.header_timeout, self._headers_overdue)
+
+    def _headers_overdue(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return  # the head came in time: the application times the body
+        if self._request_started:
+            self._refuse(408, "request line and headers too slow")
+        else:
+            self.transport.close()  # an idle connection: nothing to answer
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` with a JSON body through h11, then close the connection."""
+        if self.transport.is_closing():
+            return
+        body = json.dumps({"ok": False, "message": message}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        try:
+            data = self.conn.send(h11.Response(status_code=status, headers=headers, reason=HTTPStatus(status).phrase))
+            data = (data or b"") + (self.conn.send(h11.Data(data=body)) or b"")
+            data += self.conn.send(h11.EndOfMessage()) or b""
+        except h11.LocalProtocolError:  # an answer was already begun on this connection
+            data = b""
+        self.transport.write(data)
+        self.transport.close()
+
+
+def make_server(settings: Settings, sock: socket.socket) -> uvicorn.Server:
+    """A uvicorn server of :class:`MaskService` on the bound socket ``sock`` (h11, asyncio, quiet)."""
+    config = uvicorn.Config(
+        MaskService(settings),
+        http=functools.partial(GuardedH11Protocol, settings=settings),  # type: ignore[arg-type]
+        loop="asyncio",
+        lifespan="off",
+        h11_max_incomplete_event_size=HEADER_BYTES,
+        timeout_keep_alive=max(1, round(settings.header_timeout)),
+        backlog=settings.max_connections,
+        log_config=None,
+        log_level="error",
+        access_log=False,
+        server_header=False,
+        date_header=False,
+    )
+    return uvicorn.Server(config)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0: any free port (printed)")
     parser.add_argument("--max-body", type=int, default=MAX_BODY)
-    parser.add_argument("--read-timeout", type=float, default=READ_TIMEOUT)
+    parser.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT, help="seconds for the head")
+    parser.add_argument("--read-timeout", type=float, default=READ_TIMEOUT, help="seconds for an admitted body")
+    parser.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT, help="seconds a body read may wait")
+    parser.add_argument("--queue-timeout", type=float, default=QUEUE_TIMEOUT, help="seconds to wait for memory")
     parser.add_argument("--decoders", type=int, default=DECODERS, help="decodes of --max-body bytes at once")
     parser.add_argument("--small-decoders", type=int, default=SMALL_DECODERS, help="small-body decodes at once")
-    parser.add_argument("--queue-timeout", type=float, default=QUEUE_TIMEOUT)
-    parser.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT, help="seconds a read may wait")
+    parser.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS, help="open connections at once")
     args = parser.parse_args(argv)
-    server = MaskServer(
-        (args.host, args.port),
+    settings = Settings(
         max_body=args.max_body,
+        header_timeout=args.header_timeout,
         read_timeout=args.read_timeout,
+        stall_timeout=args.stall_timeout,
+        queue_timeout=args.queue_timeout,
         decoders=args.decoders,
         small_decoders=args.small_decoders,
-        queue_timeout=args.queue_timeout,
-        stall_timeout=args.stall_timeout,
+        max_connections=args.max_connections,
     )
-    print(f"listening on {server.server_address[0]}:{server.server_address[1]}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    sock = socket.create_server((args.host, args.port), backlog=settings.max_connections)
+    host, port = sock.getsockname()[:2]
+    print(f"listening on {host}:{port}", flush=True)
+    make_server(settings, sock).run(sockets=[sock])
     return 0
 
 

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
@@ -96,6 +97,64 @@ MEMORY_CASES: dict[str, tuple[Callable[[], bytes], Callable[[bytes], None]]] = {
 }  # fmt: skip
 
 
+def _empty_lists(megabytes: float = 20.0) -> bytes:
+    """Row "side files": ``[[],[],...]``, some 25 bytes of Python objects per byte of text."""
+    count = int(megabytes * 1e6 / 3)
+    return b"[" + b"[]," * (count - 1) + b"[]]"
+
+
+def _safetensors_padded_header(megabytes: float = 39.0) -> bytes:
+    """Row "logits header": a valid 1 x 4 float32 tensor whose JSON header carries 39 MB of ``[],``."""
+    pad = _empty_lists(megabytes)
+    header = b'{"logits":{"dtype":"F32","shape":[1,4],"data_offsets":[0,16]},"pad":' + pad + b"}"
+    return struct.pack("<Q", len(header)) + header + bytes(16)
+
+
+LOGITS_SHAPE = (2_000, 10_000)  # 80 MB of float32 logits
+
+
+def _logits_npy() -> bytes:
+    """Row "audit": 80 MB of float32 logits [2,000, 10,000] in a .npy file."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.random.default_rng(0).standard_normal(LOGITS_SHAPE, dtype=np.float32))
+    return buffer.getvalue()
+
+
+def _cli_side(
+    argv: list[str], side: str, rows: int = 2, statuses: tuple[int, ...] = (0, 1, 2)
+) -> Callable[[bytes], None]:
+    """Run ``sampling-mask --untrusted-limits ARGV`` with a small valid mask of ``rows`` rows as
+    ``{mask}``, zero logits for it as ``{logits}`` and the payload as the side file ``{side}`` (named
+    ``side``); raise unless the exit status is one of ``statuses`` (a refused side file is exit 1
+    for validate, 2 for audit)."""
+
+    def call(data: bytes) -> None:
+        folder = Path(tempfile.mkdtemp())
+        sm.save(sm.SamplingMask.from_rows([[0]] * rows, vocab_size=LOGITS_SHAPE[1]), folder / "m.json")
+        np.save(folder / "small.npy", np.zeros((rows, 4), np.float32))
+        (folder / side).write_bytes(data)
+        names = {"{mask}": "m.json", "{side}": side, "{logits}": "small.npy"}
+        args = [str(folder / names[a]) if a in names else a for a in argv]
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        status = main(["--untrusted-limits", *args])
+        if status not in statuses:
+            raise RuntimeError(f"exit {status}")
+
+    return call
+
+
+#: label -> (side file builder, the command run on it): each bounded by its mask's bound plus its side
+#: file's, max(16 x size, 64 MiB) each.
+SIDE_CASES: dict[str, tuple[Callable[[], bytes], Callable[[bytes], None]]] = {
+    "validate --sampled, 20 MB of [[],[],...]": (_empty_lists, _cli_side(["validate", "{mask}", "--sampled", "{side}"], "s.json", statuses=(1,))),
+    "audit --sampled, 20 MB of [[],[],...]": (_empty_lists, _cli_side(["audit", "{mask}", "--logits", "{logits}", "--sampled", "{side}"], "s.json", statuses=(2,))),
+    "audit --logits, 39 MB of [], in a safetensors header": (_safetensors_padded_header, _cli_side(["audit", "{mask}", "--logits", "{side}"], "l.safetensors", statuses=(2,))),
+    "audit --logits, 80 MB of logits": (_logits_npy, _cli_side(["audit", "{mask}", "--logits", "{side}"], "l.npy", rows=LOGITS_SHAPE[0], statuses=(0, 1))),
+}  # fmt: skip
+
+
 def _warm_up() -> None:
     """Import and run every path once, so that a case's growth is its own."""
     folder = Path(tempfile.mkdtemp())
@@ -109,6 +168,13 @@ def _warm_up() -> None:
         main(["--untrusted-limits", "stats", str(folder), "--json"])
         for out in ("o.json", "o.parquet"):
             main(["--untrusted-limits", "convert", str(folder / "w.msgpack"), str(folder / out)])
+        sm.save(sm.SamplingMask.from_rows([[0], [1]], vocab_size=4), folder / "a.json")
+        (folder / "s.json").write_text("[0, 1]")
+        np.save(folder / "l.npy", np.zeros((2, 4), np.float32))
+        (folder / "l.safetensors").write_bytes(_safetensors_padded_header(0.001))
+        main(["--untrusted-limits", "validate", str(folder / "a.json"), "--sampled", str(folder / "s.json")])
+        for logits in ("l.npy", "l.safetensors"):
+            main(["--untrusted-limits", "audit", str(folder / "a.json"), "--logits", str(folder / logits)])
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +191,56 @@ def test_reports_stay_within_the_untrusted_bound(results: dict[str, dict[str, An
     event = results[label]
     assert event["code"] == "OK", event
     bound = untrusted_bound_mb(event["size"])
+    assert event["rss"] <= bound, f"{label}: peak RSS grew {event['rss']} MiB, bound {bound:.0f} MiB"
+
+
+_FRESH_PROCESS = """
+import os, sys
+
+def peak_mib():
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) / 1024 for line in fh if line.startswith("VmHWM:"))
+
+from sampling_mask.cli import main
+before = peak_mib()
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+status = main(["--untrusted-limits", *sys.argv[1:]])
+os.write(2, f"{status} {peak_mib() - before} {'pandas' in sys.modules}".encode())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM from /proc")
+def test_a_fresh_conversion_to_parquet_stays_within_the_bound(tmp_path: Path) -> None:
+    """9 MB of empty rows to Parquet in a fresh process, growth counted from ``import
+    sampling_mask.cli``: what the command loads on the way (pyarrow, its Parquet writer) counts too.
+    Handing numpy arrays to ``pa.array`` imported pandas, some 50 MiB (139 MiB against a bound of
+    137 where it was measured): the writer never imports it."""
+    import subprocess
+
+    pytest.importorskip("pyarrow")
+    source = tmp_path / "e.msgpack"
+    source.write_bytes(_empty_rows())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-c", _FRESH_PROCESS, "convert", str(source), str(tmp_path / "o.parquet")]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    status, growth, pandas = done.stderr.split()[-3:]
+    bound = untrusted_bound_mb(source.stat().st_size)
+    assert status == "0" and float(growth) <= bound, (done.stderr[-2000:], bound)
+    assert pandas == "False", "the conversion imported pandas"
+    assert sm.load(tmp_path / "o.parquet").num_rows == 2_250_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label", list(SIDE_CASES))
+def test_side_files_are_bounded_like_masks(results: dict[str, dict[str, Any]], label: str) -> None:
+    """Rows "side files", "logits header" and "audit": ``--sampled`` and ``--logits`` are read under
+    the mask's limits, scaled by their own size under ``--untrusted-limits`` (the JSON parse's cost
+    and a safetensors header's included), so each command stays within the mask's bound plus the
+    side file's. Read under the defaults, the 20 MB side file took 525 MiB and the 39 MB header 1,015."""
+    event = results[label]
+    assert event["code"] == "OK", event
+    bound = untrusted_bound_mb(0) + untrusted_bound_mb(event["size"])  # the small mask's, the side file's
     assert event["rss"] <= bound, f"{label}: peak RSS grew {event['rss']} MiB, bound {bound:.0f} MiB"
 
 
@@ -265,13 +381,101 @@ def test_file_derived_text_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_escaping_is_one_function() -> None:
-    from sampling_mask.cli._common import shown
+    from sampling_mask.cli._common import SHOWN_CHARS, shown
 
     assert shown("a\x1bb\x07c\nd\\e") == "a\\x1bb\\x07c\\nd\\\\e"
     assert shown("é \u202e \udcff") == "é \\u202e \\udcff"
     assert shown("plain text: 1,234") == "plain text: 1,234"
+    assert shown("\n" * 1_000_000) == "\\n" * SHOWN_CHARS + "... (1,000,000 characters)"
+
+
+FORGED = "x\nvalid: forged.msgpack (msgpack, 9 rows, 1 segment, 9 ids; checked every invariant of the spec)\n.msgpack"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs and symlinks")
+@pytest.mark.parametrize("entry", ["dangling symlink", "FIFO", "directory symlink"])
+def test_entries_not_read_cannot_forge_a_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str) -> None:
+    """Row "not read": a dangling symlink, a FIFO or a symlink to a directory whose name holds a
+    newline and a ``valid: ...`` line is listed on one line of its own through ``validate DIR``,
+    ``validate GLOB`` and ``stats DIR``; the forged line never starts a line."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    sm.save(sm.SamplingMask.from_rows([[1]], vocab_size=8), folder / "plain.msgpack")
+    forged = folder / FORGED
+    if entry == "dangling symlink":
+        forged.symlink_to(tmp_path / "missing.msgpack")
+    elif entry == "FIFO":
+        os.mkfifo(forged)
+    else:
+        forged.symlink_to(tmp_path)
+    for argv, lines in (
+        (["validate", str(folder)], 3),  # not read, valid, the total
+        (["validate", str(folder / "*.msgpack")], 3),
+        (["stats", str(folder)], 4 + 1),  # not read, the file, the total, support sizes, one histogram bucket
+    ):
+        assert main(argv) == 1, argv
+        text = capsys.readouterr().out
+        _no_terminal_control(text)
+        assert len(text.splitlines()) == lines, text
+        assert sum("forged.msgpack" in line for line in text.splitlines()) == 1, text
+
+
+def test_a_long_value_from_a_file_is_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Row "text output": a 1 MB metadata value is shown cut at ``SHOWN_CHARS`` on one line that says
+    how long it was; ``--json`` still carries all of it."""
+    from sampling_mask.cli._common import SHOWN_CHARS
+
+    value = "v" * 1_000_000
+    sm.save(sm.SamplingMask.from_rows([[1]], vocab_size=8, metadata={"note": value}), tmp_path / "m.msgpack")
+    assert main(["inspect", str(tmp_path / "m.msgpack")]) == 0
+    text = capsys.readouterr().out
+    assert max(map(len, text.splitlines())) < SHOWN_CHARS + 100, max(map(len, text.splitlines()))
+    assert "note='" + "v" * SHOWN_CHARS + "... (1,000,000 characters)'" in text
+    assert main(["inspect", str(tmp_path / "m.msgpack"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metadata"]["note"] == value
+
+
+def _calls(tree: ast.AST) -> list[tuple[str, ast.Call]]:
+    """Every call in ``tree`` with the name of the function it is made in."""
+    found = []
+    for scope in ast.walk(tree):
+        if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            found += [(scope.name, n) for n in ast.walk(scope) if isinstance(n, ast.Call)]
+    return found
+
+
+def test_the_command_line_prints_through_one_function() -> None:
+    """No text reaches stdout or stderr but through ``cli._common.out``, whose template is always a
+    literal (the command line's own words) and which escapes and cuts every value it is given: no
+    ``print``, and ``sys.stdout`` / ``sys.stderr`` are written only by ``out``, the JSON writer
+    (JSON escapes as it encodes) and the progress line (counts only). The delegated commands
+    (``conformance``, ``bench``) run other tools' reports and are not read here."""
+    from sampling_mask import cli
+
+    allowed_writers = {"out", "print_json", "_draw", "close"}
+    folder = Path(cli.__file__).parent
+    checked = 0
+    for path in sorted(folder.glob("*.py")):
+        if path.stem in cli.DELEGATED:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function, call in _calls(tree):
+            where = f"{path.name}:{call.lineno} in {function}"
+            func = call.func
+            assert not (isinstance(func, ast.Name) and func.id == "print"), f"print() at {where}"
+            if isinstance(func, ast.Attribute) and func.attr == "write":
+                receiver = ast.unparse(func.value)
+                if "sys.stdout" in receiver or "sys.stderr" in receiver:
+                    assert path.name == "_common.py" and function in allowed_writers, f"a write at {where}"
+            if isinstance(func, ast.Name) and func.id == "out":
+                checked += 1
+                assert not call.args or (
+                    isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)
+                ), f"out() with a template that is not a literal at {where}"
+    assert checked > 30
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    child_main(((label, build, call) for label, (build, call) in MEMORY_CASES.items()), _warm_up)
+    cases = {**MEMORY_CASES, **SIDE_CASES}
+    child_main(((label, build, call) for label, (build, call) in cases.items()), _warm_up)

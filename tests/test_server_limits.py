@@ -1,13 +1,13 @@
-"""The example server's own limits (issue 24, rows 14-16 and the server points): admission by
-declared size keeps its memory within ``mask_server.memory_bound()`` under concurrent 8 MiB
-adversarial bodies, a small request is answered at once while large ones are in flight, slow
-headers get a 408 within the read timeout, and a malformed ``Content-Length`` a 400. Loopback only;
-every loop is bounded and every socket has a timeout, and the server child is killed at the end.
+"""The example server's own limits: admission by declared size keeps its memory within
+``mask_server.memory_bound()`` under concurrent 8 MiB adversarial bodies, a small request is answered
+at once while large ones are in flight, slow headers get a 408 within the header timeout, and a
+malformed ``Content-Length`` a 400 (h11's). Loopback only; every loop is bounded and every socket has
+a timeout, and the server child is killed at the end.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import os
 import socket
 import subprocess
@@ -22,54 +22,36 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "examples")]
-from example_server import serve  # noqa: E402
-from mask_server import HEADER_COST, HEADER_SLOTS, MemoryGate, memory_bound, request_cost  # noqa: E402
+from example_server import TIMEOUT, exchange, head, parse_answers, post, receive_all, serve, stats  # noqa: E402
+from mask_server import CONNECTION_COST, MAX_CONNECTIONS, MemoryGate, memory_bound, request_cost  # noqa: E402
 
 pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
 
 pytest.importorskip("msgpack")
-TIMEOUT = 30.0
-READ_TIMEOUT = 1.5
+HEADER_TIMEOUT = 1.5
 MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")
 def port() -> Iterator[int]:
-    yield from serve(f"--read-timeout={READ_TIMEOUT}", "--decoders=2", "--queue-timeout=20")
+    yield from serve(f"--header-timeout={HEADER_TIMEOUT}", "--decoders=2", "--queue-timeout=20")
 
 
 @pytest.fixture(scope="module")
 def patient_port() -> Iterator[int]:
-    """A server whose deadlines (30 s a request, 20 s a stalled read) no loaded machine reaches in these
-    tests: what they check is the order of answers, never a time."""
+    """A server whose deadlines (30 s a body, 20 s a stalled read or a wait for memory) no loaded
+    machine reaches in these tests: what they check is the order of answers, never a time."""
     yield from serve("--read-timeout=30", "--stall-timeout=20", "--decoders=2", "--queue-timeout=20")
 
 
-def _exchange(
-    port: int, head: bytes, body: bytes = b"", *, hold: threading.Event | None = None
-) -> tuple[int, dict[str, Any]]:
-    """Send ``head`` (and ``body``, its first MiB then, once ``hold`` is set, the rest); (status, JSON)."""
+def _send_held(port: int, body: bytes, hold: threading.Event) -> tuple[int, dict[str, Any]]:
+    """POST ``body``: its first MiB, then, once ``hold`` is set, the rest; (status, JSON)."""
     with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
-        sock.sendall(head)
-        if hold is not None:
-            sock.sendall(body[:MiB])
-            hold.wait(TIMEOUT)
-            body = body[MiB:]
-        sock.sendall(body)
-        chunks = []
-        while chunk := sock.recv(1 << 16):
-            chunks.append(chunk)
-    header, _, payload = b"".join(chunks).partition(b"\r\n\r\n")
-    return int(header.split(b" ", 2)[1]), json.loads(payload or b"{}")
-
-
-def _post(port: int, body: bytes, **kw: Any) -> tuple[int, dict[str, Any]]:
-    head = f"POST /decode HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    return _exchange(port, head.encode(), body, **kw)
-
-
-def _stats(port: int) -> dict[str, Any]:
-    return _exchange(port, b"GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")[1]
+        sock.sendall(head(len(body)) + body[:MiB])
+        hold.wait(TIMEOUT)
+        sock.sendall(body[MiB:])
+        (answer,) = parse_answers(receive_all(sock))
+    return answer
 
 
 def _adversarial(size: int = 8 << 20) -> bytes:
@@ -106,21 +88,42 @@ def _parallel(count: int, call: Any) -> list[Any]:
     return results
 
 
-def test_memory_gate_waits_for_room() -> None:
-    gate = MemoryGate(100)
-    assert gate.reserve(60, 0.1)
-    assert not gate.reserve(60, 0.05)  # would overcommit
-    threading.Timer(0.05, gate.release, args=(60,)).start()
-    assert gate.reserve(60, 5.0)
-    assert gate.reserve(1000, 0.05) is False  # capped at the capacity: waits for the whole pool
-    gate.release(60)
-    assert gate.reserve(1000, 0.05)
+def test_memory_gate_reserves_whole_costs_first_come_first_served() -> None:
+    """A reservation is taken whole or not at all; a waiter holds nothing, and the first in line is
+    served first (a small request behind a large one does not pass it)."""
+
+    async def scenario() -> list[str]:
+        gate = MemoryGate(100)
+        order: list[str] = []
+        assert await gate.reserve(60, 0.1)
+        assert not await gate.reserve(60, 0.05) and gate.free == 40  # would overcommit: nothing taken
+
+        async def wait(label: str, cost: int) -> None:
+            if await gate.reserve(cost, 5.0):
+                order.append(label)
+
+        large = asyncio.ensure_future(wait("large", 100))  # capped at the capacity: the whole pool
+        await asyncio.sleep(0.01)
+        small = asyncio.ensure_future(wait("small", 30))  # fits now, but the large one is first in line
+        await asyncio.sleep(0.05)
+        assert order == [] and gate.free == 40
+        gate.release(60)
+        await asyncio.wait_for(large, 5.0)
+        assert order == ["large"] and gate.free == 0
+        gate.release(100)
+        await asyncio.wait_for(small, 5.0)
+        assert not await gate.reserve(80, 0.05)  # timed out: withdrawn, nothing held
+        gate.release(30)
+        assert gate.free == 100
+        return order
+
+    assert asyncio.run(scenario()) == ["large", "small"]
 
 
 def test_documented_bound_covers_the_largest_requests() -> None:
     assert request_cost(8 << 20) == (8 << 20) + 128 * MiB
-    headers = HEADER_SLOTS * HEADER_COST  # the header pool (issue 34)
-    assert memory_bound(8 << 20, 2, 2) == 2 * request_cost(8 << 20) + 2 * request_cost(64 << 10) + headers
+    connections = MAX_CONNECTIONS * CONNECTION_COST  # what open connections hold before admission
+    assert memory_bound(8 << 20, 2, 2) == 2 * request_cost(8 << 20) + 2 * request_cost(64 << 10) + connections
 
 
 def test_row_14_shape_past_numpy_is_a_400(port: int) -> None:
@@ -129,16 +132,16 @@ def test_row_14_shape_past_numpy_is_a_400(port: int) -> None:
     body = msgpack.packb(
         {"sampling_mask": 1, "layout": "dense", "dense": {"dtype": "int32", "shape": [(1 << 64) - 1, 0], "data": b""}}
     )
-    status, answer = _post(port, body)
+    status, answer = post(port, body)
     assert (status, answer.get("code")) in ((400, "E_LIMIT"), (400, "E_SHAPE")), answer
 
 
 def test_row_15_concurrent_adversarial_bodies_stay_within_the_bound(port: int) -> None:
-    idle = _stats(port)
+    idle = stats(port)
     body = _adversarial()
-    answers = _parallel(8, lambda i: _post(port, body))
+    answers = _parallel(8, lambda i: post(port, body))
     assert all(isinstance(a, tuple) and a[0] == 400 and a[1]["code"] == "E_LIMIT" for a in answers), answers
-    after = _stats(port)
+    after = stats(port)
     growth = after["peak_rss_mib"] - idle["rss_mib"]
     assert growth <= after["memory_bound_mib"], (growth, after)
 
@@ -146,17 +149,18 @@ def test_row_15_concurrent_adversarial_bodies_stay_within_the_bound(port: int) -
 def test_row_16_small_request_answered_while_large_ones_are_in_flight(patient_port: int) -> None:
     small, nnz = _small_valid()
     large = _adversarial(6 << 20)
-    # Six large requests in flight: each sends a MiB and holds its reservation (or waits for one) until
-    # the small request has been answered, so the small one cannot be answered after them.
+    # Six large requests in flight: each sends a MiB and holds its reservation (or waits for one,
+    # holding nothing) until the small request has been answered, so the small one cannot be
+    # answered after them.
     answered = threading.Event()
     larges: list[Any] = []
     background = threading.Thread(
-        target=lambda: larges.extend(_parallel(6, lambda i: _post(patient_port, large, hold=answered)))
+        target=lambda: larges.extend(_parallel(6, lambda i: _send_held(patient_port, large, answered)))
     )
     background.start()
     time.sleep(0.3)
     try:
-        status, answer = _post(patient_port, small)
+        status, answer = post(patient_port, small)
     finally:
         answered.set()
     background.join(TIMEOUT * 2)
@@ -192,14 +196,14 @@ def test_row_16_small_request_answered_while_row_13_bodies_are_decoded(patient_p
 
     def one_large(_: int) -> Any:
         try:
-            return _post(patient_port, large)
+            return post(patient_port, large)
         finally:
             finished.append(time.monotonic())
 
     background = threading.Thread(target=lambda: answers.extend(_parallel(6, one_large)))
     background.start()
     time.sleep(0.1)  # the six are being sent (5 MB each over loopback) and decoded
-    status, answer = _post(patient_port, small)
+    status, answer = post(patient_port, small)
     small_finished = time.monotonic()
     background.join(TIMEOUT * 2)
     assert status == 200 and answer["nnz"] == nnz, answer
@@ -208,16 +212,16 @@ def test_row_16_small_request_answered_while_row_13_bodies_are_decoded(patient_p
     # admission (the sender then sees a broken pipe); none is decoded, and the server stays up.
     refused = [isinstance(a, OSError) or (a[0] == 400 and a[1]["code"] == "E_LIMIT") for a in answers]
     assert len(answers) == 6 and all(refused), answers
-    assert "rss_mib" in _stats(patient_port)
+    assert "rss_mib" in stats(patient_port)
 
 
-def test_slow_headers_get_408_within_the_read_timeout(port: int) -> None:
+def test_slow_headers_get_408_within_the_header_timeout(port: int) -> None:
     def trickle(_: int) -> tuple[int, float]:
         start = time.monotonic()
         with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
             sock.sendall(b"POST /decode HTTP/1.1\r\n")
             answer = b""
-            for _ in range(int(4 * READ_TIMEOUT / 0.2)):  # bounded: past the deadline by far
+            for _ in range(int(4 * HEADER_TIMEOUT / 0.2)):  # bounded: past the deadline by far
                 try:
                     sock.sendall(b"X")
                 except OSError:
@@ -231,13 +235,21 @@ def test_slow_headers_get_408_within_the_read_timeout(port: int) -> None:
         return int(answer.split(b" ", 2)[1]) if answer else 0, time.monotonic() - start
 
     results = _parallel(20, trickle)
-    # Each trickler got its 408 inside its bounded loop (at least 4 read timeouts of trickling).
+    # Each trickler got its 408 inside its bounded loop (at least 4 header timeouts of trickling).
     assert all(isinstance(r, tuple) and r[0] == 408 for r in results), results
 
 
 def test_malformed_content_length_is_a_400(port: int) -> None:
-    for value in ("\u00b2".encode("latin-1"), b"-1", b"1e3", b"99999999999999999999999"):
-        head = b"POST /decode HTTP/1.1\r\nHost: x\r\nContent-Length: " + value + b"\r\nConnection: close\r\n\r\n"
-        status, _ = _exchange(port, head)
-        assert status == 400, (value, status)
-    assert _stats(port)["ok"]
+    """h11 reads ``Content-Length``: anything but one decimal number of at most 20 digits is 400."""
+    for value in ("\u00b2".encode("latin-1"), b"-1", b"1e3", b" 1 2", b"99999999999999999999999"):
+        data = b"POST /decode HTTP/1.1\r\nHost: x\r\nContent-Length: " + value + b"\r\nConnection: close\r\n\r\n"
+        status, answer = exchange(port, data)
+        assert status == 400 and "Content-Length" in answer["message"], (value, status, answer)
+    assert stats(port)["ok"]
+
+
+def test_a_silent_connection_is_closed_at_the_header_timeout(port: int) -> None:
+    """A connection that sends nothing is closed, unanswered, once the header timeout has passed (the
+    socket's own timeout, 4 header timeouts, fails the test if it is not)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=4 * HEADER_TIMEOUT) as sock:
+        assert receive_all(sock) == b""

@@ -1,7 +1,8 @@
 """A small run of the server load test (benchmarks/bench_server_load.py): the example server answers
 every request of the mixed, partly hostile traffic correctly, stays up, and keeps its peak RSS within
 ``mask_server.memory_bound()`` (its documented bound) above its idle size. The full run (32 clients, 20,000
-requests) is ``python benchmarks/bench_server_load.py``; its figures are in BENCHMARKS.md.
+requests, the floods, and the replaced server beside it) is ``python benchmarks/bench_server_load.py``;
+its figures are in BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def test_server_answers_mixed_hostile_traffic_correctly() -> None:
         max_seconds=240.0,
         rss_bound_mib=0.0,
         seed=1,
+        floods=False,  # each flood has its test: tests/test_server_floods.py, tests/test_server_hostile.py
     )
     figures = bench_server_load.run(args)
     assert figures["server_alive"]

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from ..core.errors import SamplingMaskError
 from ..core.optional import UnavailableError
 from . import audit, bench, conformance, convert, demo, inspect, stats, validate, vendor
-from ._common import OPTIONAL_EXTRAS, PROG, CliError, Parser, error_text, missing_dependency, print_json, shown
+from ._common import OPTIONAL_EXTRAS, PROG, CliError, Parser, error_text, missing_dependency, out, print_json
 
 __all__ = ["build_parser", "main"]
 
@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _internal_error(exc, debug=debug, as_json=as_json)
         return _report("E_UNAVAILABLE", missing_dependency(exc.name), debug=debug, as_json=as_json)
     except KeyboardInterrupt:
-        sys.stderr.write(f"{PROG}: interrupted\n")
+        out("{prog}: interrupted", err=True, prog=PROG)
         return 130
     except BrokenPipeError:
         # The reader went away (``| head``): not an error; silence the flush at exit.
@@ -153,8 +153,10 @@ def _report(code: str, message: str, *, debug: bool, as_json: bool, status: int 
         import traceback
 
         traceback.print_exc()
-    line = f"internal error: {message}" if status == 3 else f"error: {code}: {message}"
-    sys.stderr.write(f"{PROG}: {shown(line, backslash=False)}\n")
+    if status == 3:
+        out("{prog}: internal error: {message}", err=True, prog=PROG, message=message)
+    else:
+        out("{prog}: error: {code}: {message}", err=True, prog=PROG, code=code, message=message)
     if as_json:
         print_json({"error": {"code": code, "message": message}})
     return status

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import numbers
 import shutil
 import sys
 import time
@@ -59,24 +60,38 @@ def missing_dependency(name: str) -> str:
     return UnavailableError(name).message
 
 
-def shown(text: object, *, backslash: bool = True) -> str:
-    """``text`` made safe for a terminal, the one escaping function of the command line's text
-    output: every character that is not printable (ESC, BEL, CR, newline and the other control
-    characters, DEL, C1, format characters such as U+202E, line separators, the lone surrogates of an
-    undecodable file name) becomes its escape as ``repr`` writes it (``\\x1b``, ``\\n``, ``\\u202e``,
-    ``\\udcff``), without quotes, and a backslash becomes ``\\\\`` (unless ``backslash=False``), so
-    what a file says can neither move the cursor nor ring nor start a line of its own. Applied to
-    every string that comes from a file (names, metadata keys and values, column names, messages)."""
+#: The most characters of one value from a file or a path a line of text output shows; a longer
+#: value is cut there and says how long it was.
+SHOWN_CHARS = 300
+
+
+def shown(text: object, *, cap: int | None = SHOWN_CHARS) -> str:
+    """``text`` made safe for a terminal: every character that is not printable (ESC, BEL, CR,
+    newline and the other control characters, DEL, C1, format characters such as U+202E, line
+    separators, the lone surrogates of an undecodable file name) becomes its escape as ``repr``
+    writes it (``\\x1b``, ``\\n``, ``\\u202e``, ``\\udcff``), without quotes, and a backslash becomes
+    ``\\\\``, so what a file says can neither move the cursor nor ring nor start a line of its own; a
+    value longer than ``cap`` characters is cut there, followed by ``... (N characters)``."""
     value = str(text)
-    if value.isprintable() and (not backslash or "\\" not in value):
-        return value
-    return "".join(c if c.isprintable() and (c != "\\" or not backslash) else repr(c)[1:-1] for c in value)
+    cut = ""
+    if cap is not None and len(value) > cap:
+        value, cut = value[:cap], f"... ({len(value):,} characters)"
+    if value.isprintable() and "\\" not in value:
+        return value + cut
+    return "".join(c if c.isprintable() and c != "\\" else repr(c)[1:-1] for c in value) + cut
 
 
-def out(text: str = "") -> None:
-    """One or more lines on stdout; a non-printable character that reached here is escaped
-    (:func:`shown`), so only the newlines the command line writes itself end a line."""
-    sys.stdout.write("\n".join(shown(line, backslash=False) for line in text.split("\n")) + "\n")
+def out(template: str = "", /, *, err: bool = False, **values: object) -> None:
+    """The one function that prints text (a line on stdout; ``err``: on stderr). ``template`` is the
+    command line's own words, a literal; each ``{name}`` in it is filled from ``values``: a number
+    as it is (so ``{rows:,}`` formats it), anything else (every string that comes from a file or a
+    path: names, metadata, messages) through :func:`shown`, escaped and cut at ``SHOWN_CHARS``.
+    ``tests/test_cli_untrusted_output.py`` checks that the command line prints through nothing else."""
+    fields = {
+        name: value if isinstance(value, numbers.Number) and not isinstance(value, bool) else shown(value)
+        for name, value in values.items()
+    }
+    (sys.stderr if err else sys.stdout).write(template.format(**fields) + "\n")
 
 
 def _json_default(value: Any) -> Any:

@@ -153,6 +153,15 @@ def input_limits(args: argparse.Namespace, path: Path) -> Limits:
     return LOCAL_FILE_LIMITS if local else DEFAULT_LIMITS
 
 
+def side_limits(args: argparse.Namespace, path: Path) -> Limits:
+    """The limits a side file (``--sampled``, ``--logits``) is read under: the mask's, and with
+    ``--untrusted-limits`` scaled by the side file's own size (a file that cannot be sized is
+    reported by the reader, under the defaults)."""
+    if getattr(args, "untrusted_limits", False) and not path.exists():
+        return DEFAULT_LIMITS
+    return input_limits(args, path)
+
+
 def open_input(args: argparse.Namespace, name: str = "file") -> Source:
     path = Path(getattr(args, name))
     check_input(path)
@@ -245,19 +254,19 @@ class SidecarError(SamplingMaskError):
 _KINDS = {"iu": "integer", "f": "float"}
 
 
-def read_npy(path: Path, *, ndim: int, kinds: str, field: str) -> np.ndarray:
+def read_npy(path: Path, *, ndim: int, kinds: str, field: str, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
     """The ``ndim``-D array of a ``.npy`` file as a read-only view of its mapping: a regular file only
     (a FIFO or a device is ``E_ENCODING`` at once, never opened for a blocking read), no pickle (object
     arrays are ``E_ENCODING``). Everything the header declares is checked before numpy sees it: a
     plain dtype of a kind in ``kinds`` (``"iu"`` or ``"f"``) with a non-zero item size and ``ndim``
-    dimensions (``E_DTYPE``), a shape within numpy's index range (``E_LIMIT``: ``(0, 2**64)``, ``(2**63, 0)``)
-    and within the file (``E_BYTES``)."""
+    dimensions (``E_DTYPE``), a shape within numpy's index range and ``limits`` (``E_LIMIT``:
+    ``(0, 2**64)``, ``(2**63, 0)``) and within the file (``E_BYTES``)."""
     import io
 
     import numpy as np
 
     from ..codecs.batch_reader import MappedFile
-    from ..core.limits import LOCAL_FILE_LIMITS, checked_nbytes
+    from ..core.limits import checked_nbytes
 
     data = memoryview(MappedFile(path).buffer)
     head = io.BytesIO(bytes(data[:65536]))
@@ -283,7 +292,7 @@ def read_npy(path: Path, *, ndim: int, kinds: str, field: str) -> np.ndarray:
             f"must hold a {ndim}-D {_KINDS[kinds]} array, got {str(dtype)[:40]} of {len(dims)} dimension(s)",
             field=field,
         )
-    nbytes = checked_nbytes(dims, dtype.itemsize, LOCAL_FILE_LIMITS, field=field)
+    nbytes = checked_nbytes(dims, dtype.itemsize, limits, field=field)
     start = head.tell()
     if start + nbytes > len(data):
         raise SamplingMaskError("E_BYTES", f"the .npy header declares {dims} {dtype}, more than the file", field=field)
@@ -291,8 +300,9 @@ def read_npy(path: Path, *, ndim: int, kinds: str, field: str) -> np.ndarray:
     return arr.reshape(dims, order="F" if fortran else "C")
 
 
-def read_sampled(path: Path) -> np.ndarray:
-    """Sampled ids from a ``.npy`` integer array (no pickle) or a ``.json`` list of integers.
+def read_sampled(path: Path, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
+    """Sampled ids from a ``.npy`` integer array (no pickle) or a ``.json`` list of integers, read
+    under ``limits`` (the command's: :func:`side_limits`), the JSON parse's cost included.
 
     A missing file or another extension is a usage error (:class:`CliError`); a FIFO or device, or
     content that is not a 1-D integer array (too deep JSON included: ``E_LIMIT``) is
@@ -309,9 +319,9 @@ def read_sampled(path: Path) -> np.ndarray:
     field = "sampled_token_ids"
     try:
         if suffix == ".npy":
-            data: Any = read_npy(path, ndim=1, kinds="iu", field=field)
+            data: Any = read_npy(path, ndim=1, kinds="iu", field=field, limits=limits)
         else:
-            data = json_codec.parse(files.read_bounded(path, DEFAULT_LIMITS.max_bytes))
+            data = json_codec.parse(files.read_bounded(path, limits.max_bytes), limits=limits)
     except OSError as exc:
         raise CliError("E_IO", f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
     except SamplingMaskError as exc:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import SamplingMaskError
+from ..core.limits import DEFAULT_LIMITS, Limits
 from ._common import (
     FORMAT_HELP,
     CliError,
@@ -25,9 +26,8 @@ from ._common import (
     print_json,
     require_matplotlib,
     save_png,
-    shown,
 )
-from ._source import check_input, open_input, read_all, read_npy, read_sampled
+from ._source import check_input, open_input, read_all, read_npy, read_sampled, side_limits
 
 __all__ = ["add_parser", "plot_panels", "read_logits", "run"]
 
@@ -35,7 +35,7 @@ __all__ = ["add_parser", "plot_panels", "read_logits", "run"]
 _LOGITS_DTYPES = ("F64", "F32", "F16", "BF16")
 
 
-def _logits_tensor(path: Path, key: str | None) -> Any:
+def _logits_tensor(path: Path, key: str | None, limits: Limits) -> Any:
     """One tensor of a safetensors file (:func:`sampling_mask.codecs.safetensors.read_tensors`:
     a regular file only, every size checked against the file before anything is viewed), copied."""
     import numpy as np
@@ -43,7 +43,7 @@ def _logits_tensor(path: Path, key: str | None) -> Any:
 
     from ..codecs import safetensors as st
 
-    entries = st.tensor_dtypes(path)
+    entries = st.tensor_dtypes(path, limits=limits)
     names = list(entries)
     if key is None:
         key = "logits" if "logits" in names else (names[0] if len(names) == 1 else None)
@@ -53,7 +53,7 @@ def _logits_tensor(path: Path, key: str | None) -> Any:
         raise CliError("E_SCHEMA", f"{str(path)!r} has no tensor {key!r} (it has {names[:8]})")
     if entries[key] not in _LOGITS_DTYPES:
         raise CliError("E_DTYPE", f"tensor {key!r} has dtype {entries[key]!r}; logits must be F64, F32, F16 or BF16")
-    arr = st.read_tensors(path, [key])[0][key]
+    arr = st.read_tensors(path, [key], limits=limits)[0][key]
     if arr.ndim != 2:
         raise CliError("E_SCHEMA", f"tensor {key!r}: shape must be [T, V], got {list(arr.shape)}")
     if entries[key] == "BF16":
@@ -61,9 +61,10 @@ def _logits_tensor(path: Path, key: str | None) -> Any:
     return torch.from_numpy(arr.copy())
 
 
-def read_logits(path: Path, key: str | None = None) -> Any:
-    """Logits [T, V] as a torch tensor from ``.npy`` or ``.safetensors`` (never pickle / torch.load);
-    a FIFO or device is refused at once (``E_ENCODING``), never opened for a blocking read."""
+def read_logits(path: Path, key: str | None = None, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """Logits [T, V] as a torch tensor from ``.npy`` or ``.safetensors`` (never pickle / torch.load),
+    read under ``limits`` (a safetensors header's JSON parse included); a FIFO or device is refused
+    at once (``E_ENCODING``), never opened for a blocking read."""
     import numpy as np
     import torch
 
@@ -73,8 +74,8 @@ def read_logits(path: Path, key: str | None = None) -> Any:
         raise CliError("E_USAGE", f"--logits takes a .npy or a .safetensors file, not {str(path)!r}")
     try:
         if suffix == ".safetensors":
-            return _logits_tensor(path, key)
-        arr = read_npy(path, ndim=2, kinds="f", field="logits")
+            return _logits_tensor(path, key, limits)
+        arr = read_npy(path, ndim=2, kinds="f", field="logits", limits=limits)
         if arr.dtype.itemsize not in (2, 4, 8):  # float16 / 32 / 64: what torch takes (not float128)
             raise CliError("E_DTYPE", f"{str(path)!r} must hold float16, float32 or float64 logits, not {arr.dtype}")
         return torch.from_numpy(np.array(arr))  # a writable copy of the mapped file
@@ -148,10 +149,11 @@ def _fmt_param(name: str, value: Any) -> str:
 
 
 def _report_lines(path: Path, summary: dict[str, Any], params: dict[str, Any], report: Any) -> list[str]:
+    """The text report's lines, unescaped: :func:`run` prints each through :func:`out`."""
     given = ", ".join(_fmt_param(k, v) for k, v in params.items() if k != "temperature_source")
     n = summary["rows_compared"]
     lines = [
-        f"audit of {shown(path.name)} against rule {summary['rule']} ({given}; temperature from {params['temperature_source']})",
+        f"audit of {path.name} against rule {summary['rule']} ({given}; temperature from {params['temperature_source']})",
         f"rows: {summary['rows']:,}, compared {n:,} (rows with an empty recorded support are skipped)",
         f"equal supports: {summary['rows_equal']:,} of {n:,}; mean Jaccard {_fmt(summary['mean_jaccard'])}",
         f"rows missing ids: {summary['rows_missing_ids']:,} ({summary['missing_ids']:,} ids); "
@@ -246,9 +248,9 @@ def run(args: argparse.Namespace) -> int:
     from ..reference_scorer.support_audit import DEFAULT_CAPS
 
     mask = read_all(open_input(args))
-    logits = read_logits(Path(args.logits), args.logits_key)
+    logits = read_logits(Path(args.logits), args.logits_key, side_limits(args, Path(args.logits)))
     params = {name: _param(args, mask, name) for name in ("temperature", "top_k", "top_p", "min_p")}
-    sampled = None if args.sampled is None else read_sampled(Path(args.sampled))
+    sampled = None if args.sampled is None else read_sampled(Path(args.sampled), side_limits(args, Path(args.sampled)))
     vocab = int(logits.shape[1])  # read_logits gives [T, V]
     _check_width(mask, vocab, args.logits)
     caps = DEFAULT_CAPS if args.caps is None else tuple(args.caps)
@@ -263,11 +265,11 @@ def run(args: argparse.Namespace) -> int:
         print_json({"file": args.file, "logits": args.logits, "parameters": parameters, "notes": notes, **summary})
     else:
         for line in _report_lines(Path(args.file), summary, parameters, report):
-            out(line)
+            out("{line}", line=line)
         for note in notes:
-            out(f"note: {note}")
+            out("note: {note}", note=note)
         if args.plot is not None:
-            out(f"wrote {shown(args.plot)}")
+            out("wrote {file}", file=args.plot)
     sampled_ok = report.sampled_in_recorded is None or bool(np.all(report.sampled_in_recorded | ~report.compared))
     return 0 if summary["rows_equal"] == summary["rows_compared"] and sampled_ok else 1
 

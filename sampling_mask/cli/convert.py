@@ -19,7 +19,6 @@ from ._common import (
     error_text,
     out,
     progress_enabled,
-    shown,
 )
 from ._source import (
     Source,
@@ -159,8 +158,17 @@ def run(args: argparse.Namespace) -> int:
         size = dst.stat().st_size
         extras = "".join(f", {k}={v}" for k, v in opts.items() if k != "id_order")
         out(
-            f"{shown(source.path)} ({source.fmt}) -> {shown(dst)} ({out_fmt}{extras}): {rows:,} rows, {segments:,} segments, "
-            f"{size:,} bytes" + (f" ({size / rows:.2f} per token)" if rows else "")
+            "{source} ({fmt}) -> {target} ({out_fmt}{extras}): {rows:,} rows, {segments:,} segments, {size:,} bytes"
+            "{per_token}",
+            source=source.path,
+            fmt=source.fmt,
+            target=dst,
+            out_fmt=out_fmt,
+            extras=extras,
+            rows=rows,
+            segments=segments,
+            size=size,
+            per_token=f" ({size / rows:.2f} per token)" if rows else "",
         )
     return 0
 

@@ -155,13 +155,22 @@ def run(args: argparse.Namespace) -> int:
     from ..data.synthetic import TARGETS as real
 
     out(
-        f"rollout: {mask.num_rows:,} tokens in {plural(mask.num_segments, 'sequence')}, {mask.nnz:,} ids, "
-        f"vocab {mask.vocab_size or 'unknown'} (sampling_mask.data.synthetic, seed {args.seed}, {gen_s:.2f} s)"
+        "rollout: {rows:,} tokens in {segments}, {nnz:,} ids, vocab {vocab} (sampling_mask.data.synthetic, seed {seed}, "
+        "{seconds:.2f} s)",
+        rows=mask.num_rows,
+        segments=plural(mask.num_segments, "sequence"),
+        nnz=mask.nnz,
+        vocab=mask.vocab_size or "unknown",
+        seed=args.seed,
+        seconds=gen_s,
     )
-    out(f"support sizes: {support_line(summary.support())}")
+    out("support sizes: {support}", support=support_line(summary.support()))
     out(
-        f"  real RL runs: singletons {real['singleton_fraction']:.0%}  median {fmt_num(real['median'])}"
-        f"  mean ~{fmt_num(real['mean'])}  p99 ~{fmt_num(real['p99'])}"
+        "  real RL runs: singletons {singletons:.0%}  median {median}  mean ~{mean}  p99 ~{p99}",
+        singletons=real["singleton_fraction"],
+        median=fmt_num(real["median"]),
+        mean=fmt_num(real["mean"]),
+        p99=fmt_num(real["p99"]),
     )
     with contextlib.ExitStack() as stack:
         if args.out is not None:
@@ -174,46 +183,71 @@ def run(args: argparse.Namespace) -> int:
             folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sampling-mask-demo-")))
         variants = _demo_variants(codecs.FORMATS)
         results = [_demo_round_trip(mask, label, fmt, opts, folder, codecs) for label, fmt, opts in variants]
-    out(f"\n{'format':<16} {'bytes':>11} {'B/token':>8} {'write ms':>9} {'read ms':>8}  {'round trip':<10}  keeps")
+    out("\nformat                 bytes  B/token  write ms  read ms  round trip  keeps")
     for r in results:
-        if r["ok"] is None:
-            out(f"{r['format']:<16} {'-':>11} {'-':>8} {'-':>9} {'-':>8}  {'skipped':<10}  {r['keeps']}")
-        elif "bytes" in r:
+        if "bytes" in r and r["ok"] is not None:
             out(
-                f"{r['format']:<16} {r['bytes']:>11,} {r['bytes'] / mask.num_rows:>8.2f} {r['write_s'] * 1e3:>9.1f}"
-                f" {r['read_s'] * 1e3:>8.1f}  {'OK' if r['ok'] else 'FAILED':<10}  {r['keeps']}"
+                "{format:<16} {bytes:>11,} {per_token:>8.2f} {write:>9.1f} {read:>8.1f}  {result:<10}  {keeps}",
+                format=r["format"],
+                bytes=r["bytes"],
+                per_token=r["bytes"] / mask.num_rows,
+                write=r["write_s"] * 1e3,
+                read=r["read_s"] * 1e3,
+                result="OK" if r["ok"] else "FAILED",
+                keeps=r["keeps"],
             )
         else:
-            out(f"{r['format']:<16} {'-':>11} {'-':>8} {'-':>9} {'-':>8}  {'FAILED':<10}  {r['keeps']}")
+            result = "skipped" if r["ok"] is None else "FAILED"
+            out(
+                "{format:<16} {dash:>11} {dash:>8} {dash:>9} {dash:>8}  {result:<10}  {keeps}",
+                format=r["format"],
+                dash="-",
+                result=result,
+                keeps=r["keeps"],
+            )
     companion_bytes = sum(values.dtype.itemsize for values in mask.companions.values())
     out(
-        f"  B/token is the whole file: the mask, its {plural(len(mask.companions), 'companion')}"
-        f" ({', '.join(mask.companions)}: {companion_bytes} B/token) and fixed headers, which weigh on small"
-        " rollouts; the README's bytes per token are the mask alone at 1M tokens (BENCHMARKS.md section 4)"
+        "  B/token is the whole file: the mask, its {companions} ({names}: {bytes} B/token) and fixed headers, which "
+        "weigh on small rollouts; the README's bytes per token are the mask alone at 1M tokens (BENCHMARKS.md section 4)",
+        companions=plural(len(mask.companions), "companion"),
+        names=", ".join(mask.companions),
+        bytes=companion_bytes,
     )
     for r in results:
         if r["ok"] is False:
-            out(f"  {r['format']}: {r['problem']}")
+            out("  {format}: {problem}", format=r["format"], problem=r["problem"])
     reasons: dict[str, list[str]] = {}
     for r in results:
         if r["ok"] is None:
             reasons.setdefault(r["problem"], []).append(r["format"])
     for reason, labels in reasons.items():
-        out(f"  skipped {', '.join(labels)}: {reason}")
-    out("")
+        out("  skipped {labels}: {reason}", labels=", ".join(labels), reason=reason)
+    out()
     score_text, score_ok = _demo_score(mask, args.score_rows, args.seed)
-    out(score_text)
+    for line in score_text.split("\n"):
+        out("{line}", line=line)
     failed = [r["format"] for r in results if r["ok"] is False] + ([] if score_ok else ["scoring"])
     skipped = [r["format"] for r in results if r["ok"] is None]
     out(
-        f"round trips: {sum(r['ok'] is True for r in results)} of {len(results)} OK"
-        + (f", {len(skipped)} skipped" if skipped else "")
-        + (f"; FAILED: {', '.join(failed)}" if failed else "")
+        "round trips: {ok} of {count} OK{skipped}{failed}",
+        ok=sum(r["ok"] is True for r in results),
+        count=len(results),
+        skipped=f", {len(skipped)} skipped" if skipped else "",
+        failed=f"; FAILED: {', '.join(failed)}" if failed else "",
     )
     if args.out is not None:
         kept = sorted(p.name for p in folder.glob("rollout*"))
         first = "rollout.arrows" if "rollout.arrows" in kept else (kept or [""])[0]
-        out(f"files kept in {folder}: {', '.join(kept)}" + (f"; next: {PROG} inspect {folder / first}" if kept else ""))
+        if kept:
+            out(
+                "files kept in {folder}: {kept}; next: {prog} inspect {first}",
+                folder=folder,
+                kept=", ".join(kept),
+                prog=PROG,
+                first=folder / first,
+            )
+        else:
+            out("files kept in {folder}: none", folder=folder)
     return 1 if failed else 0
 
 

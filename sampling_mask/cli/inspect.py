@@ -18,7 +18,6 @@ from ._common import (
     out,
     plural,
     print_json,
-    shown,
     support_line,
 )
 from ._source import (
@@ -26,12 +25,6 @@ from ._source import (
     spec_version,
     summarize_file,
 )
-
-
-def _value_text(value: Any) -> str:
-    """A metadata value in the text report: a string quoted and escaped (:func:`shown`), else as Python
-    prints it (strings inside lists and maps are repr'd, then escaped too)."""
-    return f"'{shown(value)}'" if isinstance(value, str) else shown(value, backslash=False)
 
 
 def _per_token(nbytes: int, rows: int) -> float | None:
@@ -72,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     batches = f", {plural(summary.batches, 'record batch', 'record batches')}" if fmt in STREAMING_FORMATS else ""
     version = report["spec_version"]
     lines = [
-        ("file", shown(path)),
+        ("file", path),
         ("format", f"{fmt}{batches}"),
         ("spec version", str(version) if version is not None else "not stored in this format"),
         ("vocab size", fmt_num(summary.vocab_size) if summary.vocab_size is not None else "unknown"),
@@ -80,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         ("ids (nnz)", f"{summary.nnz:,}"),
         ("empty rows", f"{summary.empty_rows:,}" + (f" ({summary.empty_rows / rows:.1%})" if rows else "")),
         ("id order", report["id_order"]),
-        ("companions", shown(", ".join(summary.companions)) or "none"),
+        ("companions", ", ".join(summary.companions) or "none"),
         (
             "size",
             f"{file_bytes:,} bytes ({fmt_bytes(file_bytes)})"
@@ -90,12 +83,24 @@ def run(args: argparse.Namespace) -> int:
         ("support size", support_line(support)),
     ]
     for name, value in lines:
-        out(f"{name:<13} {value}")
+        out("{name:<13} {value}", name=name, value=value)
     for line in histogram_lines(buckets):
-        out(f"{'':<2}{line}")
-    meta = "  ".join(f"{shown(k)}={_value_text(v)}" for k, v in summary.metadata.items())
-    out(f"{'metadata':<13} {meta or 'none'}")
+        out("  {line}", line=line)
+    _print_metadata(summary.metadata)
     return 0
+
+
+def _print_metadata(metadata: dict[str, Any]) -> None:
+    """One line per key: ``key='text'`` for a string, else the value as Python prints it; keys and
+    values escaped and cut as every value from a file is (:func:`out`)."""
+    if not metadata:
+        out("metadata      none")
+    for i, (key, value) in enumerate(metadata.items()):
+        label = "" if i else "metadata"
+        if isinstance(value, str):
+            out("{label:<13} {key}='{value}'", label=label, key=key, value=value)
+        else:
+            out("{label:<13} {key}={value}", label=label, key=key, value=value)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -68,16 +68,18 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     out(
-        f"{shown(path)}: {summary.rows:,} rows in {summary.segments:,} segments, {summary.nnz:,} ids, "
-        f"{summary.empty_rows:,} empty rows (no support recorded)"
+        "{file}: {rows:,} rows in {segments:,} segments, {nnz:,} ids, {empty:,} empty rows (no support recorded)",
+        file=path,
+        rows=summary.rows,
+        segments=summary.segments,
+        nnz=summary.nnz,
+        empty=summary.empty_rows,
     )
-    out(f"support size  {support_line(document['support'])}")
-    for line in histogram_lines(document["histogram"]):
-        out(f"  {line}")
+    _print_support(document)
     if summary.segments:
         _print_segments(summary, args.segments)
     if args.plot is not None:
-        out(f"wrote {shown(args.plot)}")
+        out("wrote {file}", file=args.plot)
     return 0
 
 
@@ -93,7 +95,7 @@ def _run_many(args: argparse.Namespace, paths: list[Path], skipped: list[Skipped
     for entry in skipped:
         files.append(not_read(entry))
         if not args.json:
-            out(f"{shown(entry.path)}: not read: {entry.error.code.value}: {files[-1]['error']['message']}")
+            out("{file}: not read: {code}: {message}", file=entry.path, **files[-1]["error"])
     for path in paths:
         summary = SupportSummary(keep=0, spool=spool)
         try:
@@ -103,7 +105,7 @@ def _run_many(args: argparse.Namespace, paths: list[Path], skipped: list[Skipped
         except CliError as exc:
             files.append({"file": str(path), "error": {"code": exc.code, "message": exc.message}})
             if not args.json:
-                out(f"{shown(path)}: {exc.code}: {exc.message}")
+                out("{file}: {code}: {message}", file=path, code=exc.code, message=exc.message)
             continue
         total.merge(summary)
         summary.close()
@@ -112,8 +114,12 @@ def _run_many(args: argparse.Namespace, paths: list[Path], skipped: list[Skipped
         files.append({"file": str(path), "format": source.fmt, **{k: document[k] for k in keys}})
         if not args.json:
             out(
-                f"{shown(path)}: {summary.rows:,} rows, {summary.segments:,} segments, {summary.nnz:,} ids; "
-                f"support {support_line(document['support'])}"
+                "{file}: {rows:,} rows, {segments:,} segments, {nnz:,} ids; support {support}",
+                file=path,
+                rows=summary.rows,
+                segments=summary.segments,
+                nnz=summary.nnz,
+                support=support_line(document["support"]),
             )
     document = total.to_dict(per_segment=False)
     failed = sum("error" in f for f in files)
@@ -123,35 +129,64 @@ def _run_many(args: argparse.Namespace, paths: list[Path], skipped: list[Skipped
         print_json({"files": files, "total": document, "failed_files": failed, "plot": args.plot})
     else:
         out(
-            f"total: {len(files) - failed:,} of {len(files):,} files, {total.rows:,} rows in {total.segments:,} "
-            f"segments, {total.nnz:,} ids, {total.empty_rows:,} empty rows"
+            "total: {read:,} of {files:,} files, {rows:,} rows in {segments:,} segments, {nnz:,} ids, "
+            "{empty:,} empty rows",
+            read=len(files) - failed,
+            files=len(files),
+            rows=total.rows,
+            segments=total.segments,
+            nnz=total.nnz,
+            empty=total.empty_rows,
         )
-        out(f"support size  {support_line(document['support'])}")
-        for line in histogram_lines(document["histogram"]):
-            out(f"  {line}")
+        _print_support(document)
         if args.plot is not None:
-            out(f"wrote {shown(args.plot)}")
+            out("wrote {file}", file=args.plot)
     return 0 if failed == 0 else 1
+
+
+def _print_support(document: dict[str, Any]) -> None:
+    """The support-size line and the histogram of a summary's ``to_dict()``."""
+    out("support size  {support}", support=support_line(document["support"]))
+    for line in histogram_lines(document["histogram"]):
+        out("  {line}", line=line)
 
 
 def _print_segments(summary: SupportSummary, limit: int) -> None:
     seg_rows = summary.segment_rows()
     out(
-        f"segments      rows per segment: min {seg_rows['min']:,}  median {fmt_num(seg_rows['median'])}"
-        f"  max {seg_rows['max']:,}"
+        "segments      rows per segment: min {min:,}  median {median}  max {max:,}",
+        min=seg_rows["min"],
+        median=fmt_num(seg_rows["median"]),
+        max=seg_rows["max"],
     )
-    out(f"  {'segment':>8} {'rows':>8} {'empty':>7} {'ids':>10} {'mean':>7} {'median':>7} {'max':>7}")
+    out(
+        "  {b:>8} {rows:>8} {empty:>7} {ids:>10} {mean:>7} {median:>7} {max:>7}",
+        b="segment",
+        rows="rows",
+        empty="empty",
+        ids="ids",
+        mean="mean",
+        median="median",
+        max="max",
+    )
     per_segment = summary.per_segment(first=max(limit, 0))
-    shown_rows = per_segment["rows"]
-    for b in range(shown_rows.size):
+    listed = per_segment["rows"]
+    for b in range(listed.size):
         out(
-            f"  {b:>8} {int(shown_rows[b]):>8,} {int(per_segment['empty_rows'][b]):>7,} {int(per_segment['ids'][b]):>10,}"
-            f" {fmt_num(finite(float(per_segment['mean_support'][b]))):>7}"
-            f" {fmt_num(finite(float(per_segment['median_support'][b]))):>7}"
-            f" {int(per_segment['max_support'][b]):>7,}"
+            "  {b:>8} {rows:>8,} {empty:>7,} {ids:>10,} {mean:>7} {median:>7} {max:>7,}",
+            b=b,
+            rows=int(listed[b]),
+            empty=int(per_segment["empty_rows"][b]),
+            ids=int(per_segment["ids"][b]),
+            mean=fmt_num(finite(float(per_segment["mean_support"][b]))),
+            median=fmt_num(finite(float(per_segment["median_support"][b]))),
+            max=int(per_segment["max_support"][b]),
         )
-    if summary.segments > shown_rows.size:
-        out(f"  ... {summary.segments - shown_rows.size:,} more segments (--segments N shows more, --json shows all)")
+    if summary.segments > listed.size:
+        out(
+            "  ... {more:,} more segments (--segments N shows more, --json shows all)",
+            more=summary.segments - listed.size,
+        )
 
 
 def _mean_support_histogram(summary: SupportSummary, bins: int = 40) -> tuple[Any, Any] | None:
@@ -200,7 +235,7 @@ def _plot(out: Path, summary: SupportSummary, source: Path) -> None:
     right.set_ylabel("segments")
     right.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole segments, never 0.5
     right.set_title(f"{summary.segments:,} segments")
-    fig.suptitle(shown(source.name))
+    fig.suptitle(shown(source.name))  # a figure, not a line of text: escaped and cut as text is
     fig.tight_layout()
     save_png(fig, out)
 

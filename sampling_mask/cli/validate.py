@@ -16,7 +16,6 @@ from ._common import (
     out,
     plural,
     print_json,
-    shown,
 )
 from ._source import (
     SidecarError,
@@ -25,6 +24,7 @@ from ._source import (
     not_read,
     open_input,
     read_sampled,
+    side_limits,
 )
 
 if TYPE_CHECKING:
@@ -170,7 +170,8 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
     position = _Position()
     error: dict[str, Any] | None
     try:
-        sampled = read_sampled(Path(args.sampled)) if args.sampled is not None else None
+        side = Path(args.sampled) if args.sampled is not None else None
+        sampled = read_sampled(side, side_limits(args, side)) if side is not None else None
     except SidecarError as exc:
         vocab, error = None, {"file": args.sampled, **exc.to_dict()}
     else:
@@ -183,22 +184,35 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
-def _line(doc: dict[str, Any]) -> str:
+def _print_report(doc: dict[str, Any]) -> None:
     """One line for a report of :func:`_validate`."""
     error = doc.get("error")
     if error is None:
-        return (
-            f"valid: {shown(doc['file'])} ({doc['format']}, {plural(doc['rows'], 'row')}, "
-            f"{plural(doc['segments'], 'segment')}, {plural(doc['nnz'], 'id')}; "
-            f"checked every invariant of the spec: {', '.join(doc['checked'])})"
+        out(
+            "valid: {file} ({format}, {rows}, {segments}, {ids}; checked every invariant of the spec: {checked})",
+            file=doc["file"],
+            format=doc["format"],
+            rows=plural(doc["rows"], "row"),
+            segments=plural(doc["segments"], "segment"),
+            ids=plural(doc["nnz"], "id"),
+            checked=", ".join(doc["checked"]),
         )
+        return
     keys = ("record_batch", "segment", "row", "row_in_segment", "field")
     where = [f"{k.replace('_', ' ')} {error[k]}" for k in keys if k in error]
     if "value" in error:
         where.append(f"offending value {error['value']!r}")
     culprit = error.get("file", doc["file"])  # the sampled ids' file when it is at fault
-    text = f"invalid: {shown(culprit)}: {error['code']}: {shown(error['message'], backslash=False)}"
-    return text + (f" ({shown(', '.join(where), backslash=False)})" if where else "")
+    if where:
+        out(
+            "invalid: {file}: {code}: {message} ({where})",
+            file=culprit,
+            code=error["code"],
+            message=error["message"],
+            where=", ".join(where),
+        )
+    else:
+        out("invalid: {file}: {code}: {message}", file=culprit, code=error["code"], message=error["message"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -213,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print_json(doc)
         else:
-            out(_line(doc))
+            _print_report(doc)
         return 0 if doc["valid"] else 1
     if args.sampled is not None:
         raise CliError("E_USAGE", "--sampled checks one file, not a directory or glob")
@@ -223,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         doc = {**not_read(entry), "valid": False, "read": False}
         docs.append(doc)
         if not args.json:
-            out(f"not read: {shown(entry.path)}: {doc['error']['code']}: {doc['error']['message']}")
+            out("not read: {file}: {code}: {message}", file=entry.path, **doc["error"])
     for path in paths:
         try:
             doc = _validate(argparse.Namespace(**{**vars(args), "file": str(path)}))
@@ -231,13 +245,18 @@ def run(args: argparse.Namespace) -> int:
             doc = {"file": str(path), "valid": False, "error": {"code": exc.code, "message": exc.message}}
         docs.append(doc)
         if not args.json:
-            out(_line(doc))
+            _print_report(doc)
     invalid = sum(not d["valid"] for d in docs)
     if args.json:
         print_json({"files": docs, "valid": invalid == 0, "invalid_files": invalid})
     else:
         unread = f" ({len(skipped)} not read)" if skipped else ""
-        out(f"{plural(len(docs), 'file')} checked, {invalid} invalid{unread}")
+        out(
+            "{files} checked, {invalid} invalid{unread}",
+            files=plural(len(docs), "file"),
+            invalid=invalid,
+            unread=unread,
+        )
     return 0 if invalid == 0 else 1
 
 

@@ -328,9 +328,13 @@ def run(args: argparse.Namespace) -> int:
 
         deps = sorted({dep for packages in needs(codecs).values() for dep in packages})
         out(
-            f"vendored sampling-mask {__version__} into {dest} as {args.package}: core"
-            + (f", codecs {', '.join(codecs)}" if codecs else "")
-            + f" ({len(written)} files; needs {_needs_text(deps)})"
+            "vendored sampling-mask {version} into {dest} as {package}: core{codecs} ({files} files; needs {needs})",
+            version=__version__,
+            dest=dest,
+            package=args.package,
+            codecs=f", codecs {', '.join(codecs)}" if codecs else "",
+            files=len(written),
+            needs=_needs_text(deps),
         )
     return 0
 

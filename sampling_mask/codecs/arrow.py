@@ -111,11 +111,20 @@ def _plan(mask: SamplingMask, *, large_lists: bool | None, compact: bool, id_ord
     return _Plan(outer, inner, compact, tuple(mask.companions), header, mask.vocab_size, mask.metadata, order)
 
 
+def _numpy_array(values: np.ndarray) -> Any:
+    """A numeric numpy array as an Arrow array over the same memory. Not ``pa.array``: handed a numpy
+    array, it imports pandas to inspect it (some 50 MiB of memory for a conversion that needs none)."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+
+
 def _list_array(offsets: np.ndarray, values: Any, large: bool) -> Any:
     import pyarrow as pa
 
     cls = pa.LargeListArray if large else pa.ListArray
-    return cls.from_arrays(pa.array(offsets.astype(np.int64 if large else np.int32, copy=False)), values)
+    return cls.from_arrays(_numpy_array(offsets.astype(np.int64 if large else np.int32, copy=False)), values)
 
 
 def _check_fits(mask: SamplingMask, plan: _Plan) -> None:
@@ -150,13 +159,13 @@ def _batch(mask: SamplingMask, plan: _Plan, extra_columns: Mapping[str, Any] | N
         binary = pa.large_binary() if total > INT32_OFFSET_MAX else pa.binary()
         seg_offsets = mask.stored_offsets[cu].astype(np.int64)  # the count columns are exactly int64
         names += [COMPACT_COLUMN, COMPACT_ROWS_COLUMN, COMPACT_NNZ_COLUMN]
-        arrays += [pa.array(blobs, type=binary), pa.array(np.diff(cu)), pa.array(np.diff(seg_offsets))]
+        arrays += [pa.array(blobs, type=binary), _numpy_array(np.diff(cu)), _numpy_array(np.diff(seg_offsets))]
     else:
-        inner = _list_array(mask.stored_offsets, pa.array(mask.ids), plan.inner_large)
+        inner = _list_array(mask.stored_offsets, _numpy_array(mask.ids), plan.inner_large)
         names.append(MASK_COLUMN)
         arrays.append(_list_array(cu, inner, plan.outer_large))
     for name in plan.companions:
-        values = pa.array(mask.companions[name])
+        values = _numpy_array(mask.companions[name])
         if name == "support_logprobs":
             values = _list_array(mask.stored_offsets, values, plan.inner_large)
         names.append(name)
