@@ -56,7 +56,7 @@ def _calls() -> dict[str, tuple[Any, list[Any], dict[str, Any]]]:
         "verl.replay_logprobs": (verl.replay_logprobs, [torch.zeros(4, 10), torch.zeros(4, dtype=long), None, 1.0], {}),
         "verl.rmpad_mask": (
             verl.rmpad_mask,
-            [torch.full((2, 2, 1), -1), torch.ones(2, 5, dtype=long), torch.zeros(2, 2)],
+            [torch.full((2, 2, 1), -1), torch.ones(2, 5, dtype=long), torch.zeros(2, 2, dtype=long)],
             {"pad_size": 0},
         ),
         "verl.batch_segments": (verl.batch_segments, [torch.full((2, 2, 1), -1), 2], {}),

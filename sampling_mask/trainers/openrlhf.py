@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 
 from ..adapters import vllm as vllm_adapter
-from ..core.checks import as_host_array, is_int, raise_at_first
+from ..core.checks import INTEGER_DTYPES, as_host_array, checked_tensor, is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask, concat
-from .verl import batch_segments, dense_rows, replay_logprobs
+from .verl import batch_segments, dense_rows, replay_logprobs, sequence_shard
 
 __all__ = [
     "MASK_KEY",
@@ -95,14 +95,21 @@ def experience_mask(rows: SamplingMask, truncate_length: int | None = None) -> A
 
 
 def pad_experience_masks(masks: Sequence[Any]) -> Any:
-    """Stack [1, T_i, W_i] masks into [n, max T, max W] with ``-1`` (as ``zero_pad_sequences`` pads right)."""
+    """Stack [1, T_i, W_i] integer masks into int32 [n, max T, max W] with ``-1`` (as ``zero_pad_sequences``
+    pads right). Each mask is a tensor of integer ids (:func:`~sampling_mask.core.checks.checked_tensor`
+    with the integer dtypes: a float mask is ``E_DTYPE``, never truncated) whose values fit int32."""
     import torch
 
     if not isinstance(masks, (list, tuple)) or not masks:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected a non-empty list of masks to pad", field="masks")
     for i, m in enumerate(masks):
-        if not isinstance(m, torch.Tensor) or m.ndim != 3:
+        if not isinstance(m, torch.Tensor):
             raise SamplingMaskError(ErrorCode.E_SHAPE, "each mask must be a tensor [1, T, W]", field="masks", segment=i)
+        checked_tensor(m, field=f"masks[{i}]", dtypes=INTEGER_DTYPES)
+        if m.ndim != 3:
+            raise SamplingMaskError(ErrorCode.E_SHAPE, "each mask must be a tensor [1, T, W]", field="masks", segment=i)
+        if m.numel() and (int(m.min()) < -1 or int(m.max()) > np.iinfo(np.int32).max):
+            raise SamplingMaskError(ErrorCode.E_RANGE, "ids must lie in [-1, 2**31)", field="masks", segment=i)
     length = max(int(m.shape[1]) for m in masks)
     width = max(int(m.shape[2]) for m in masks)
     out = torch.full((sum(int(m.shape[0]) for m in masks), length, width), -1, dtype=torch.int32)
@@ -113,7 +120,9 @@ def pad_experience_masks(masks: Sequence[Any]) -> Any:
     return out
 
 
-def rolled_mask(sampling_mask: Any, attention_mask: Any, *, packed: bool = False) -> SamplingMask | None:
+def rolled_mask(
+    sampling_mask: Any, attention_mask: Any, *, packed: bool = False, ring_attn_group: Any = None
+) -> SamplingMask | None:
     """The batch's mask aligned with ``Actor.forward``'s ``rolled_sequences``: row (b, s) scores token
     s + 1 of sample b. ``sampling_mask``: ``experience.info["sampling_mask"]`` (a list of per-sample
     :class:`SamplingMask`, rows aligned with that sample's tokens, as :func:`observation_rows` makes
@@ -121,8 +130,11 @@ def rolled_mask(sampling_mask: Any, attention_mask: Any, *, packed: bool = False
     each sample's tokens are one contiguous run of ones (right or left padding).
 
     ``packed=False``: B * S rows, row-major (logits [B, S, V]); ``packed=True`` (``packing_samples``):
-    one row per ``attention_mask`` one, as ``unpad_and_slice_tensor`` keeps them (logits [1, nnz, V];
-    without ring attention). A sample's first row (no logits score its first token) must be empty, and
+    one row per ``attention_mask`` one, as ``unpad_and_slice_tensor`` keeps them (logits [1, nnz, V]).
+    ``ring_attn_group`` (ring attention, which needs ``packed=True``): ``unpad_and_slice_tensor`` pads
+    the nnz rows to a multiple of the group's size P and gives rank r the r-th of P equal chunks; the
+    mask is padded and cut the same way (:func:`~sampling_mask.trainers.verl.sequence_shard`): this
+    rank's rows of the padded [1, (nnz + pad) / P] logits. A sample's first row (no logits score its first token) must be empty, and
     a row past the sample's tokens may not hold ids: ``E_SHAPE`` naming the segment and row. A dense
     [B, T, W] mask (W may be 0) is read as T rows per sample.
     """
@@ -130,6 +142,10 @@ def rolled_mask(sampling_mask: Any, attention_mask: Any, *, packed: bool = False
         return None
     if not isinstance(packed, (bool, np.bool_)):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "packed must be a bool", field="packed", value=repr(packed)[:80])
+    if ring_attn_group is not None and not packed:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, "ring attention slices packed samples: pass packed=True", field="ring_attn_group"
+        )
     am = as_host_array(attention_mask, field="attention_mask")
     if am.ndim != 2 or am.dtype.kind not in "iub":
         raise SamplingMaskError(
@@ -185,7 +201,10 @@ def rolled_mask(sampling_mask: Any, attention_mask: Any, *, packed: bool = False
     out_lengths = np.zeros(num_rows, np.int64)
     out_lengths[base[seg[used]] + t[used] - 1] = lengths[used]
     offsets = np.concatenate([[0], np.cumsum(out_lengths)]).astype(np.int64)
-    return SamplingMask(mask.ids, offsets, cu_seqlens=cu, vocab_size=mask.vocab_size)
+    rows = SamplingMask(mask.ids, offsets, cu_seqlens=cu, vocab_size=mask.vocab_size)
+    if ring_attn_group is None:
+        return rows
+    return sequence_shard(rows, ring_attn_group, field="ring_attn_group", pad=True)
 
 
 def _one_sample(value: Any, index: int) -> SamplingMask:
