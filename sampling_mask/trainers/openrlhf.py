@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 
 from ..adapters import vllm as vllm_adapter
-from ..core.checks import INTEGER_DTYPES, as_host_array, checked_tensor, is_int, raise_at_first
+from ..core.checks import INTEGER_DTYPES, checked_tensor, is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask, concat
-from .verl import batch_segments, dense_rows, replay_logprobs, sequence_shard
+from .verl import _host_2d, batch_segments, dense_rows, replay_logprobs, sequence_shard
 
 __all__ = [
     "MASK_KEY",
@@ -146,20 +146,7 @@ def rolled_mask(
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, "ring attention slices packed samples: pass packed=True", field="ring_attn_group"
         )
-    am = as_host_array(attention_mask, field="attention_mask")
-    if am.ndim != 2 or am.dtype.kind not in "iub":
-        raise SamplingMaskError(
-            ErrorCode.E_SHAPE,
-            f"attention_mask must be an integer [B, S], got {list(am.shape)} {am.dtype}",
-            field="attention_mask",
-        )
-    am = am.astype(np.int64)
-    raise_at_first(
-        ((am != 0) & (am != 1)).any(axis=1),
-        ErrorCode.E_RANGE,
-        "attention_mask must hold only 0 and 1",
-        field="attention_mask",
-    )
+    am = _host_2d(attention_mask, field="attention_mask", binary=True).astype(np.int64)
     batch, width = am.shape
     if isinstance(sampling_mask, (list, tuple)):
         if len(sampling_mask) != batch:

@@ -389,4 +389,12 @@ def replay_logprobs(logits: Any, labels: Any, sampling_mask: Any, temperature: A
         )
         raise SamplingMaskError(exc.code, exc.message, row=exc.row, field=field, value=exc.value) from None
     assert out.logprobs is not None  # masked_logprobs always returns them
+    nan = torch.isnan(out.logprobs.detach())
+    if bool(nan.any()):  # NaN logits, or logits / temperature past the float range: never a number to train on
+        raise SamplingMaskError(
+            ErrorCode.E_RANGE,
+            "the log-prob is NaN: this row's logits divided by the temperature are not finite numbers",
+            field="logits",
+            row=int(torch.nonzero(nan)[0]),
+        )
     return out.logprobs.reshape(shape)
