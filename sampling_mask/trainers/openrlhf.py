@@ -16,16 +16,18 @@ Read in ``openrlhf==0.11.2``:
   then ``log_probs_from_logits(output["logits"], rolled_sequences)`` with ``rolled_sequences =
   torch.roll(sequences, -1, 1)`` [B, S] and logits [B, S, V]; with ``packing_samples``,
   ``unpad_and_slice_tensor`` (``models/ring_attn_utils.py``) keeps the ``attention_mask`` positions in
-  row-major order: logits [1, nnz, V], rolled labels [1, nnz].
+  row-major order: logits [1, nnz, V], rolled labels [1, nnz]; with ring attention it pads them to a
+  multiple of the ring's size and keeps this rank's equal contiguous chunk
+  (``get_tensor_in_current_ring_attn_rank``), and ``gather_and_pad_tensor`` all-gathers the log-probs.
 - ``openrlhf/models/utils.py`` ``log_probs_from_logits(logits, labels, temperature=1.0)``: full-vocabulary
   log-probs (the module imports deepspeed, so it does not import on a CPU-only machine).
 
 So: :func:`observation_rows` builds a sample's mask (empty rows for the prompt, then the completion's
 rows from vLLM's ``CompletionOutput.sampling_mask``), cut to ``truncate_length`` like ``sequences``; it
 rides in ``experience.info["sampling_mask"]`` as a one-element list; :func:`rolled_mask` aligns a batch
-of them with ``rolled_sequences`` (padded [B, S] or packed [1, nnz]); :func:`log_probs_from_logits` is
-the drop-in replacement with the mask as one more argument (temperature 1: the actor has already divided
-the logits; it does not modify ``logits`` in place). :func:`experience_mask` / :func:`pad_experience_masks`
+of them with ``rolled_sequences`` (padded [B, S], packed [1, nnz], or this rank's chunk of it under ring
+attention); :func:`log_probs_from_logits` is the drop-in replacement with the mask as one more argument
+(temperature 1: the actor has already divided the logits; it does not modify ``logits`` in place). :func:`experience_mask` / :func:`pad_experience_masks`
 give the dense label-aligned form ([1, T - 1, W], like ``rollout_log_probs``) for code that wants it.
 """
 

@@ -11,21 +11,26 @@ Read in ``verl==0.9.1``:
 - ``verl/workers/utils/padding.py`` ``left_right_2_no_padding``: the batch's ``attention_mask`` picks
   each sample's prompt and response tokens, packed back to back (``unpad_input``, row-major);
   ``no_padding_2_padding`` reads response token t's log-prob at packed row ``end - resp_len - 1 + t``.
-- ``verl/workers/engine/{fsdp,automodel,torchtitan}/transformer_impl.py`` ``prepare_model_outputs``
-  (the remove-padding sites; there is no ``dp_actor.py`` in 0.9.1): ``logits_rmpad`` [total_nnz, V],
-  already divided by the temperature, and ``input_ids_rmpad_rolled`` [total_nnz] go to
-  ``verl/utils/torch_functional.py`` ``logprobs_from_logits(logits, labels, inplace_backward=True)``
-  (flash-attn cross entropy, NPU, else ``logprobs_from_logits_v2``: full-vocabulary log-probs).
+- ``verl/workers/engine/fsdp/transformer_impl.py`` ``FSDPEngineWithLMHead.prepare_model_outputs`` (there
+  is no ``dp_actor.py`` in 0.9.1): with remove-padding, ``logits_rmpad`` [total_nnz, V] (already divided
+  by the temperature) and ``input_ids_rmpad_rolled`` [total_nnz]; without it, the padded logits narrowed
+  per sample and concatenated into the same packed order; both go to ``verl/utils/torch_functional.py``
+  ``logprobs_from_logits`` (flash-attn cross entropy, NPU, else ``logprobs_from_logits_v2``: full-vocabulary
+  log-probs). Under Ulysses SP (``verl/utils/ulysses.py``) each rank holds an equal contiguous chunk of
+  the padded packed rows, and the log-probs are all-gathered afterwards.
 
 So: the rollout server adds the mask to ``extra_fields`` (:func:`token_output_fields`, from vLLM's
 ``CompletionOutput`` with ``return_sampling_mask``), it reaches ``non_tensor_batch["sampling_mask"]``
-by verl's own postprocessing, :func:`add_to_data_proto` turns it into ``batch["sampling_mask"]``
+by verl's own postprocessing, :func:`add_to_data_proto` checks the trainer's configuration
+(:func:`check_config`: only where the mask will be applied) and turns it into ``batch["sampling_mask"]``
 (int32 [bsz, response_length, W], ``-1`` padding, aligned with ``responses``) so that verl's
 ``DataProto`` / ``TensorDict`` splitting carries it, :func:`rmpad_mask` lays it out as a
-:class:`SamplingMask` of ``total_nnz`` rows at the remove-padding site, and :func:`logprobs_from_logits`
-is the drop-in replacement of verl's function with the mask as one more argument: rows with ids are
-renormalized over them, rows without (prompts, padding, tool tokens) are scored over the full vocabulary
-as verl does. ``tests/test_trainer_call_sites.py`` runs those sites, copied from the wheel.
+:class:`SamplingMask` of ``total_nnz`` rows (this rank's share under SP, :func:`sequence_shard`), and
+:func:`logprobs_from_logits` is the drop-in replacement of verl's function with the mask as one more
+argument: rows with ids are renormalized over them, rows without (prompts, padding, tool tokens) are
+scored over the full vocabulary as verl does. ``tests/test_trainer_call_sites.py`` runs those sites,
+copied from the wheel. Each tensor argument is checked by :func:`~sampling_mask.core.checks.checked_tensor`
+with its own dtypes (float logits; integer labels, ids and masks).
 """
 
 from __future__ import annotations
@@ -319,8 +324,13 @@ def _check_temperature(temperature: Any) -> float:
 def replay_logprobs(logits: Any, labels: Any, sampling_mask: Any, temperature: Any = 1.0) -> Any:
     """Log-probs of ``labels`` [...] from ``logits`` [..., V] / ``temperature`` over ``sampling_mask``:
     a :class:`SamplingMask` of ``labels.numel()`` rows (row-major), a dense int [..., W] (``-1``
-    padding, W >= 0) or None; an empty row scores over the full vocabulary. Bad input is
-    :class:`SamplingMaskError` naming the field (``logits``, ``labels``, ``temperature``, ``sampling_mask``)."""
+    padding, W >= 0) or None; an empty row scores over the full vocabulary.
+
+    Accepted (:func:`~sampling_mask.core.checks.checked_tensor`): ``logits`` a tensor of float16 /
+    bfloat16 / float32 / float64, ``labels`` and a dense mask tensors of integers, ``temperature`` a
+    positive normal float32. Anything else, or a log-prob that comes out NaN (NaN logits, logits too
+    large for the temperature: ``E_RANGE`` naming the row), is :class:`SamplingMaskError` naming the
+    field (``logits``, ``labels``, ``temperature``, ``sampling_mask``)."""
     import torch
 
     from ..reference_scorer import masked_logprobs
