@@ -6,10 +6,8 @@ end to end and checked against float64 renormalizations over each token's record
 from __future__ import annotations
 
 import ast
-import datetime
 import importlib.util
 import re
-import socket
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -18,6 +16,8 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from gloo_group import gloo_group, spawn  # noqa: E402
 
 from sampling_mask.trainers import openrlhf as sm_openrlhf  # noqa: E402
 from sampling_mask.trainers import verl as sm_verl  # noqa: E402
@@ -386,26 +386,12 @@ def _check_openrlhf_ring_attention(rank: int) -> None:
 
 
 def _sequence_parallel_worker(rank: int, port: int) -> None:
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=WORLD,
-        timeout=datetime.timedelta(seconds=120),
-    )
-    try:
+    with gloo_group(rank, port, WORLD):
         _check_verl_ulysses(rank)
         _check_openrlhf_ring_attention(rank)
-        torch.distributed.barrier()
-    finally:
-        torch.distributed.destroy_process_group()
 
 
 @pytest.mark.slow  # spawns two processes
 def test_verl_ulysses_and_openrlhf_ring_attention_on_two_gloo_processes() -> None:
     """One spawn runs both checks; a failing assertion on either rank fails this test with its traceback."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    torch.multiprocessing.spawn(_sequence_parallel_worker, args=(port,), nprocs=WORLD, join=True)
+    spawn(_sequence_parallel_worker, nprocs=WORLD)
