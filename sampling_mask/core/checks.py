@@ -96,8 +96,8 @@ def checked_tensor(value: Any, *, field: str, dtypes: Collection[str] = HOST_DTY
 
 
 def as_host_array(value: Any, *, field: str = "array") -> np.ndarray:
-    """``value`` as a numpy array: numpy arrays as they are, torch tensors (:func:`checked_tensor`, a
-    ``detach`` and ``dtype``) copied to the host, anything else through ``np.asarray``: ragged nesting or
+    """``value`` as a numpy array: numpy arrays as they are, torch tensors (known by ``detach`` and ``dtype``,
+    passed through :func:`checked_tensor`) copied to the host, the rest by ``np.asarray``: ragged nesting or
     unconvertible objects are ``E_SHAPE`` (not numpy's ValueError: fuzz/regressions/adapter_prime_rl/
     df4cf4ad322ed8ab.bin), lists mixing ``bool`` with ints (read as integers by numpy) ``E_DTYPE``."""
     if isinstance(value, np.ndarray):

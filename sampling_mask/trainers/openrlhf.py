@@ -27,8 +27,9 @@ rows from vLLM's ``CompletionOutput.sampling_mask``), cut to ``truncate_length``
 rides in ``experience.info["sampling_mask"]`` as a one-element list; :func:`rolled_mask` aligns a batch
 of them with ``rolled_sequences`` (padded [B, S], packed [1, nnz], or this rank's chunk of it under ring
 attention); :func:`log_probs_from_logits` is the drop-in replacement with the mask as one more argument
-(temperature 1: the actor has already divided the logits; it does not modify ``logits`` in place). :func:`experience_mask` / :func:`pad_experience_masks`
-give the dense label-aligned form ([1, T - 1, W], like ``rollout_log_probs``) for code that wants it.
+(temperature 1: the actor has already divided the logits; it does not modify ``logits`` in place).
+:func:`experience_mask` / :func:`pad_experience_masks` give the dense label-aligned form ([1, T - 1, W],
+like ``rollout_log_probs``) for code that wants it.
 """
 
 from __future__ import annotations
@@ -136,9 +137,11 @@ def rolled_mask(
     ``ring_attn_group`` (ring attention, which needs ``packed=True``): ``unpad_and_slice_tensor`` pads
     the nnz rows to a multiple of the group's size P and gives rank r the r-th of P equal chunks; the
     mask is padded and cut the same way (:func:`~sampling_mask.trainers.verl.sequence_shard`): this
-    rank's rows of the padded [1, (nnz + pad) / P] logits. A sample's first row (no logits score its first token) must be empty, and
-    a row past the sample's tokens may not hold ids: ``E_SHAPE`` naming the segment and row. A dense
-    [B, T, W] mask (W may be 0) is read as T rows per sample.
+    rank's rows of the padded [1, (nnz + pad) / P] logits.
+
+    A sample's first row (no logits score its first token) must be empty, and a row past the sample's
+    tokens may not hold ids: ``E_SHAPE`` naming the segment and row. A dense [B, T, W] mask (W may be
+    0) is read as T rows per sample.
     """
     if sampling_mask is None:
         return None

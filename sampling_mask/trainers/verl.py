@@ -277,18 +277,22 @@ def sequence_shard(mask: SamplingMask, group: Any, *, field: str = "group", pad:
     import torch.distributed as dist
 
     mask = as_sampling_mask(mask)
+    why = "rank -1: this process is not in it"
     try:
         size, rank = dist.get_world_size(group), dist.get_rank(group)
     except (RuntimeError, ValueError, TypeError, AttributeError) as exc:
-        message = f"not a process group of this process ({type(exc).__name__}: {exc})"[:200]
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, message, field=field) from None
+        size, rank, why = 0, -1, f"{type(exc).__name__}: {exc}"[:160]
+    if rank < 0:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"not a process group of this process ({why})", field=field)
     if pad:
         mask = alignment.append_padding_segment(mask, -(-mask.num_rows // size) * size)
     elif mask.num_rows % size:
         raise SamplingMaskError(
             ErrorCode.E_SHAPE, f"{mask.num_rows} packed rows do not split into {size} equal chunks", field=field
         )
-    whole = SamplingMask(mask.ids, mask.offsets, cu_seqlens=[0, mask.num_rows], vocab_size=mask.vocab_size)
+    whole = SamplingMask(
+        mask.ids, mask.offsets, cu_seqlens=[0, mask.num_rows], vocab_size=mask.vocab_size, validate=False
+    )
     return alignment.shard_mask(whole, size, rank)
 
 
