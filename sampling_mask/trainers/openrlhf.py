@@ -43,7 +43,7 @@ from ..adapters import vllm as vllm_adapter
 from ..core.checks import INTEGER_DTYPES, checked_tensor, is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask, concat
-from .verl import _host_2d, batch_segments, dense_rows, replay_logprobs, sequence_shard
+from .verl import batch_segments, dense_rows, integer_matrix, replay_logprobs, sequence_shard
 
 __all__ = [
     "MASK_KEY",
@@ -151,7 +151,7 @@ def rolled_mask(
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, "ring attention slices packed samples: pass packed=True", field="ring_attn_group"
         )
-    am = _host_2d(attention_mask, field="attention_mask", binary=True).astype(np.int64)
+    am = integer_matrix(attention_mask, field="attention_mask", binary=True).astype(np.int64)
     batch, width = am.shape
     if isinstance(sampling_mask, (list, tuple)):
         if len(sampling_mask) != batch:

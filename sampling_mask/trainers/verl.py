@@ -54,6 +54,7 @@ __all__ = [
     "check_config",
     "dense_rows",
     "from_non_tensor_batch",
+    "integer_matrix",
     "logprobs_from_logits",
     "replay_logprobs",
     "rmpad_mask",
@@ -148,7 +149,7 @@ def add_to_data_proto(data: Any, *, config: Any, key: str = MASK_KEY) -> Any:
     return data
 
 
-def _host_2d(value: Any, *, field: str, binary: bool) -> np.ndarray:
+def integer_matrix(value: Any, *, field: str, binary: bool) -> np.ndarray:
     """``value`` (tensor, array or lists) as a 2-D integer host array; ``binary``: only 0 / 1 (or bools)."""
     arr = as_host_array(value, field=field)
     if arr.ndim != 2:
@@ -223,8 +224,8 @@ def rmpad_mask(
     """
     if sampling_mask is None:
         return None
-    am = _host_2d(attention_mask, field="attention_mask", binary=True).astype(np.int64)
-    resp_shape = _host_2d(responses, field="responses", binary=False).shape
+    am = integer_matrix(attention_mask, field="attention_mask", binary=True).astype(np.int64)
+    resp_shape = integer_matrix(responses, field="responses", binary=False).shape
     batch, width = am.shape
     if resp_shape[0] != batch or resp_shape[1] > width:
         raise SamplingMaskError(
