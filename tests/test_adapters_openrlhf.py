@@ -165,6 +165,16 @@ MALFORMED = {
     ),
     "packed not a bool": (lambda: openrlhf.rolled_mask([_ROWS], _AM, packed="yes"), "E_SCHEMA", "packed"),
     "pad a non-tensor": (lambda: openrlhf.pad_experience_masks([[[1]]]), "E_SHAPE", "masks"),
+    "ring attention without packing": (
+        lambda: openrlhf.rolled_mask([_ROWS], _AM, ring_attn_group=object()),
+        "E_SCHEMA",
+        "ring_attn_group",
+    ),
+    "a ring group that is not one": (
+        lambda: openrlhf.rolled_mask([_ROWS], _AM, packed=True, ring_attn_group=object()),
+        "E_SCHEMA",
+        "ring_attn_group",
+    ),
 }
 
 

@@ -56,11 +56,16 @@ def _calls() -> dict[str, tuple[Any, list[Any], dict[str, Any]]]:
         "verl.replay_logprobs": (verl.replay_logprobs, [torch.zeros(4, 10), torch.zeros(4, dtype=long), None, 1.0], {}),
         "verl.rmpad_mask": (
             verl.rmpad_mask,
-            [torch.full((2, 2, 1), -1), torch.ones(2, 5, dtype=long), torch.zeros(2, 2)],
-            {"pad_size": 0},
+            [torch.full((2, 2, 1), -1), torch.ones(2, 5, dtype=long), torch.zeros(2, 2, dtype=long)],
+            {"pad_size": 0, "sp_group": None},
         ),
         "verl.batch_segments": (verl.batch_segments, [torch.full((2, 2, 1), -1), 2], {}),
-        "openrlhf.rolled_mask": (openrlhf.rolled_mask, [[rows], torch.ones(1, 4, dtype=long)], {"packed": False}),
+        "openrlhf.rolled_mask": (
+            openrlhf.rolled_mask,
+            [[rows], torch.ones(1, 4, dtype=long)],
+            {"packed": True, "ring_attn_group": None},
+        ),
+        "verl.check_config": (verl.check_config, [{"actor_rollout_ref": {"actor": {"strategy": "fsdp2"}}}], {}),
         "openrlhf.log_probs_from_logits": (
             openrlhf.log_probs_from_logits,
             [torch.zeros(1, 4, 10), torch.zeros(1, 4, dtype=long), 1.0],

@@ -57,6 +57,10 @@ def test_live_verl_function_when_it_imports() -> None:
     assert torch.allclose(verl.logprobs_from_logits(logits, labels), upstream(logits.clone(), labels), atol=1e-6)
 
 
+#: What ``verl.add_to_data_proto`` reads of verl 0.9.1's trainer config (``ppo_trainer.yaml``'s defaults).
+FSDP_CONFIG = {"actor_rollout_ref": {"actor": {"strategy": "fsdp"}, "model": {"use_fused_kernels": False}}}
+
+
 def test_rollout_output_to_data_proto_batch() -> None:
     outputs = json.loads((UPSTREAM / "vllm-0.32" / "completion_outputs.json").read_text())["outputs"]
     done = [o for o in outputs if o["sampling_mask"] is not None]
@@ -67,7 +71,7 @@ def test_rollout_output_to_data_proto_batch() -> None:
     data = SimpleNamespace(
         batch={"responses": torch.zeros(len(done) + 1, length, dtype=torch.long)}, non_tensor_batch=non_tensor
     )
-    verl.add_to_data_proto(data)
+    verl.add_to_data_proto(data, config=FSDP_CONFIG)
     dense = data.batch[verl.MASK_KEY]
     assert verl.MASK_KEY not in data.non_tensor_batch and dense.shape[:2] == (len(done) + 1, length)
     for b, o in enumerate(done):
@@ -210,8 +214,16 @@ MALFORMED = {
     ),
     "attention_mask of 2s": (lambda: verl.rmpad_mask(_D, _AM * 2, _R), "E_RANGE", "attention_mask"),
     "float attention_mask": (lambda: verl.rmpad_mask(_D, _AM.float(), _R), "E_DTYPE", "attention_mask"),
-    "responses wider than the batch": (lambda: verl.rmpad_mask(_D, _AM, torch.zeros(2, 5)), "E_SHAPE", "responses"),
-    "responses of another batch": (lambda: verl.rmpad_mask(_D, _AM, torch.zeros(3, 2)), "E_SHAPE", "responses"),
+    "responses wider than the batch": (
+        lambda: verl.rmpad_mask(_D, _AM, torch.zeros(2, 5, dtype=torch.long)),
+        "E_SHAPE",
+        "responses",
+    ),
+    "responses of another batch": (
+        lambda: verl.rmpad_mask(_D, _AM, torch.zeros(3, 2, dtype=torch.long)),
+        "E_SHAPE",
+        "responses",
+    ),
     "response not right-padded": (
         lambda: verl.rmpad_mask(_D, torch.tensor([[1, 1, 0, 1]] * 2), _R),
         "E_SHAPE",
@@ -242,7 +254,7 @@ def test_rmpad_mask_names_the_sample_and_row_that_do_not_fit() -> None:
     assert (err.value.code, err.value.segment, err.value.row) == (ErrorCode.E_SHAPE, 0, 1)
     mask = torch.full((2, 1, 1), 4, dtype=torch.int32)  # sample 1 has no prompt token: nothing scores row 0
     with pytest.raises(SamplingMaskError) as err:
-        verl.rmpad_mask(mask, torch.tensor([[1, 1], [0, 1]]), torch.zeros(2, 1))
+        verl.rmpad_mask(mask, torch.tensor([[1, 1], [0, 1]]), torch.zeros(2, 1, dtype=torch.long))
     assert (err.value.code, err.value.segment, err.value.row) == (ErrorCode.E_SHAPE, 1, 0)
 
 
@@ -258,3 +270,55 @@ def test_gradient_through_a_sampling_mask_matches_float64() -> None:
     ).sum().backward()
     assert logits.grad is not None and z.grad is not None
     assert float((logits.grad.double() - z.grad).abs().max()) <= 1e-6
+
+
+# ---- a mask is carried only where it is applied: the configuration is checked first ---------------
+
+REFUSED_CONFIGS = {
+    "megatron": ({"actor": {"strategy": "megatron"}}, "actor_rollout_ref.actor.strategy"),
+    "veomni": ({"actor": {"strategy": "veomni"}}, "actor_rollout_ref.actor.strategy"),
+    "torchtitan": ({"actor": {"strategy": "torchtitan"}}, "actor_rollout_ref.actor.strategy"),
+    "no strategy": ({"actor": {}}, "actor_rollout_ref.actor.strategy"),
+    "reference on megatron": (
+        {"actor": {"strategy": "fsdp"}, "ref": {"strategy": "megatron"}},
+        "actor_rollout_ref.ref.strategy",
+    ),
+    "fused kernels": (
+        {"actor": {"strategy": "fsdp2"}, "model": {"use_fused_kernels": True}},
+        "actor_rollout_ref.model.use_fused_kernels",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_CONFIGS))
+def test_a_configuration_that_would_not_apply_the_mask_is_refused_before_it_is_carried(case: str) -> None:
+    section, field = REFUSED_CONFIGS[case]
+    config = SimpleNamespace(actor_rollout_ref=section)  # attribute access, as on verl's DictConfig
+    responses = torch.zeros(1, 2, dtype=torch.long)
+    data = SimpleNamespace(batch={"responses": responses}, non_tensor_batch={verl.MASK_KEY: [[[3], [4]]]})
+    with pytest.raises(SamplingMaskError) as err:
+        verl.add_to_data_proto(data, config=config)
+    assert (err.value.code, err.value.field) == (ErrorCode.E_SCHEMA, field)
+    assert verl.MASK_KEY not in data.batch and verl.MASK_KEY in data.non_tensor_batch  # nothing carried
+
+
+@pytest.mark.parametrize("strategy", verl.STRATEGIES)
+def test_the_fsdp_engine_configurations_carry_the_mask(strategy: str) -> None:
+    config = {
+        "actor_rollout_ref": {
+            "actor": {"strategy": strategy},
+            "ref": {"strategy": strategy},
+            "model": {"use_fused_kernels": False, "use_remove_padding": False},
+        }
+    }
+    data = SimpleNamespace(
+        batch={"responses": torch.zeros(1, 2, dtype=torch.long)}, non_tensor_batch={verl.MASK_KEY: [[[3], [4]]]}
+    )
+    verl.add_to_data_proto(data, config=config)
+    assert data.batch[verl.MASK_KEY].tolist() == [[[3], [4]]]
+
+
+def test_a_sequence_parallel_group_that_is_not_one_is_refused_by_name() -> None:
+    with pytest.raises(SamplingMaskError) as err:  # no process group in this process
+        verl.rmpad_mask(_D, _AM, _R, sp_group=object())
+    assert (err.value.code, err.value.field) == (ErrorCode.E_SCHEMA, "sp_group")

@@ -69,5 +69,5 @@ def test_raise_at_first_names_the_first_bad_row_and_its_value() -> None:
 
 
 def test_the_layouts_still_offer_the_host_array_helpers() -> None:
-    assert layouts.as_host_array is checks.as_host_array and layouts.asarray_checked is checks.asarray_checked
+    assert layouts.as_host_array is checks.as_host_array
     assert not hasattr(layouts, "as_float_array")  # one spelling, with its integer policy, in checks

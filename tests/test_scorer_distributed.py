@@ -3,15 +3,13 @@ float64 to 1e-10, values and gradients. One process spawn for everything: spawni
 
 from __future__ import annotations
 
-import datetime
-import socket
-
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
-mp = pytest.importorskip("torch.multiprocessing")
+
+from gloo_group import gloo_group, spawn  # noqa: E402
 
 from sampling_mask import SamplingMask  # noqa: E402
 from sampling_mask.reference_scorer import (  # noqa: E402
@@ -154,29 +152,12 @@ def _check_context_parallel(rank: int) -> None:
 
 
 def _worker(rank: int, port: int) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=WORLD,
-        timeout=datetime.timedelta(seconds=120),
-    )
-    try:
+    with gloo_group(rank, port, WORLD):
         torch.set_default_dtype(torch.float64)
         _check_vocab_parallel(rank)
         _check_context_parallel(rank)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_vocab_and_context_parallel_equal_single_process():
     """One spawn runs both checks; a failing assertion on either rank fails this test with its traceback."""
-    mp.spawn(_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+    spawn(_worker, nprocs=WORLD)

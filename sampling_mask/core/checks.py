@@ -1,21 +1,13 @@
 # sampling-mask, Apache-2.0 (see LICENSE): sampling_mask/core/checks.py, vendorable (docs/serving-and-vendoring.md)
 """Input checks every layer shares (numpy and the standard library only): fields of duck-typed
-objects, arrays from user or wire values, strict integers, and "raise at the first bad row".
-
-Each raises :class:`~.errors.SamplingMaskError` with the field (and the first bad row) named.
-
-Float arrays take an explicit integer policy, one rule per use (:func:`as_float_array`):
-
-- ``integers=False`` for log-probs handed to the model (``sampled_logprobs``, ``support_logprobs``):
-  an integer array there is almost always the token ids passed in the wrong field (``E_DTYPE``);
-- ``integers=True`` for temperatures (``temperature=[1, 1]``) and for numbers read from a payload
-  (JSON writes ``0`` for ``0.0``; an engine's response, a trace's lists).
+objects, arrays and torch tensors from user or wire values, strict integers, and "raise at the first
+bad row". Each raises :class:`~.errors.SamplingMaskError` naming the field (and the first bad row).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -24,11 +16,14 @@ from .errors import ErrorCode, SamplingMaskError
 from .limits import Limits, check_count
 
 __all__ = [
+    "FLOAT_DTYPES",
+    "HOST_DTYPES",
+    "INTEGER_DTYPES",
     "MISSING",
     "as_float_array",
     "as_host_array",
-    "asarray_checked",
     "check_structure",
+    "checked_tensor",
     "get_field",
     "is_int",
     "raise_at_first",
@@ -78,15 +73,42 @@ def raise_at_first(
         raise SamplingMaskError(code, message, field=field, value=value, **where)
 
 
-def asarray_checked(value: Any, *, field: str) -> np.ndarray:
-    """``np.asarray(value)``; ragged nesting or unconvertible objects are ``E_SHAPE``, not a bare ValueError;
-    Python lists mixing ``bool`` with ints (which numpy reads as integers) are ``E_DTYPE``."""
+#: Torch dtypes by name (``str(tensor.dtype)`` less ``torch.``): the allowlists of :func:`checked_tensor`.
+INTEGER_DTYPES = frozenset({"uint8", "int8", "int16", "int32", "int64"})
+FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
+#: Those numpy holds exactly: what :func:`as_host_array` takes from a tensor.
+HOST_DTYPES = INTEGER_DTYPES | {"bool", "uint16", "uint32", "uint64", "float16", "float32", "float64"}
+
+
+def checked_tensor(value: Any, *, field: str, dtypes: Collection[str] = HOST_DTYPES) -> Any:
+    """``value``, a torch tensor, when it is a plain ``Tensor`` (or ``Parameter``), strided (not sparse or
+    nested), with data on a CPU or CUDA device, of a dtype named in ``dtypes`` (quantized ones never are);
+    else ``E_SCHEMA`` (``E_DTYPE`` for the dtype) naming ``field``. Torch is never imported here."""
+    cls, device = type(value), str(getattr(value, "device", None)).split(":")[0]
+    plain = f"{cls.__module__}.{cls.__name__}" in ("torch.Tensor", "torch.nn.parameter.Parameter")
+    if not plain or value.is_nested or str(value.layout) != "torch.strided" or device not in ("cpu", "cuda"):
+        got = f"{cls.__name__} {getattr(value, 'layout', '')} on {device}" + " (nested)" * (plain and value.is_nested)
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"expected a dense tensor on cpu or cuda, got {got}", field=field)
+    dtype = str(value.dtype).removeprefix("torch.")
+    if dtype not in dtypes:
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected a tensor of {sorted(dtypes)}, got {dtype}", field=field)
+    return value
+
+
+def as_host_array(value: Any, *, field: str = "array") -> np.ndarray:
+    """``value`` as a numpy array: numpy arrays as they are, torch tensors (known by ``detach`` and ``dtype``,
+    passed through :func:`checked_tensor`) copied to the host, the rest by ``np.asarray``: ragged nesting or
+    unconvertible objects are ``E_SHAPE`` (not numpy's ValueError: fuzz/regressions/adapter_prime_rl/
+    df4cf4ad322ed8ab.bin), lists mixing ``bool`` with ints (read as integers by numpy) ``E_DTYPE``."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "dtype"):
+        return np.asarray(checked_tensor(value, field=field).detach().cpu().numpy())
     try:
         arr = np.asarray(value)
     except (ValueError, TypeError, OverflowError) as exc:
-        raise SamplingMaskError(
-            ErrorCode.E_SHAPE, f"not a rectangular array ({type(exc).__name__})", field=field
-        ) from None
+        message = f"not a rectangular array ({type(exc).__name__})"
+        raise SamplingMaskError(ErrorCode.E_SHAPE, message, field=field) from None
     if arr.dtype.kind in "iu" and arr.size and isinstance(value, (list, tuple)) and _holds_bools(value, arr.ndim):
         raise SamplingMaskError(ErrorCode.E_DTYPE, "expected integers, not booleans", field=field)
     return arr
@@ -97,38 +119,17 @@ def _holds_bools(value: Any, ndim: int) -> bool:
     items = value
     for _ in range(ndim - 1):
         items = itertools.chain.from_iterable(items)
-    kinds = set(map(type, items))
-    return bool in kinds or np.bool_ in kinds
-
-
-def as_host_array(value: Any, *, field: str = "array") -> np.ndarray:
-    """``value`` as a numpy array: numpy arrays as they are, torch tensors moved to CPU, lists converted.
-
-    A tensor on the ``meta`` device (no data) is ``E_SCHEMA``. Ragged nested lists are ``E_SHAPE`` (a bare ``ValueError`` from numpy was found by fuzzing:
-    fuzz/regressions/adapter_prime_rl/df4cf4ad322ed8ab.bin). Torch is never imported here: a tensor
-    is recognized by its ``detach`` and ``cpu`` methods.
-    """
-    if isinstance(value, np.ndarray):
-        return value
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, on any device
-        if getattr(value, "is_meta", False):
-            raise SamplingMaskError(ErrorCode.E_SCHEMA, "a meta tensor holds no data", field=field)
-        return np.asarray(value.detach().cpu().numpy())
-    return asarray_checked(value, field=field)
+    return not {bool, np.bool_}.isdisjoint(map(type, items))
 
 
 def as_float_array(value: Any, *, field: str, integers: bool, size: int | None = None, ndim: int = 1) -> np.ndarray:
     """``value`` (numpy, torch or lists of numbers) as a C-contiguous float32 array, NaN / -inf kept.
 
-    ``integers``: whether an integer array is accepted (converted) or ``E_DTYPE``; the rule of each
-    use is in this module's docstring. An empty array of any numeric kind is accepted. ``E_DTYPE`` for
-    non-numbers (bools included), ``E_SHAPE`` for a wrong ``ndim`` or ``size`` (the first dimension)."""
-    try:
-        arr = as_host_array(value, field=field)
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, SamplingMaskError):
-            raise
-        raise SamplingMaskError(ErrorCode.E_DTYPE, f"not a float array: {exc}", field=field) from None
+    ``integers``: whether integers are accepted (converted) or ``E_DTYPE``: False for log-probs handed to
+    the model (integers there are most often token ids in the wrong field), True for temperatures and
+    numbers read from a payload (JSON writes ``0`` for ``0.0``). An empty array of any numeric kind is
+    accepted. ``E_DTYPE`` for non-numbers (bools included), ``E_SHAPE`` for a wrong ``ndim`` or ``size``."""
+    arr = as_host_array(value, field=field)
     if arr.size == 0 and arr.dtype.kind in "iuO":
         arr = arr.astype(np.float32).reshape((0,) * ndim)
     if arr.dtype.kind not in ("iuf" if integers else "f"):

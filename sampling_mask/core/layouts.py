@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks import as_host_array, asarray_checked, raise_at_first
+from .checks import as_host_array, raise_at_first
 from .errors import ErrorCode, SamplingMaskError
 from .limits import Limits, check_count
 
@@ -25,7 +25,6 @@ __all__ = [
     "as_host_array",
     "as_int_array",
     "as_offsets_array",
-    "asarray_checked",
     "bitmask_to_ragged",
     "canonical_permutation",
     "check_ids",
@@ -61,7 +60,7 @@ def as_int_array(
 
     Any integer dtype is accepted when every value fits ``dtype``; other dtypes are ``E_DTYPE``.
     """
-    arr = asarray_checked(value, field=field)
+    arr = as_host_array(value, field=field)
     if arr.dtype == object and arr.size == 0:
         arr = arr.astype(np.int64)
     if arr.ndim != ndim:

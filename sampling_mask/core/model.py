@@ -160,7 +160,7 @@ def _temperature_per_row(value: Any, num_rows: int) -> Any:
     scorer's ``temperature=`` takes it; anything else is returned as given (checked as an array)."""
     if not np.isscalar(value) and getattr(value, "ndim", None) != 0:
         return value
-    arr = checks.asarray_checked(value, field="temperature")
+    arr = checks.as_host_array(value, field="temperature")
     if arr.dtype.kind not in "iuf":  # bool, text
         raise SamplingMaskError(
             ErrorCode.E_DTYPE, f"temperature must be a number, got {arr.dtype}", field="temperature"
@@ -469,7 +469,7 @@ class SamplingMask:
     def from_bitmask(cls, bits: Any, vocab_size: int, **options: Any) -> SamplingMask:
         """From uint8 ``[T, ceil(vocab_size / 8)]``, little bit order (vLLM's wide-row fallback). Keyword
         options: :class:`MaskOptions` but ``vocab_size``."""
-        arr = layouts.asarray_checked(bits, field="bitmask")
+        arr = layouts.as_host_array(bits, field="bitmask")
         if arr.dtype != np.uint8:
             raise SamplingMaskError(ErrorCode.E_DTYPE, f"bitmask must be uint8, got {arr.dtype}", field="bitmask")
         if arr.ndim != 2:

@@ -16,17 +16,20 @@ Read in ``openrlhf==0.11.2``:
   then ``log_probs_from_logits(output["logits"], rolled_sequences)`` with ``rolled_sequences =
   torch.roll(sequences, -1, 1)`` [B, S] and logits [B, S, V]; with ``packing_samples``,
   ``unpad_and_slice_tensor`` (``models/ring_attn_utils.py``) keeps the ``attention_mask`` positions in
-  row-major order: logits [1, nnz, V], rolled labels [1, nnz].
+  row-major order: logits [1, nnz, V], rolled labels [1, nnz]; with ring attention it pads them to a
+  multiple of the ring's size and keeps this rank's equal contiguous chunk
+  (``get_tensor_in_current_ring_attn_rank``), and ``gather_and_pad_tensor`` all-gathers the log-probs.
 - ``openrlhf/models/utils.py`` ``log_probs_from_logits(logits, labels, temperature=1.0)``: full-vocabulary
   log-probs (the module imports deepspeed, so it does not import on a CPU-only machine).
 
 So: :func:`observation_rows` builds a sample's mask (empty rows for the prompt, then the completion's
 rows from vLLM's ``CompletionOutput.sampling_mask``), cut to ``truncate_length`` like ``sequences``; it
 rides in ``experience.info["sampling_mask"]`` as a one-element list; :func:`rolled_mask` aligns a batch
-of them with ``rolled_sequences`` (padded [B, S] or packed [1, nnz]); :func:`log_probs_from_logits` is
-the drop-in replacement with the mask as one more argument (temperature 1: the actor has already divided
-the logits; it does not modify ``logits`` in place). :func:`experience_mask` / :func:`pad_experience_masks`
-give the dense label-aligned form ([1, T - 1, W], like ``rollout_log_probs``) for code that wants it.
+of them with ``rolled_sequences`` (padded [B, S], packed [1, nnz], or this rank's chunk of it under ring
+attention); :func:`log_probs_from_logits` is the drop-in replacement with the mask as one more argument
+(temperature 1: the actor has already divided the logits; it does not modify ``logits`` in place).
+:func:`experience_mask` / :func:`pad_experience_masks` give the dense label-aligned form ([1, T - 1, W],
+like ``rollout_log_probs``) for code that wants it.
 """
 
 from __future__ import annotations
@@ -37,10 +40,10 @@ from typing import Any
 import numpy as np
 
 from ..adapters import vllm as vllm_adapter
-from ..core.checks import as_host_array, is_int, raise_at_first
+from ..core.checks import INTEGER_DTYPES, checked_tensor, is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask, concat
-from .verl import batch_segments, dense_rows, replay_logprobs
+from .verl import batch_segments, dense_rows, integer_matrix, replay_logprobs, sequence_shard
 
 __all__ = [
     "MASK_KEY",
@@ -95,14 +98,21 @@ def experience_mask(rows: SamplingMask, truncate_length: int | None = None) -> A
 
 
 def pad_experience_masks(masks: Sequence[Any]) -> Any:
-    """Stack [1, T_i, W_i] masks into [n, max T, max W] with ``-1`` (as ``zero_pad_sequences`` pads right)."""
+    """Stack [1, T_i, W_i] integer masks into int32 [n, max T, max W] with ``-1`` (as ``zero_pad_sequences``
+    pads right). Each mask is a tensor of integer ids (:func:`~sampling_mask.core.checks.checked_tensor`
+    with the integer dtypes: a float mask is ``E_DTYPE``, never truncated) whose values fit int32."""
     import torch
 
     if not isinstance(masks, (list, tuple)) or not masks:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "expected a non-empty list of masks to pad", field="masks")
     for i, m in enumerate(masks):
-        if not isinstance(m, torch.Tensor) or m.ndim != 3:
+        if not isinstance(m, torch.Tensor):
             raise SamplingMaskError(ErrorCode.E_SHAPE, "each mask must be a tensor [1, T, W]", field="masks", segment=i)
+        checked_tensor(m, field=f"masks[{i}]", dtypes=INTEGER_DTYPES)
+        if m.ndim != 3:
+            raise SamplingMaskError(ErrorCode.E_SHAPE, "each mask must be a tensor [1, T, W]", field="masks", segment=i)
+        if m.numel() and (int(m.min()) < -1 or int(m.max()) > np.iinfo(np.int32).max):
+            raise SamplingMaskError(ErrorCode.E_RANGE, "ids must lie in [-1, 2**31)", field="masks", segment=i)
     length = max(int(m.shape[1]) for m in masks)
     width = max(int(m.shape[2]) for m in masks)
     out = torch.full((sum(int(m.shape[0]) for m in masks), length, width), -1, dtype=torch.int32)
@@ -113,7 +123,9 @@ def pad_experience_masks(masks: Sequence[Any]) -> Any:
     return out
 
 
-def rolled_mask(sampling_mask: Any, attention_mask: Any, *, packed: bool = False) -> SamplingMask | None:
+def rolled_mask(
+    sampling_mask: Any, attention_mask: Any, *, packed: bool = False, ring_attn_group: Any = None
+) -> SamplingMask | None:
     """The batch's mask aligned with ``Actor.forward``'s ``rolled_sequences``: row (b, s) scores token
     s + 1 of sample b. ``sampling_mask``: ``experience.info["sampling_mask"]`` (a list of per-sample
     :class:`SamplingMask`, rows aligned with that sample's tokens, as :func:`observation_rows` makes
@@ -121,29 +133,25 @@ def rolled_mask(sampling_mask: Any, attention_mask: Any, *, packed: bool = False
     each sample's tokens are one contiguous run of ones (right or left padding).
 
     ``packed=False``: B * S rows, row-major (logits [B, S, V]); ``packed=True`` (``packing_samples``):
-    one row per ``attention_mask`` one, as ``unpad_and_slice_tensor`` keeps them (logits [1, nnz, V];
-    without ring attention). A sample's first row (no logits score its first token) must be empty, and
-    a row past the sample's tokens may not hold ids: ``E_SHAPE`` naming the segment and row. A dense
-    [B, T, W] mask (W may be 0) is read as T rows per sample.
+    one row per ``attention_mask`` one, as ``unpad_and_slice_tensor`` keeps them (logits [1, nnz, V]).
+    ``ring_attn_group`` (ring attention, which needs ``packed=True``): ``unpad_and_slice_tensor`` pads
+    the nnz rows to a multiple of the group's size P and gives rank r the r-th of P equal chunks; the
+    mask is padded and cut the same way (:func:`~sampling_mask.trainers.verl.sequence_shard`): this
+    rank's rows of the padded [1, (nnz + pad) / P] logits.
+
+    A sample's first row (no logits score its first token) must be empty, and a row past the sample's
+    tokens may not hold ids: ``E_SHAPE`` naming the segment and row. A dense [B, T, W] mask (W may be
+    0) is read as T rows per sample.
     """
     if sampling_mask is None:
         return None
     if not isinstance(packed, (bool, np.bool_)):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "packed must be a bool", field="packed", value=repr(packed)[:80])
-    am = as_host_array(attention_mask, field="attention_mask")
-    if am.ndim != 2 or am.dtype.kind not in "iub":
+    if ring_attn_group is not None and not packed:
         raise SamplingMaskError(
-            ErrorCode.E_SHAPE,
-            f"attention_mask must be an integer [B, S], got {list(am.shape)} {am.dtype}",
-            field="attention_mask",
+            ErrorCode.E_SCHEMA, "ring attention slices packed samples: pass packed=True", field="ring_attn_group"
         )
-    am = am.astype(np.int64)
-    raise_at_first(
-        ((am != 0) & (am != 1)).any(axis=1),
-        ErrorCode.E_RANGE,
-        "attention_mask must hold only 0 and 1",
-        field="attention_mask",
-    )
+    am = integer_matrix(attention_mask, field="attention_mask", binary=True).astype(np.int64)
     batch, width = am.shape
     if isinstance(sampling_mask, (list, tuple)):
         if len(sampling_mask) != batch:
@@ -185,7 +193,10 @@ def rolled_mask(sampling_mask: Any, attention_mask: Any, *, packed: bool = False
     out_lengths = np.zeros(num_rows, np.int64)
     out_lengths[base[seg[used]] + t[used] - 1] = lengths[used]
     offsets = np.concatenate([[0], np.cumsum(out_lengths)]).astype(np.int64)
-    return SamplingMask(mask.ids, offsets, cu_seqlens=cu, vocab_size=mask.vocab_size)
+    rows = SamplingMask(mask.ids, offsets, cu_seqlens=cu, vocab_size=mask.vocab_size)
+    if ring_attn_group is None:
+        return rows
+    return sequence_shard(rows, ring_attn_group, field="ring_attn_group", pad=True)
 
 
 def _one_sample(value: Any, index: int) -> SamplingMask:

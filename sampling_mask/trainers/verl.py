@@ -11,21 +11,26 @@ Read in ``verl==0.9.1``:
 - ``verl/workers/utils/padding.py`` ``left_right_2_no_padding``: the batch's ``attention_mask`` picks
   each sample's prompt and response tokens, packed back to back (``unpad_input``, row-major);
   ``no_padding_2_padding`` reads response token t's log-prob at packed row ``end - resp_len - 1 + t``.
-- ``verl/workers/engine/{fsdp,automodel,torchtitan}/transformer_impl.py`` ``prepare_model_outputs``
-  (the remove-padding sites; there is no ``dp_actor.py`` in 0.9.1): ``logits_rmpad`` [total_nnz, V],
-  already divided by the temperature, and ``input_ids_rmpad_rolled`` [total_nnz] go to
-  ``verl/utils/torch_functional.py`` ``logprobs_from_logits(logits, labels, inplace_backward=True)``
-  (flash-attn cross entropy, NPU, else ``logprobs_from_logits_v2``: full-vocabulary log-probs).
+- ``verl/workers/engine/fsdp/transformer_impl.py`` ``FSDPEngineWithLMHead.prepare_model_outputs`` (there
+  is no ``dp_actor.py`` in 0.9.1): with remove-padding, ``logits_rmpad`` [total_nnz, V] (already divided
+  by the temperature) and ``input_ids_rmpad_rolled`` [total_nnz]; without it, the padded logits narrowed
+  per sample and concatenated into the same packed order; both go to ``verl/utils/torch_functional.py``
+  ``logprobs_from_logits`` (flash-attn cross entropy, NPU, else ``logprobs_from_logits_v2``: full-vocabulary
+  log-probs). Under Ulysses SP (``verl/utils/ulysses.py``) each rank holds an equal contiguous chunk of
+  the padded packed rows, and the log-probs are all-gathered afterwards.
 
 So: the rollout server adds the mask to ``extra_fields`` (:func:`token_output_fields`, from vLLM's
 ``CompletionOutput`` with ``return_sampling_mask``), it reaches ``non_tensor_batch["sampling_mask"]``
-by verl's own postprocessing, :func:`add_to_data_proto` turns it into ``batch["sampling_mask"]``
+by verl's own postprocessing, :func:`add_to_data_proto` checks the trainer's configuration
+(:func:`check_config`: only where the mask will be applied) and turns it into ``batch["sampling_mask"]``
 (int32 [bsz, response_length, W], ``-1`` padding, aligned with ``responses``) so that verl's
 ``DataProto`` / ``TensorDict`` splitting carries it, :func:`rmpad_mask` lays it out as a
-:class:`SamplingMask` of ``total_nnz`` rows at the remove-padding site, and :func:`logprobs_from_logits`
-is the drop-in replacement of verl's function with the mask as one more argument: rows with ids are
-renormalized over them, rows without (prompts, padding, tool tokens) are scored over the full vocabulary
-as verl does. ``tests/test_trainer_call_sites.py`` runs those sites, copied from the wheel.
+:class:`SamplingMask` of ``total_nnz`` rows (this rank's share under SP, :func:`sequence_shard`), and
+:func:`logprobs_from_logits` is the drop-in replacement of verl's function with the mask as one more
+argument: rows with ids are renormalized over them, rows without (prompts, padding, tool tokens) are
+scored over the full vocabulary as verl does. ``tests/test_trainer_call_sites.py`` runs those sites,
+copied from the wheel. Each tensor argument is checked by :func:`~sampling_mask.core.checks.checked_tensor`
+with its own dtypes (float logits; integer labels, ids and masks).
 """
 
 from __future__ import annotations
@@ -36,20 +41,24 @@ from typing import Any
 import numpy as np
 
 from ..adapters import vllm as vllm_adapter
-from ..core.checks import as_host_array, get_field, is_int, raise_at_first
+from ..core.checks import FLOAT_DTYPES, INTEGER_DTYPES, as_host_array, checked_tensor, get_field, is_int, raise_at_first
 from ..core.errors import ErrorCode, SamplingMaskError
 from ..core.model import SamplingMask, as_sampling_mask, concat
 from ..data import alignment
 
 __all__ = [
     "MASK_KEY",
+    "STRATEGIES",
     "add_to_data_proto",
     "batch_segments",
+    "check_config",
     "dense_rows",
     "from_non_tensor_batch",
+    "integer_matrix",
     "logprobs_from_logits",
     "replay_logprobs",
     "rmpad_mask",
+    "sequence_shard",
     "token_output_fields",
 ]
 
@@ -91,9 +100,44 @@ def dense_rows(mask: SamplingMask, length: int, *, shift: int = 0) -> Any:
     return torch.from_numpy(alignment.to_batch_dense(mask, length, width, shift=shift))
 
 
-def add_to_data_proto(data: Any, *, key: str = MASK_KEY) -> Any:
+#: The training strategies whose log-prob site docs/trainers.md patches and tests run: verl 0.9.1's
+#: ``FSDPEngineWithLMHead`` (``verl/workers/engine/fsdp/transformer_impl.py``) is registered for both.
+STRATEGIES = ("fsdp", "fsdp2")
+
+
+def check_config(config: Any) -> None:
+    """Refuse a verl trainer configuration in which a carried mask would not be applied (``E_SCHEMA``
+    naming the option): ``actor_rollout_ref.actor.strategy`` (and ``.ref.strategy``, when set) outside
+    :data:`STRATEGIES` (megatron, veomni, torchtitan, automodel: their log-prob sites are not the
+    patched one), or ``actor_rollout_ref.model.use_fused_kernels`` (the fused head never forms the
+    logits the mask renormalizes). Remove-padding on or off and Ulysses SP are accepted."""
+    root = get_field(config, "actor_rollout_ref", where="config")
+    for role in ("actor", "ref"):
+        section = get_field(root, role, None)
+        strategy = None if section is None else get_field(section, "strategy", None)
+        if strategy is None and role == "ref":
+            continue
+        if strategy not in STRATEGIES:
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"replay runs at the FSDP engine's log-prob site ({', '.join(STRATEGIES)}), not {strategy!r}",
+                field=f"actor_rollout_ref.{role}.strategy",
+                value=repr(strategy)[:80],
+            )
+    model = get_field(root, "model", None)
+    if model is not None and get_field(model, "use_fused_kernels", False):
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA,
+            "fused kernels compute log-probs without the logits the mask renormalizes",
+            field="actor_rollout_ref.model.use_fused_kernels",
+        )
+
+
+def add_to_data_proto(data: Any, *, config: Any, key: str = MASK_KEY) -> Any:
     """``data.batch[key]`` = :func:`dense_rows` of ``data.non_tensor_batch[key]`` over
-    ``data.batch["responses"]``'s length (the non-tensor entry is removed); returns ``data``."""
+    ``data.batch["responses"]``'s length (the non-tensor entry is removed); returns ``data``. The
+    trainer's ``config`` is checked first (:func:`check_config`): a mask is carried only where it is applied."""
+    check_config(config)
     mask = from_non_tensor_batch(data.non_tensor_batch, key=key)
     responses = data.batch["responses"]
     if mask.num_segments != responses.shape[0]:
@@ -105,7 +149,7 @@ def add_to_data_proto(data: Any, *, key: str = MASK_KEY) -> Any:
     return data
 
 
-def _host_2d(value: Any, *, field: str, binary: bool) -> np.ndarray:
+def integer_matrix(value: Any, *, field: str, binary: bool) -> np.ndarray:
     """``value`` (tensor, array or lists) as a 2-D integer host array; ``binary``: only 0 / 1 (or bools)."""
     arr = as_host_array(value, field=field)
     if arr.ndim != 2:
@@ -156,7 +200,9 @@ def batch_segments(sampling_mask: Any, batch_size: int, *, field: str = MASK_KEY
         raise SamplingMaskError(exc.code, exc.message, segment=segment, row=row, field=field) from None
 
 
-def rmpad_mask(sampling_mask: Any, attention_mask: Any, responses: Any, *, pad_size: int = 0) -> SamplingMask | None:
+def rmpad_mask(
+    sampling_mask: Any, attention_mask: Any, responses: Any, *, pad_size: int = 0, sp_group: Any = None
+) -> SamplingMask | None:
     """The mask with one row per packed token, aligned with verl's ``logits_rmpad`` [total_nnz, V] and
     ``input_ids_rmpad_rolled`` [total_nnz] (row i scores token i + 1 of the packed batch).
 
@@ -167,16 +213,21 @@ def rmpad_mask(sampling_mask: Any, attention_mask: Any, responses: Any, *, pad_s
     order (``unpad_input``), so response token t sits at packed position
     ``cu[b] + prompt_len[b] + t`` and is scored by row ``cu[b] + prompt_len[b] + t - 1``: that row gets
     the mask's row t; prompt rows, each sample's last row and the ``pad_size`` rows verl appends
-    (``output_args["pad_size"]``, without Ulysses SP) are empty (scored over the full vocabulary).
+    (``output_args["pad_size"]``: the static and the Ulysses padding) are empty (full vocabulary).
     A non-empty row past a sample's response length, or a sample without a prompt token, is ``E_SHAPE``.
     ``sampling_mask=None`` (a batch without masks) returns None: verl's full-vocabulary log-probs.
+
+    ``sp_group``: the Ulysses sequence-parallel group (the engine's ``ulysses_parallel_group``; None
+    without SP). verl's ``ulysses_pad_and_slice_inputs`` cuts the padded packed sequence into equal
+    contiguous chunks, rank r scoring chunk r; the mask is cut the same way (:func:`sequence_shard`),
+    so its rows match this rank's ``logits_rmpad`` and ``input_ids_rmpad_rolled``.
     """
     if sampling_mask is None:
         return None
-    am = _host_2d(attention_mask, field="attention_mask", binary=True).astype(np.int64)
-    resp_shape = tuple(getattr(responses, "shape", None) or np.shape(as_host_array(responses, field="responses")))
+    am = integer_matrix(attention_mask, field="attention_mask", binary=True).astype(np.int64)
+    resp_shape = integer_matrix(responses, field="responses", binary=False).shape
     batch, width = am.shape
-    if len(resp_shape) != 2 or resp_shape[0] != batch or resp_shape[1] > width:
+    if resp_shape[0] != batch or resp_shape[1] > width:
         raise SamplingMaskError(
             ErrorCode.E_SHAPE,
             f"responses {list(resp_shape)} do not fit attention_mask {[batch, width]}",
@@ -212,7 +263,38 @@ def rmpad_mask(sampling_mask: Any, attention_mask: Any, responses: Any, *, pad_s
     out_lengths[cu[seg[used]] + prompt_len[seg[used]] - 1 + t[used]] = lengths[used]
     out_cu = cu if pad_size == 0 else np.append(cu, out_lengths.size)
     offsets = np.concatenate([[0], np.cumsum(out_lengths)]).astype(np.int64)
-    return SamplingMask(mask.ids, offsets, cu_seqlens=out_cu, vocab_size=mask.vocab_size)
+    packed = SamplingMask(mask.ids, offsets, cu_seqlens=out_cu, vocab_size=mask.vocab_size)
+    return packed if sp_group is None else sequence_shard(packed, sp_group, field="sp_group")
+
+
+def sequence_shard(mask: SamplingMask, group: Any, *, field: str = "group", pad: bool = False) -> SamplingMask:
+    """The rows rank r of ``group`` (a ``torch.distributed`` process group) scores when a packed sequence
+    of ``mask.num_rows`` rows is cut into P equal contiguous chunks (P the group's size): chunk r
+    (:func:`sampling_mask.data.alignment.shard_mask` over the sequence as one segment). ``pad``: the rows
+    are first padded with empty rows to a multiple of P (OpenRLHF's ``get_tensor_in_current_ring_attn_rank``,
+    ``openrlhf/models/ring_attn_utils.py``); without, they must be one already (verl's
+    ``ulysses_pad_and_slice_inputs``, ``verl/utils/ulysses.py``, whose pad is in ``pad_size``):
+    ``E_SHAPE`` otherwise. A group that is not one of this process's ``E_SCHEMA``."""
+    import torch.distributed as dist
+
+    mask = as_sampling_mask(mask)
+    why = "rank -1: this process is not in it"
+    try:
+        size, rank = dist.get_world_size(group), dist.get_rank(group)
+    except (RuntimeError, ValueError, TypeError, AttributeError) as exc:
+        size, rank, why = 0, -1, f"{type(exc).__name__}: {exc}"[:160]
+    if rank < 0:
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"not a process group of this process ({why})", field=field)
+    if pad:
+        mask = alignment.append_padding_segment(mask, -(-mask.num_rows // size) * size)
+    elif mask.num_rows % size:
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE, f"{mask.num_rows} packed rows do not split into {size} equal chunks", field=field
+        )
+    whole = SamplingMask(
+        mask.ids, mask.offsets, cu_seqlens=[0, mask.num_rows], vocab_size=mask.vocab_size, validate=False
+    )
+    return alignment.shard_mask(whole, size, rank)
 
 
 def logprobs_from_logits(logits: Any, labels: Any, inplace_backward: bool = True, *, sampling_mask: Any = None) -> Any:
@@ -226,12 +308,18 @@ def logprobs_from_logits(logits: Any, labels: Any, inplace_backward: bool = True
     return replay_logprobs(logits, labels, sampling_mask)
 
 
+#: The smallest normal float32: a temperature below it is subnormal (or 0) where the logits are divided.
+_TINY = float(np.finfo(np.float32).tiny)
+
+
 def _check_temperature(temperature: Any) -> float:
+    """A positive normal float (as a float32: the precision logits are divided in); ``E_SCHEMA`` otherwise
+    (bools, NaN, inf, 0, negative, subnormal: 1e-45 is one, and turns every scaled logit to inf)."""
     value = float(temperature) if isinstance(temperature, (int, float, np.integer, np.floating)) else math.nan
-    if isinstance(temperature, (bool, np.bool_)) or not math.isfinite(value) or value <= 0:
+    if isinstance(temperature, (bool, np.bool_)) or not math.isfinite(value) or value < _TINY:
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA,
-            "temperature must be a finite number > 0",
+            f"temperature must be a finite number >= {_TINY:.7g} (a normal float32)",
             field="temperature",
             value=repr(temperature)[:80],
         )
@@ -241,26 +329,31 @@ def _check_temperature(temperature: Any) -> float:
 def replay_logprobs(logits: Any, labels: Any, sampling_mask: Any, temperature: Any = 1.0) -> Any:
     """Log-probs of ``labels`` [...] from ``logits`` [..., V] / ``temperature`` over ``sampling_mask``:
     a :class:`SamplingMask` of ``labels.numel()`` rows (row-major), a dense int [..., W] (``-1``
-    padding, W >= 0) or None; an empty row scores over the full vocabulary. Bad input is
-    :class:`SamplingMaskError` naming the field (``logits``, ``labels``, ``temperature``, ``sampling_mask``)."""
+    padding, W >= 0) or None; an empty row scores over the full vocabulary.
+
+    Accepted (:func:`~sampling_mask.core.checks.checked_tensor`): ``logits`` a tensor of float16 /
+    bfloat16 / float32 / float64, ``labels`` and a dense mask tensors of integers, ``temperature`` a
+    positive normal float32. Anything else, or a log-prob that comes out NaN (NaN logits, logits too
+    large for the temperature: ``E_RANGE`` naming the row), is :class:`SamplingMaskError` naming the
+    field (``logits``, ``labels``, ``temperature``, ``sampling_mask``)."""
     import torch
 
     from ..reference_scorer import masked_logprobs
 
     tau = _check_temperature(temperature)
-    if not isinstance(logits, torch.Tensor) or logits.ndim < 1 or logits.shape[-1] == 0:
-        got = list(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+    if not isinstance(logits, torch.Tensor):
         raise SamplingMaskError(
-            ErrorCode.E_SHAPE, f"logits must be a tensor [..., V] with V >= 1, got {got}", field="logits"
+            ErrorCode.E_SHAPE, f"logits must be a tensor, got {type(logits).__name__}", field="logits"
         )
-    if not logits.dtype.is_floating_point:
-        raise SamplingMaskError(ErrorCode.E_DTYPE, f"logits must be floating, got {logits.dtype}", field="logits")
+    checked_tensor(logits, field="logits", dtypes=FLOAT_DTYPES)
+    if logits.ndim < 1 or logits.shape[-1] == 0:
+        got = list(logits.shape)
+        raise SamplingMaskError(ErrorCode.E_SHAPE, f"logits must be [..., V] with V >= 1, got {got}", field="logits")
     if not isinstance(labels, torch.Tensor):
         raise SamplingMaskError(
             ErrorCode.E_DTYPE, f"labels must be an integer tensor, got {type(labels).__name__}", field="labels"
         )
-    if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
-        raise SamplingMaskError(ErrorCode.E_DTYPE, f"labels must be integers, got {labels.dtype}", field="labels")
+    checked_tensor(labels, field="labels", dtypes=INTEGER_DTYPES)
     vocab = int(logits.shape[-1])
     shape = tuple(labels.shape)
     if tuple(logits.shape[:-1]) != shape:
@@ -283,6 +376,12 @@ def replay_logprobs(logits: Any, labels: Any, sampling_mask: Any, temperature: A
                 field=MASK_KEY,
             )
     elif isinstance(sampling_mask, (torch.Tensor, np.ndarray)):
+        if isinstance(sampling_mask, torch.Tensor):
+            checked_tensor(sampling_mask, field=MASK_KEY, dtypes=INTEGER_DTYPES)
+        elif sampling_mask.dtype.kind not in "iu":
+            raise SamplingMaskError(
+                ErrorCode.E_DTYPE, f"expected integer ids, got {sampling_mask.dtype}", field=MASK_KEY
+            )
         if sampling_mask.ndim < 1 or tuple(sampling_mask.shape[:-1]) != shape:
             raise SamplingMaskError(
                 ErrorCode.E_SHAPE,
@@ -305,4 +404,12 @@ def replay_logprobs(logits: Any, labels: Any, sampling_mask: Any, temperature: A
         )
         raise SamplingMaskError(exc.code, exc.message, row=exc.row, field=field, value=exc.value) from None
     assert out.logprobs is not None  # masked_logprobs always returns them
+    nan = torch.isnan(out.logprobs.detach())
+    if bool(nan.any()):  # NaN logits, or logits / temperature past the float range: never a number to train on
+        raise SamplingMaskError(
+            ErrorCode.E_RANGE,
+            "the log-prob is NaN: this row's logits divided by the temperature are not finite numbers",
+            field="logits",
+            row=int(torch.nonzero(nan)[0]),
+        )
     return out.logprobs.reshape(shape)
