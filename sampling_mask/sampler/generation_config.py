@@ -63,25 +63,6 @@ _UNSEEN_WARPERS = (
     ("eta_cutoff", lambda v: v is not None and 0.0 < v < 1.0),
     ("watermarking_config", lambda v: v is not None),
 )
-# Processors generate() runs before the warpers: the recorded support includes their effect, but a
-# trainer that replays with temperature alone does not reproduce the sampled distribution.
-_UNSEEN_PROCESSORS = (
-    ("repetition_penalty", lambda v: v is not None and v != 1.0),
-    ("encoder_repetition_penalty", lambda v: v is not None and v != 1.0),
-    ("no_repeat_ngram_size", lambda v: v is not None and v > 0),
-    ("encoder_no_repeat_ngram_size", lambda v: v is not None and v > 0),
-    ("bad_words_ids", lambda v: v is not None),
-    ("sequence_bias", lambda v: v is not None),
-    ("min_length", lambda v: v is not None and v > 0),
-    ("min_new_tokens", lambda v: v is not None and v > 0),
-    ("forced_bos_token_id", lambda v: v is not None),
-    ("forced_eos_token_id", lambda v: v is not None),
-    ("suppress_tokens", lambda v: v is not None),
-    ("begin_suppress_tokens", lambda v: v is not None),
-    ("exponential_decay_length_penalty", lambda v: v is not None),
-    ("guidance_scale", lambda v: v is not None and v != 1),
-    ("num_beams", lambda v: v is not None and v > 1),
-)
 # transformers' processors (``generation/logits_process.py``, by exact class name) that only set scores to -inf and
 # leave every other score as it is: the support recorded after them carries their effect, and replay over it
 # reproduces the sampler (``ForcedBOSTokenLogitsProcessor`` / ``ForcedEOSTokenLogitsProcessor`` keep a single id,
@@ -111,6 +92,23 @@ VALUE_PROCESSORS = (
     ("exponential_decay_length_penalty", "ExponentialDecayLengthPenalty", lambda v: v is not None),
     ("guidance_scale", "UnbatchedClassifierFreeGuidanceLogitsProcessor", lambda v: v is not None and v != 1),
     ("remove_invalid_values", "InfNanRemoveLogitsProcessor", lambda v: v is True),
+)
+# Processors generate() runs before the warpers: the recorded support includes their effect, but a
+# rule that recomputes the support from raw logits does not see them, and of the value-changing ones a trainer
+# that replays with temperature alone does not reproduce the sampled distribution. (``remove_invalid_values``,
+# which changes only NaN and inf scores, is named by processors_not_replayed only.)
+_UNSEEN_PROCESSORS = (
+    *((name, on) for name, _, on in VALUE_PROCESSORS if name != "remove_invalid_values"),
+    ("no_repeat_ngram_size", lambda v: v is not None and v > 0),
+    ("encoder_no_repeat_ngram_size", lambda v: v is not None and v > 0),
+    ("bad_words_ids", lambda v: v is not None),
+    ("min_length", lambda v: v is not None and v > 0),
+    ("min_new_tokens", lambda v: v is not None and v > 0),
+    ("forced_bos_token_id", lambda v: v is not None),
+    ("forced_eos_token_id", lambda v: v is not None),
+    ("suppress_tokens", lambda v: v is not None),
+    ("begin_suppress_tokens", lambda v: v is not None),
+    ("num_beams", lambda v: v is not None and v > 1),
 )
 # The fields that decide which warpers generate() builds (the recorder builds the same from them).
 SAMPLER_FIELDS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "num_beams") + tuple(
@@ -337,15 +335,14 @@ def fill_token_id(generation_config: Any, eos: list[int]) -> int | None:
     pad = config_dict(generation_config, "generation_config").get("pad_token_id")
     if pad is None:
         return eos[0]
-    if hasattr(pad, "tolist") and not isinstance(pad, (list, tuple)):
-        pad = pad.tolist()
-    if isinstance(pad, (list, tuple)):
-        pad = pad[0] if len(pad) == 1 else None
-    if pad is None or not is_int(pad) or not 0 <= int(pad) <= _INT64_MAX:
+    value = pad.tolist() if hasattr(pad, "tolist") and not isinstance(pad, (list, tuple)) else pad
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]  # a tensor of one id, as _prepare_special_tokens makes it
+    if not is_int(value) or not 0 <= int(value) <= _INT64_MAX:
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, f"pad_token_id={pad!r} is not a token id", field="generation_config.pad_token_id"
         )
-    return int(pad)
+    return int(value)
 
 
 def eos_token_ids(generation_config: Any = None, eos_token_id: Any = None) -> list[int]:
