@@ -4,6 +4,8 @@ them reproduces the sampler's own log-probs, and ``rule="hf"`` applies the defau
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -194,10 +196,15 @@ def test_processors_the_rule_cannot_see_are_named() -> None:
     assert "repetition_penalty=1.2" in report.summary()["unseen_processors"]
     assert report.summary()["rows_equal"] == 4
     out = {"sequences": torch.tensor([[5, 6, 7]]), "scores": (torch.zeros(1, 10),)}
-    captured = hf.from_generate_output(
-        out, prompt_length=2, generation_config=hf_config.resolve_generation_config(config)
-    )
-    assert "repetition_penalty=1.2" in captured.metadata["processors_not_replayed"]
+    resolved = hf_config.resolve_generation_config(config)
+    with pytest.raises(SamplingMaskError) as err:  # the capture refuses what replay does not reproduce
+        hf.from_generate_output(out, prompt_length=2, generation_config=resolved)
+    assert err.value.field == "generation_config.repetition_penalty" and "min_new_tokens" not in err.value.message
+    with pytest.warns(UserWarning, match=r"repetition_penalty=1\.2"):  # or records it knowingly, named
+        captured = hf.from_generate_output(
+            out, prompt_length=2, generation_config=resolved, allow_processors_not_replayed=True
+        )
+    assert captured.metadata["processors_not_replayed"] == "repetition_penalty=1.2"
     greedy = hf_config.unseen_processors(hf_config.resolve_generation_config(transformers.GenerationConfig()))
     assert any(name.startswith("do_sample=False") for name in greedy)
 
@@ -219,24 +226,28 @@ def test_generation_config_argument_errors() -> None:
 def test_from_generate_output_refuses_bad_input() -> None:
     sequences = torch.tensor([[5, 6, 7, 8]])
     scores = (torch.zeros(1, 10), torch.zeros(1, 10))
+    read = functools.partial(hf.from_generate_output, generation_config={"do_sample": True})
     with pytest.raises(SamplingMaskError) as err:
-        hf.from_generate_output({"sequences": sequences}, prompt_length=2)
+        read({"sequences": sequences}, prompt_length=2)
     assert err.value.code is ErrorCode.E_SCHEMA and err.value.field == "scores"
     with pytest.raises(SamplingMaskError) as err:
-        hf.from_generate_output({"sequences": sequences, "scores": scores}, prompt_length=1)
+        read({"sequences": sequences, "scores": scores}, prompt_length=1)
     assert err.value.code is ErrorCode.E_SHAPE
     with pytest.raises(SamplingMaskError) as err:
-        hf.from_generate_output({"sequences": sequences, "scores": scores}, prompt_length=9)
+        read({"sequences": sequences, "scores": scores}, prompt_length=9)
     assert err.value.code is ErrorCode.E_RANGE and err.value.field == "prompt_length"
     filtered = (torch.zeros(1, 10), torch.full((1, 10), float("-inf")))
     with pytest.raises(SamplingMaskError) as err:
-        hf.from_generate_output({"sequences": sequences, "scores": filtered}, prompt_length=2)
+        read({"sequences": sequences, "scores": filtered}, prompt_length=2)
     assert err.value.code is ErrorCode.E_MISSING_SAMPLED and err.value.segment == 0 and err.value.row == 1
     with pytest.raises(SamplingMaskError) as err:
-        hf.from_generate_output({"sequences": sequences, "scores": scores}, prompt_length=2, eos_token_id="x")
+        read({"sequences": sequences, "scores": scores}, prompt_length=2, eos_token_id="x")
     assert err.value.code is ErrorCode.E_SCHEMA
+    with pytest.raises(SamplingMaskError) as err:  # without the config the decoding is unknown
+        hf.from_generate_output({"sequences": sequences, "scores": scores}, prompt_length=2, generation_config=None)
+    assert err.value.code is ErrorCode.E_SCHEMA and err.value.field == "generation_config"
     # an EOS ends the segment: the rows after it are padding
-    mask = hf.from_generate_output({"sequences": sequences, "scores": scores}, prompt_length=2, eos_token_id=[7, 99])
+    mask = read({"sequences": sequences, "scores": scores}, prompt_length=2, eos_token_id=[7, 99])
     assert mask.num_rows == 1 and mask.sampled_token_ids.tolist() == [7]
     assert np.allclose(mask.sampled_logprobs, -np.log(10))
 

@@ -23,6 +23,7 @@ V = 12
 SEQUENCES = torch.tensor([[1, 2, 5, 3, 7], [1, 9, 4, 2, 0]])  # prompt 2, three steps; EOS 2 ends sequence 1 at step 1
 PROMPT = 2
 EOS = [2]
+SAMPLING = {"do_sample": True}  # the config generate() ran with: sampling, nothing else set
 
 
 def _scores(seed: int = 0, scale: float = 3.0) -> tuple:
@@ -56,7 +57,7 @@ def _reference(out: dict) -> tuple[list[list[int]], np.ndarray]:
 
 
 def _raises(code: ErrorCode, field: str, **kwargs) -> SamplingMaskError:
-    args = dict(prompt_length=PROMPT, eos_token_id=EOS)
+    args = dict(prompt_length=PROMPT, eos_token_id=EOS, generation_config=SAMPLING)
     args.update({k: v for k, v in kwargs.items() if k != "output"})
     with pytest.raises(SamplingMaskError) as err:
         hf.from_generate_output(kwargs.get("output", _output()), **args)
@@ -68,7 +69,9 @@ def _raises(code: ErrorCode, field: str, **kwargs) -> SamplingMaskError:
 @pytest.mark.parametrize("scale", [3.0, 1e3, 1e30])
 def test_every_number_equals_a_float64_recomputation(scale: float) -> None:
     out = _output(scores=_scores(1, scale))
-    mask = hf.from_generate_output(out, prompt_length=PROMPT, eos_token_id=EOS, temperature=0.7)
+    mask = hf.from_generate_output(
+        out, prompt_length=PROMPT, eos_token_id=EOS, temperature=0.7, generation_config=SAMPLING
+    )
     rows, logprobs = _reference(out)
     assert mask.to_rows() == rows and mask.cu_seqlens.tolist() == [0, 3, 5]
     assert np.allclose(mask.sampled_logprobs, logprobs, rtol=1e-6, atol=1e-6)
@@ -80,7 +83,7 @@ def test_five_equal_huge_scores_give_log_one_fifth() -> None:
     step = torch.full((1, V), float("-inf"))
     step[0, :5] = 3e38
     out = {"sequences": torch.tensor([[1, 3]]), "scores": (step,)}
-    mask = hf.from_generate_output(out, prompt_length=1)
+    mask = hf.from_generate_output(out, prompt_length=1, generation_config=SAMPLING)
     assert mask.to_rows() == [[0, 1, 2, 3, 4]]
     assert math.isclose(float(mask.sampled_logprobs[0]), math.log(1 / 5), rel_tol=1e-6)
     # and the recorder, which gets the same scores during generate()
@@ -102,7 +105,9 @@ def test_nan_and_plus_inf_scores_are_refused_not_dropped(bad: float) -> None:
     # the same value in a row after the sequence's EOS has no row: nothing of it is read
     scores[2] = _scores()[2].clone()
     scores[2][1, 9] = bad  # sequence 1 ended at step 1
-    mask = hf.from_generate_output(_output(scores=tuple(scores)), prompt_length=PROMPT, eos_token_id=EOS)
+    mask = hf.from_generate_output(
+        _output(scores=tuple(scores)), prompt_length=PROMPT, eos_token_id=EOS, generation_config=SAMPLING
+    )
     assert mask.num_rows == 5
     # the recorder refuses it while generate() runs
     recorder = hf.SamplingMaskRecorder({"do_sample": True, "top_p": 0.9})
@@ -169,9 +174,30 @@ def test_malformed_output_fields(fields: dict, code: ErrorCode, field: str) -> N
             ErrorCode.E_SCHEMA,
             "generation_config.temperature",
         ),
-        ({"generation_config": {"typical_p": "x"}}, ErrorCode.E_SCHEMA, "generation_config.typical_p"),
-        ({"generation_config": {"eos_token_id": 2**70}, "eos_token_id": None}, ErrorCode.E_RANGE, "eos_token_id"),
+        (
+            {"generation_config": {"do_sample": True, "typical_p": "x"}},
+            ErrorCode.E_SCHEMA,
+            "generation_config.typical_p",
+        ),
+        (
+            {"generation_config": {"do_sample": True, "eos_token_id": 2**70}, "eos_token_id": None},
+            ErrorCode.E_RANGE,
+            "eos_token_id",
+        ),
         ({"generation_config": object()}, ErrorCode.E_SCHEMA, "generation_config"),
+        (
+            {"generation_config": {"do_sample": True, "pad_token_id": 1.5}},
+            ErrorCode.E_SCHEMA,
+            "generation_config.pad_token_id",
+        ),
+        (
+            {"generation_config": {"do_sample": True, "pad_token_id": -1}},
+            ErrorCode.E_SCHEMA,
+            "generation_config.pad_token_id",
+        ),
+        ({"generation_config": {"do_sample": False}}, ErrorCode.E_SCHEMA, "generation_config.do_sample"),
+        ({"generation_config": {"do_sample": True, "num_beams": 2}}, ErrorCode.E_SCHEMA, "generation_config.num_beams"),
+        ({"output": _output(beam_indices=torch.zeros(2, 3))}, ErrorCode.E_SCHEMA, "output.beam_indices"),
         ({"prompt_length": True}, ErrorCode.E_SCHEMA, "prompt_length"),
         ({"prompt_length": 2.0}, ErrorCode.E_SCHEMA, "prompt_length"),
         ({"prompt_length": -1}, ErrorCode.E_RANGE, "prompt_length"),
@@ -186,7 +212,9 @@ def test_malformed_arguments(kwargs: dict, code: ErrorCode, field: str) -> None:
 
 def test_eos_ids_as_tensors_and_beyond_the_vocabulary() -> None:
     """A 1-D tensor of ids is read; an id no generated token can equal (>= V) ends nothing."""
-    mask = hf.from_generate_output(_output(), prompt_length=PROMPT, eos_token_id=torch.tensor([2, 10**12]))
+    mask = hf.from_generate_output(
+        _output(), prompt_length=PROMPT, eos_token_id=torch.tensor([2, 10**12]), generation_config=SAMPLING
+    )
     assert mask.cu_seqlens.tolist() == [0, 3, 5]
     assert hf_config.eos_token_ids(eos_token_id=np.array([2, 3])) == [2, 3]
 
@@ -228,7 +256,7 @@ GARBAGE = [
 def test_garbage_in_any_field_is_a_sampling_mask_error(name: str) -> None:
     """Whatever lands in a field, the answer is a mask or a SamplingMaskError naming a field."""
     for value in GARBAGE:
-        out, kwargs = _output(), dict(prompt_length=PROMPT, eos_token_id=EOS)
+        out, kwargs = _output(), dict(prompt_length=PROMPT, eos_token_id=EOS, generation_config=SAMPLING)
         if name == "scores[1]":
             out["scores"] = (out["scores"][0], value, out["scores"][2])
         elif name in out:

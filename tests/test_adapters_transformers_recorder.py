@@ -16,6 +16,7 @@ transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed (pip install '.[transformers]')"
 )
 
+from capture_checks import assert_sampler_rows  # noqa: E402
 from tiny_models import tiny_causal_lm  # noqa: E402
 
 from sampling_mask import ErrorCode, SamplingMaskError  # noqa: E402
@@ -47,24 +48,6 @@ def _prompts(n: int, length: int, seed: int):
     return torch.randint(3, V, (n, length), generator=torch.Generator().manual_seed(seed))
 
 
-def _check_against_scores(mask, out, prompt: int) -> None:
-    """One row per generated token (no EOS here), each the finite entries of generate()'s processed
-    scores; the sampled log-prob equals log_softmax of those scores, recomputed in float64."""
-    generated = out.sequences[:, prompt:]
-    n, steps = generated.shape
-    assert mask.num_rows == n * steps and mask.cu_seqlens.tolist() == [steps * b for b in range(n + 1)]
-    rows = mask.to_rows()
-    expected, logprobs = [], []
-    for b in range(n):
-        for t in range(steps):
-            s = out.scores[t][b].double()
-            expected.append(torch.nonzero(torch.isfinite(s))[:, 0].tolist())
-            logprobs.append(float(torch.log_softmax(s, 0)[generated[b, t]]))
-    assert sum(r != e for r, e in zip(rows, expected, strict=True)) == 0
-    assert mask.sampled_token_ids.tolist() == generated.reshape(-1).tolist()
-    assert np.allclose(mask.sampled_logprobs, logprobs, rtol=1e-6, atol=1e-6)
-
-
 def test_reuse_after_mask_records_the_new_call_only(model) -> None:
     """issue 33: prompt 3, 3 steps, then a prompt of 6 (= 3 + 3). The second call used to continue
     the first recording: 6 rows, 3 of them prompt tokens. No truncation, so every id is in a row."""
@@ -72,11 +55,11 @@ def test_reuse_after_mask_records_the_new_call_only(model) -> None:
     recorder = hf.SamplingMaskRecorder(gen, model=model)
     torch.manual_seed(0)
     first = model.generate(_prompts(1, 3, 1), generation_config=gen, logits_processor=[recorder])
-    _check_against_scores(recorder.mask(first), first, 3)
+    assert_sampler_rows(recorder.mask(first), first, 3)
     second = model.generate(_prompts(1, 6, 2), generation_config=gen, logits_processor=[recorder])
     mask = recorder.mask(second)
     assert mask.num_rows == 3 and mask.sampled_token_ids.tolist() == second.sequences[0, 6:].tolist()
-    _check_against_scores(mask, second, 6)
+    assert_sampler_rows(mask, second, 6)
     # the first call's sequences are not this recording's
     with pytest.raises(SamplingMaskError) as err:
         recorder.mask(first)
@@ -93,11 +76,11 @@ def test_a_second_generate_before_mask_is_refused_by_name(model) -> None:
     assert "second generate() before mask() or reset()" in err.value.message
     recorder.reset()
     out = model.generate(_prompts(1, 6, 2), generation_config=gen, logits_processor=[recorder])
-    _check_against_scores(recorder.mask(out), out, 6)
+    assert_sampler_rows(recorder.mask(out), out, 6)
     # recorder.generate starts a new recording at every call: nothing to read in between
     first = recorder.generate(model, _prompts(2, 4, 3))
     second = recorder.generate(model, _prompts(2, 4, 4))
-    _check_against_scores(recorder.mask(second), second, 4)
+    assert_sampler_rows(recorder.mask(second), second, 4)
     with pytest.raises(SamplingMaskError) as err:
         recorder.mask(first)
     assert err.value.code is ErrorCode.E_SCHEMA and "prompt position" in err.value.message
@@ -110,7 +93,7 @@ def test_the_same_prompts_generated_again_are_a_new_recording(model) -> None:
     prompts = _prompts(2, 5, 5)
     model.generate(prompts, generation_config=gen, logits_processor=[recorder])
     out = model.generate(prompts, generation_config=gen, logits_processor=[recorder])
-    _check_against_scores(recorder.mask(out), out, 5)
+    assert_sampler_rows(recorder.mask(out), out, 5)
 
 
 def test_mask_names_where_sequences_leave_the_recording(model) -> None:
@@ -145,38 +128,36 @@ def test_calls_that_continue_nothing_are_refused() -> None:
         assert err.value.field == "recorder" and "assistant_tokenizer" in err.value.message
 
 
-class _Count:
-    """A processor counting the calls of generate()'s processor list."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, input_ids, scores):
-        self.calls += 1
-        return scores
-
-
 @pytest.mark.parametrize("how", ["processor", "recorder.generate"])
 @pytest.mark.parametrize("kind", ["assistant_model", "prompt_lookup"])
-def test_assisted_generation_gets_a_row_per_token_equal_to_the_target_warpers(model, assistant, kind, how) -> None:
+def test_assisted_generation_gets_a_row_per_token_equal_to_the_target_warpers(
+    model, assistant, kind, how, monkeypatch
+) -> None:
     """issue 33: with ``assistant_model=`` 12 tokens were generated and ``mask(out)`` had 1 row.
-    Candidates are scored and rejected (more calls than tokens); every generated token has its row."""
+    Candidates are scored and rejected (more target calls than tokens); every generated token has its
+    row, and the tokens are those plain generate() samples from the same seed."""
     lookup = {"prompt_lookup_num_tokens": 3} if kind == "prompt_lookup" else {}
     gen = _config(top_k=20, top_p=0.9, temperature=0.8, max_new_tokens=12, **lookup)
     recorder = hf.SamplingMaskRecorder(gen, model=model)
     extra = {"assistant_model": assistant} if kind == "assistant_model" else {}
     prompt = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]])  # repeats: prompt lookup finds candidates
-    count = _Count()
+    torch.manual_seed(1)
+    plain = model.generate(prompt, generation_config=gen, **extra)
+    calls = []  # the target model's steps the recorder saw
+    position = hf.SamplingMaskRecorder._position
+    monkeypatch.setattr(hf.SamplingMaskRecorder, "_position", lambda *a: calls.append(1) or position(*a))
     torch.manual_seed(1)
     if how == "processor":
-        out = model.generate(prompt, generation_config=gen, logits_processor=[count, recorder], **extra)
+        out = model.generate(prompt, generation_config=gen, logits_processor=[recorder], **extra)
     else:
-        out = recorder.generate(model, prompt, logits_processor=[count], **extra)
+        out = recorder.generate(model, prompt, **extra)
     steps = out.sequences.shape[1] - 10
-    assert steps == 12 and count.calls > steps  # candidate positions were scored and some thrown away
+    assert steps == 12 and len(calls) > steps  # candidate positions were scored and some thrown away
+    assert torch.equal(out.sequences, plain.sequences)
     mask = recorder.mask(out)
-    _check_against_scores(mask, out, 10)
-    assert mask.to_rows() == hf.from_generate_output(out, prompt_length=10).to_rows()
+    assert_sampler_rows(mask, out, 10)
+    expected = hf.from_generate_output(out, prompt_length=10, generation_config=recorder.generation_config)
+    assert mask.to_rows() == expected.to_rows()
 
 
 SETTINGS = {
@@ -230,7 +211,7 @@ def test_recorder_generate_refuses_other_sampling_settings(model) -> None:
     assert out.sequences.shape == (1, 7) and recorder.mask(out).num_rows == 3
     # a plain generate() afterwards: the recorder is beside generate()'s warpers again, applies none
     out = model.generate(prompts, generation_config=recorder.generation_config, logits_processor=[recorder])
-    _check_against_scores(recorder.mask(out), out, 4)
+    assert_sampler_rows(recorder.mask(out), out, 4)
 
 
 class _Records(logging.Handler):

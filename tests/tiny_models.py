@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def tiny_causal_lm(kind: str, vocab: int, *, pad: int, eos: int, bos: int | None = None, seed: int = 0) -> Any:
+def tiny_causal_lm(kind: str, vocab: int, *, pad: int, eos: int | None, bos: int | None = None, seed: int = 0) -> Any:
     """A 2-layer ``kind`` ("qwen2" or "llama") model with hidden size 32; ``initializer_range=0.2``
     gives peaked next-token distributions, so that every sampling filter cuts."""
     import torch

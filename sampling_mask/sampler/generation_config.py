@@ -13,7 +13,14 @@ Read in transformers 5.23.0 (huggingface/transformers, ``src/transformers/genera
 - :func:`sampler_settings` gives what ``support_from_logits(rule="hf")`` needs from a config;
   :func:`unseen_processors` names the processors it cannot see (``repetition_penalty``,
   ``min_new_tokens``, bad words, ...), :func:`unseen_warpers` the warpers no recorder builds.
-- :func:`eos_token_ids` reads the EOS ids a config or a caller gives.
+- What a capture of ``generate()`` accepts (``sampling_mask.trainers.transformers``):
+  :func:`decoding_refusals` names the settings that select a decoding other than sampling
+  (``GenerationConfig.get_generation_mode``: beam search of every kind, greedy, DoLa, assisted
+  variants other than an assistant model or prompt lookup), :data:`BANNING_PROCESSORS` lists the
+  processors that only set scores to -inf (exact under replay), :func:`processors_not_replayed`
+  names the config's processors that change score values.
+- :func:`eos_token_ids` reads the EOS ids a config or a caller gives; :func:`fill_token_id` the id
+  ``generate()`` writes after a sequence's stop.
 
 transformers is imported only inside the functions that need it (:func:`transformers_module`).
 """
@@ -30,12 +37,17 @@ from ..core.checks import get_field, is_int
 from ..core.errors import ErrorCode, SamplingMaskError
 
 __all__ = [
+    "BANNING_PROCESSORS",
     "SAMPLER_FIELDS",
+    "VALUE_PROCESSORS",
     "config_dict",
     "config_error",
+    "decoding_refusals",
     "eos_token_ids",
+    "fill_token_id",
     "generation_defaults",
     "positive_temperature",
+    "processors_not_replayed",
     "resolve_generation_config",
     "sampler_settings",
     "transformers_module",
@@ -51,23 +63,51 @@ _UNSEEN_WARPERS = (
     ("eta_cutoff", lambda v: v is not None and 0.0 < v < 1.0),
     ("watermarking_config", lambda v: v is not None),
 )
+# transformers' processors (``generation/logits_process.py``, by exact class name) that only set scores to -inf and
+# leave every other score as it is: the support recorded after them carries their effect, and replay over it
+# reproduces the sampler (``ForcedBOSTokenLogitsProcessor`` / ``ForcedEOSTokenLogitsProcessor`` keep a single id,
+# whose log-prob is 0 whatever its score). The truncating warpers are among them: before the temperature they cut
+# on unscaled scores, still only to -inf.
+BANNING_PROCESSORS = (
+    "MinLengthLogitsProcessor",
+    "MinNewTokensLengthLogitsProcessor",
+    "NoRepeatNGramLogitsProcessor",
+    "EncoderNoRepeatNGramLogitsProcessor",
+    "NoBadWordsLogitsProcessor",
+    "PrefixConstrainedLogitsProcessor",
+    "ForcedBOSTokenLogitsProcessor",
+    "ForcedEOSTokenLogitsProcessor",
+    "SuppressTokensLogitsProcessor",
+    "SuppressTokensAtBeginLogitsProcessor",
+    "TopKLogitsWarper",
+    "TopPLogitsWarper",
+    "MinPLogitsWarper",
+)
+# The config fields whose processor (``_get_logits_processor``: field, the class it builds, whether it is on) changes
+# score values: the sampled distribution is then not ``softmax(z / T)`` over the support, whatever replays it.
+VALUE_PROCESSORS = (
+    ("repetition_penalty", "RepetitionPenaltyLogitsProcessor", lambda v: v is not None and v != 1.0),
+    ("encoder_repetition_penalty", "EncoderRepetitionPenaltyLogitsProcessor", lambda v: v is not None and v != 1.0),
+    ("sequence_bias", "SequenceBiasLogitsProcessor", lambda v: v is not None),
+    ("exponential_decay_length_penalty", "ExponentialDecayLengthPenalty", lambda v: v is not None),
+    ("guidance_scale", "UnbatchedClassifierFreeGuidanceLogitsProcessor", lambda v: v is not None and v != 1),
+    ("remove_invalid_values", "InfNanRemoveLogitsProcessor", lambda v: v is True),
+)
 # Processors generate() runs before the warpers: the recorded support includes their effect, but a
-# trainer that replays with temperature alone does not reproduce the sampled distribution.
+# rule that recomputes the support from raw logits does not see them, and of the value-changing ones a trainer
+# that replays with temperature alone does not reproduce the sampled distribution. (``remove_invalid_values``,
+# which changes only NaN and inf scores, is named by processors_not_replayed only.)
 _UNSEEN_PROCESSORS = (
-    ("repetition_penalty", lambda v: v is not None and v != 1.0),
-    ("encoder_repetition_penalty", lambda v: v is not None and v != 1.0),
+    *((name, on) for name, _, on in VALUE_PROCESSORS if name != "remove_invalid_values"),
     ("no_repeat_ngram_size", lambda v: v is not None and v > 0),
     ("encoder_no_repeat_ngram_size", lambda v: v is not None and v > 0),
     ("bad_words_ids", lambda v: v is not None),
-    ("sequence_bias", lambda v: v is not None),
     ("min_length", lambda v: v is not None and v > 0),
     ("min_new_tokens", lambda v: v is not None and v > 0),
     ("forced_bos_token_id", lambda v: v is not None),
     ("forced_eos_token_id", lambda v: v is not None),
     ("suppress_tokens", lambda v: v is not None),
     ("begin_suppress_tokens", lambda v: v is not None),
-    ("exponential_decay_length_penalty", lambda v: v is not None),
-    ("guidance_scale", lambda v: v is not None and v != 1),
     ("num_beams", lambda v: v is not None and v > 1),
 )
 # The fields that decide which warpers generate() builds (the recorder builds the same from them).
@@ -186,6 +226,58 @@ def unseen_processors(generation_config: Any) -> list[str]:
     return named
 
 
+def processors_not_replayed(generation_config: Any) -> list[str]:
+    """``name=value`` of each processor a resolved config turns on that changes score values
+    (:data:`VALUE_PROCESSORS`: ``repetition_penalty``, ``sequence_bias``, ``remove_invalid_values``, ...):
+    a capture records the sampler's own support and log-probs, but replay by temperature over that support
+    does not reproduce them. Processors that only set scores to -inf are not named."""
+    cfg = config_dict(generation_config, "generation_config")
+    return [f"{name}={cfg.get(name)!r}" for name, _, on in VALUE_PROCESSORS if _is_on(name, on, cfg.get(name))]
+
+
+def decoding_refusals(generation_config: Any, *, assisted: bool = False) -> list[tuple[str, str]]:
+    """``(field, reason)`` of each setting of a resolved config that makes ``generate()`` decode other than
+    by sampling: transformers' own ``GenerationConfig.get_generation_mode`` (``configuration_utils.py``, as
+    ``generate()`` calls it) must give ``SAMPLE`` (``GenerationMixin._sample`` with ``do_sample=True``) or,
+    with ``assisted`` (an ``assistant_model``) or ``prompt_lookup_num_tokens``, ``ASSISTED_GENERATION``
+    (``_assisted_decoding``) with ``do_sample=True`` and a candidate generator this capture follows (an
+    assistant model of the same tokenizer, or prompt lookup): not multi-token prediction
+    (``use_mtp``), early exit, ``speculation_type`` or an ensemble verification weight (refused in any
+    mode: an assistant model is not in the config). Also refused:
+    ``token_healing`` (rewrites the prompt) and ``cache_implementation="paged"`` (continuous batching
+    takes no logits processor). Beam search of every kind, greedy and contrastive search and DoLa
+    have no sampling distribution a mask replays."""
+    transformers = transformers_module()
+    config = generation_config
+    if not isinstance(config, transformers.GenerationConfig):
+        config = resolve_generation_config(generation_config)
+    mode = transformers.generation.configuration_utils.GenerationMode
+    got = config.get_generation_mode(assistant_model=True if assisted else None)
+    refused: list[tuple[str, str]] = []
+    if got in (mode.BEAM_SEARCH, mode.BEAM_SAMPLE, mode.GROUP_BEAM_SEARCH, mode.CONSTRAINED_BEAM_SEARCH):
+        field = "num_beams"
+        if got == mode.CONSTRAINED_BEAM_SEARCH:
+            field = "constraints" if config.constraints is not None else "force_words_ids"
+        refused.append(
+            (field, f"{got.value} (num_beams={config.num_beams!r}): a beam's tokens are not sampled from its rows")
+        )
+    elif got == mode.DOLA_GENERATION:
+        refused.append(("dola_layers", f"DoLa decoding (dola_layers={config.dola_layers!r}) contrasts layers"))
+    elif config.do_sample is not True:
+        refused.append(
+            ("do_sample", f"do_sample={config.do_sample!r}: {got.value} picks the argmax, there is no distribution")
+        )
+    for name in ("use_mtp", "assistant_early_exit", "speculation_type", "assistant_ensemble_weight"):
+        value = getattr(config, name, None)
+        if value not in (None, False):
+            refused.append((name, f"{name}={value!r}: a candidate generator or verification not shown exact"))
+    if getattr(config, "token_healing", None):
+        refused.append(("token_healing", "token_healing=True rewrites the prompt"))
+    if getattr(config, "cache_implementation", None) == "paged":
+        refused.append(("cache_implementation", "cache_implementation='paged' (continuous batching) runs no processor"))
+    return refused
+
+
 def _real(value: Any, field: str) -> float:
     """A finite real number (int or float, never a bool or a string), as a float."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -232,6 +324,25 @@ def sampler_settings(generation_config: Any, *, resolve: bool = True) -> dict[st
         "top_p": _unit(cfg.get("top_p"), "generation_config.top_p"),
         "min_p": _unit(cfg.get("min_p"), "generation_config.min_p"),
     }
+
+
+def fill_token_id(generation_config: Any, eos: list[int]) -> int | None:
+    """The id ``generate()`` writes in place of a stopped sequence's tokens when it has an EOS id
+    (``GenerationMixin._prepare_special_tokens``: ``pad_token_id``, else the first EOS id); None without
+    an EOS id (``_sample`` then fills nothing: ``has_eos_stopping_criteria`` is False)."""
+    if not eos:
+        return None
+    pad = config_dict(generation_config, "generation_config").get("pad_token_id")
+    if pad is None:
+        return eos[0]
+    value = pad.tolist() if hasattr(pad, "tolist") and not isinstance(pad, (list, tuple)) else pad
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]  # a tensor of one id, as _prepare_special_tokens makes it
+    if not is_int(value) or not 0 <= int(value) <= _INT64_MAX:
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, f"pad_token_id={pad!r} is not a token id", field="generation_config.pad_token_id"
+        )
+    return int(value)
 
 
 def eos_token_ids(generation_config: Any = None, eos_token_id: Any = None) -> list[int]:

@@ -345,7 +345,9 @@ class ReplayGRPOTrainer(GRPOTrainer):
             named_at_init = set(self.processors_not_replayed)
 
             def generate(*args: Any, **kwargs: Any) -> Any:
-                recorder = SamplingMaskRecorder(kwargs.get("generation_config"), model=engine)
+                recorder = SamplingMaskRecorder(  # processors named at construction were allowed there
+                    kwargs.get("generation_config"), model=engine, allow_processors_not_replayed=bool(named_at_init)
+                )
                 unexpected = set(hf_processors_not_replayed(recorder.generation_config)) - named_at_init
                 if unexpected:  # generate() got processors the construction check did not see: never silent
                     raise SamplingMaskError(
