@@ -72,7 +72,7 @@ import numpy as np
 
 from ..core import checks, layouts
 from ..core.checks import get_field
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.limits import Limits, check_count
 from ..core.model import ReaderOptions, ResponseOptions, SamplingMask, as_sampling_mask, mask_options
 from ._common import int_array, ragged_from_lists
@@ -134,7 +134,7 @@ def _missing(
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "on_missing must be 'raise' or 'none'", field="on_missing")
     if derender:
         raise SamplingMaskError(ErrorCode.E_SCHEMA, _DERENDER_HIDDEN, field=where)
-    why = f" (finish_reason {finish_reason!r})" if finish_reason is not None else ""
+    why = f" (finish_reason {short_repr(finish_reason)})" if finish_reason is not None else ""
     raise SamplingMaskError(
         ErrorCode.E_SCHEMA,
         "sampling_mask is null: vLLM ran without --return-sampling-mask, or the request ended with no"
