@@ -95,7 +95,11 @@ def metadata_to_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def metadata_value_from_json(value: Any, *, field: str) -> Any:
-    """One metadata value from parsed JSON (inverse of :func:`metadata_to_json` for one value)."""
+    """One metadata value from parsed JSON (inverse of :func:`metadata_to_json` for one value): its
+    type checked before use, a number literal past float64 (``1e999``, which parses as an
+    infinity) ``E_RANGE`` (spec 11.1): a non-finite float is only ever ``{"float": ...}``."""
+    if type(value) is float and math.isinf(value):
+        raise SamplingMaskError(ErrorCode.E_RANGE, "number out of the float64 range", field=field[:80])
     if isinstance(value, dict):
         name = value.get("float")
         if value.keys() == {"float"} and isinstance(name, str) and name in _NONFINITE:
