@@ -128,3 +128,25 @@ def test_to_batch_bounds():
 
 def test_listed_in_the_package():
     assert "nemo_rl" in adapters.__all__
+
+
+@pytest.mark.parametrize("kind", ["sparse", "sparse_csr", "nested"])
+@pytest.mark.parametrize("field", [nemo_rl.TOKEN_IDS_FIELD, nemo_rl.SIZES_FIELD, "input_lengths"])
+def test_sparse_or_nested_tensors_are_refused_by_name(kind, field):
+    """Every tensor argument goes through the one tensor check: a sparse or nested tensor is
+    ``E_SCHEMA`` naming it (it was a TypeError / RuntimeError from torch)."""
+    mask = sm.SamplingMask.from_rows([[1, 6], [0], [3], [2, 5, 7]], cu_seqlens=[0, 2, 4])
+    dense, sizes = nemo_rl.to_batch(mask, width=3, as_torch=True)
+    args = {nemo_rl.TOKEN_IDS_FIELD: dense, nemo_rl.SIZES_FIELD: sizes, "input_lengths": torch.tensor([2, 2])}
+    value = args[field]
+    if kind == "nested":
+        args[field] = torch.nested.nested_tensor(list(value) if value.ndim > 1 else [value])
+    else:
+        args[field] = value.to_sparse() if kind == "sparse" or value.ndim != 2 else value.to_sparse_csr()
+    call = lambda a: nemo_rl.from_batch(  # noqa: E731
+        a[nemo_rl.TOKEN_IDS_FIELD], a[nemo_rl.SIZES_FIELD], input_lengths=a["input_lengths"]
+    )
+    with pytest.raises(SamplingMaskError) as info:
+        call(args)
+    assert info.value.code is ErrorCode.E_SCHEMA and info.value.field == field
+    assert call({**args, field: value}).to_rows() == mask.to_rows()

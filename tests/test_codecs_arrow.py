@@ -369,11 +369,26 @@ def test_companion_columns_must_align() -> None:
         ({**HEADER, "sampling_mask.metadata.top_k": "[1, 2]"}, ErrorCode.E_SCHEMA),
         ({**HEADER, "sampling_mask.metadata.top_k": "NaN"}, ErrorCode.E_ENCODING),
         ({**HEADER, "sampling_mask.vocab_size": str(1 << 30)}, ErrorCode.E_LIMIT),
+        # A number past float64 parses as an infinity: E_RANGE, as the JSON document answers.
+        ({**HEADER, "sampling_mask.metadata.x": "1e999"}, ErrorCode.E_RANGE),
+        ({**HEADER, "sampling_mask.metadata.temperature": "-1e999"}, ErrorCode.E_RANGE),
+        ({**HEADER, "sampling_mask.metadata.x": '{"float": 1e999}'}, ErrorCode.E_SCHEMA),
+        ({**HEADER, "sampling_mask.metadata.x": '{"float": ["NaN"]}'}, ErrorCode.E_SCHEMA),
+        ({**HEADER, "sampling_mask.metadata.x": "[" * 20 + "]" * 20}, ErrorCode.E_SCHEMA),
+        ({**HEADER, "sampling_mask.metadata.x": "[" * 100_000 + "]" * 100_000}, ErrorCode.E_LIMIT),
     ],
 )
 def test_schema_metadata_is_checked(metadata: dict, code: ErrorCode) -> None:
     table = mask_table([0, 2], [0, 2, 3], [3, 1, 2], metadata=metadata)
     assert error_code(lambda: arrow.mask_from_table(table)) == code
+
+
+def test_the_infinite_metadata_float_is_spelled_as_an_object() -> None:
+    """``{"float": "Infinity"}`` is the one spelling of an infinite metadata value (9.2): read back as one."""
+    table = mask_table(
+        [0, 2], [0, 2, 3], [1, 2, 3], metadata={**HEADER, "sampling_mask.metadata.x": '{"float": "-Infinity"}'}
+    )
+    assert arrow.mask_from_table(table).metadata == {"x": float("-inf")}
 
 
 def test_limits_apply_before_building() -> None:

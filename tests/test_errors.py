@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMask, SamplingMaskError, concat
+from sampling_mask.core.errors import short_repr
 from sampling_mask.core.limits import check_count, checked_nbytes
 
 SPEC = Path(__file__).resolve().parents[1] / "spec" / "v1" / "SPEC.md"
@@ -195,6 +196,29 @@ def test_error_is_a_value_error_with_data() -> None:
     }
     assert str(err) == "E_RANGE: id outside [0, 10) (field 'ids', segment 1, row 3, value 12)"
     assert SamplingMaskError(ErrorCode.E_SHAPE, "x", value=(1, 2)).to_dict()["value"] == "(1, 2)"
+
+
+def test_an_error_names_any_value_without_recursing_into_it() -> None:
+    """A value that is not a scalar is held as its :func:`short_repr`: containers two levels deep and
+    at most 80 characters, objects other than numbers and text by type, so that no ``__repr__`` of a
+    hostile value runs and a value nested 100,000 deep cannot exhaust the stack."""
+    deep: Any = 1
+    for _ in range(100_000):
+        deep = [deep]
+    cases = {
+        "deep list": (deep, "[[[...]]]"),
+        "deep dict": ({"a": {"b": {"c": deep}}}, "{'a': {'b': {...}}}"),
+        "long text in a list": (["x" * 500], "['" + "x" * 27 + "..." + "x" * 28 + "']"),
+        "array": (np.zeros((3, 4)), "<ndarray>"),
+        "tuple": ((1, 2), "(1, 2)"),
+        "object": (object(), "<object>"),
+    }
+    for label, (value, shown) in cases.items():
+        assert short_repr(value) == shown, label
+        err = SamplingMaskError(ErrorCode.E_SCHEMA, "x", field="f", value=value)
+        assert err.value == shown and str(err).endswith(f"value {shown!r})") and len(str(err)) < 140, label
+    for scalar in (None, True, 7, 0.5, "text", np.int32(3)):
+        assert SamplingMaskError(ErrorCode.E_SCHEMA, "x", value=scalar).value is scalar
 
 
 def test_error_pickles_with_its_fields() -> None:

@@ -135,11 +135,76 @@ def test_from_tensors_with_torch_bf16_and_meta_tensors() -> None:
     assert mask.temperature.tolist() != [16256.0, 16179.0]
     refused = {
         "bf16 ids": {**tensors, st.IDS: tensors[st.IDS].to(torch.bfloat16)},
-        "meta ids": {**tensors, st.IDS: torch.empty(3, dtype=torch.int32, device="meta")},
-        "meta temperature": {**tensors, "temperature": torch.empty(2, device="meta")},
         "complex temperature": {**tensors, "temperature": torch.zeros(2, dtype=torch.complex64)},
     }
     for label, bad in refused.items():
         with pytest.raises(SamplingMaskError) as info:
             st.from_tensors(bad, header)
         assert info.value.code is ErrorCode.E_DTYPE, label
+
+
+def _not_dense(torch: Any, dense: Any, kind: str) -> Any:
+    if kind == "meta":
+        return torch.empty(dense.shape, dtype=dense.dtype, device="meta")
+    if kind == "nested":
+        return torch.nested.nested_tensor([dense])
+    return dense.to_sparse() if kind == "sparse" else dense.reshape(1, -1).to_sparse_csr()
+
+
+@pytest.mark.parametrize("kind", ["meta", "sparse", "sparse_csr", "nested"])
+@pytest.mark.parametrize("name", [st.IDS, st.OFFSETS, st.CU_SEQLENS, "temperature", "bf16 temperature"])
+def test_from_tensors_refuses_tensors_that_are_not_dense_by_name(kind: str, name: str) -> None:
+    """A meta, sparse or nested torch tensor is refused by the one tensor check (``E_SCHEMA``,
+    the tensor named), whatever its dtype: never a TypeError or RuntimeError from torch."""
+    torch = pytest.importorskip("torch")
+    tensors: dict[str, Any] = {k: torch.from_numpy(np.array(v)) for k, v in st.to_tensors(MASK)[0].items()}
+    tensors["temperature"] = torch.tensor([1.0, 0.5])
+    field = name.removeprefix("bf16 ")
+    if name.startswith("bf16"):
+        tensors[field] = tensors[field].to(torch.bfloat16)
+    assert st.from_tensors(tensors, HEADER).temperature.tolist() == [1.0, 0.5]
+    with pytest.raises(SamplingMaskError) as info:
+        st.from_tensors({**tensors, field: _not_dense(torch, tensors[field], kind)}, HEADER)
+    assert info.value.code is ErrorCode.E_SCHEMA and info.value.field == field
+
+
+@pytest.mark.parametrize("dtype", [["I32"], {"name": "I32"}, 32, None, True, "i32", [[[["I32"]]]]], ids=repr)
+def test_a_header_dtype_of_another_json_type_is_refused(tmp_path: Path, dtype: Any) -> None:
+    """Every header value is checked for its type before use: a tensor's ``dtype`` that is a list,
+    an object, a number, null or an unknown name is ``E_DTYPE`` naming the tensor (a list or an
+    object was a TypeError: unhashable); ``tensor_dtypes`` names what was declared."""
+    path = _write(tmp_path / "d.safetensors", _mask_tensors())
+    header = json.loads(path.read_bytes()[8 : 8 + struct.unpack_from("<Q", path.read_bytes())[0]])
+    header[st.IDS]["dtype"] = dtype
+    path = _rewrite_header(path, header)
+    for call in (lambda: st.load_file(path), lambda: st.read_tensors(path), lambda: st.read_tensors(path, [st.IDS])):
+        with pytest.raises(SamplingMaskError) as info:
+            call()
+        assert info.value.code is ErrorCode.E_DTYPE and info.value.field == st.IDS
+    declared = st.tensor_dtypes(path)[st.IDS]
+    assert isinstance(declared, str) and len(declared) <= 80
+
+
+def _rewrite_header(path: Path, header: dict[str, Any]) -> Path:
+    data = path.read_bytes()
+    (size,) = struct.unpack_from("<Q", data)
+    blob = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + data[8 + size :])
+    return path
+
+
+@pytest.mark.parametrize("text", ["1e999", "-1e999", "[1e999]"])
+def test_a_metadata_number_past_float64_is_out_of_range(tmp_path: Path, text: str) -> None:
+    """``sampling_mask.metadata.x: 1e999`` parses as an infinity: ``E_RANGE`` as the JSON document
+    answers (``[1e999]`` is not a metadata value: ``E_SCHEMA``), never a mask holding ``inf``."""
+    code = ErrorCode.E_SCHEMA if text.startswith("[") else ErrorCode.E_RANGE
+    metadata = {**HEADER, "sampling_mask.metadata.x": text}
+    path = _write(tmp_path / "m.safetensors", _mask_tensors(), metadata=metadata)
+    for call in (lambda: st.load_file(path), lambda: st.from_tensors(st.to_tensors(MASK)[0], metadata)):
+        with pytest.raises(SamplingMaskError) as info:
+            call()
+        assert info.value.code is code and info.value.field == "metadata.x"
+    json_text = '{"sampling_mask": 1, "rows": [[1]], "metadata": {"x": ' + text + "}}"
+    with pytest.raises(SamplingMaskError) as info:
+        sm.codecs.decode(json_text, format="json")
+    assert info.value.code is code

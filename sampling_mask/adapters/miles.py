@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ..core.checks import as_float_array, get_field, raise_at_first
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.model import ReaderOptions, SamplingMask, as_sampling_mask, mask_options
 from ._common import check_response_length, check_rows_nonempty, int_array, masks_from_samples
 
@@ -147,7 +147,10 @@ def to_rollout_sampling_masks(mask: SamplingMask, *, form: Form = "logprobs") ->
     mask = as_sampling_mask(mask)
     if form not in ("logprobs", "support_logprobs", "partial"):
         raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, "form must be logprobs, support_logprobs or partial", field="form", value=repr(form)
+            ErrorCode.E_SCHEMA,
+            "form must be logprobs, support_logprobs or partial",
+            field="form",
+            value=short_repr(form),
         )
     if form != "partial":
         check_rows_nonempty(mask, "rows")

@@ -26,7 +26,7 @@ import numpy as np
 from ..codecs import msgpack as msgpack_codec
 from ..core import layouts
 from ..core.checks import as_float_array, get_field, is_int
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.limits import Limits, check_count
 from ..core.model import ReaderOptions, SamplingMask, as_sampling_mask, mask_options
 from ..data import alignment
@@ -74,7 +74,7 @@ def _nd_array(value: Mapping[str, Any], name: str, dtype: str, limits: Limits) -
     """verifiers' ``{"__nd__": True, "dtype", "shape", "data"}`` (``graph._encode_ndarray``): 1-D ``dtype`` only."""
     declared, shape, data = value.get("dtype"), value.get("shape"), value.get("data")
     if declared not in (dtype, "<" + ("i4" if dtype == "int32" else "f4")):
-        raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected {dtype}, got {declared!r}"[:120], field=name)
+        raise SamplingMaskError(ErrorCode.E_DTYPE, f"expected {dtype}, got {short_repr(declared)}", field=name)
     if not isinstance(shape, list) or len(shape) != 1 or not is_int(shape[0]):
         raise SamplingMaskError(ErrorCode.E_SHAPE, "expected a 1-D shape", field=name)
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -304,7 +304,9 @@ def context_parallel_packed_rows(num_rows: int, world_size: int, rank: int) -> n
     ``cu_seqlens``. A non-integer argument is ``E_DTYPE``."""
     for name, value in (("num_rows", num_rows), ("world_size", world_size), ("rank", rank)):
         if not is_int(value):
-            raise SamplingMaskError(ErrorCode.E_DTYPE, f"{name} must be an integer", field=name, value=repr(value)[:80])
+            raise SamplingMaskError(
+                ErrorCode.E_DTYPE, f"{name} must be an integer", field=name, value=short_repr(value)
+            )
     n = check_count(num_rows, 2**62, "num_rows", field="num_rows")
     p = int(world_size)
     if p < 1 or not 0 <= int(rank) < p:

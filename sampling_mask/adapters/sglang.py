@@ -64,7 +64,7 @@ import numpy as np
 
 from ..core import checks, layouts
 from ..core.checks import get_field
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.model import ResponseOptions, SamplingMask, as_sampling_mask, mask_options
 from ._common import int_array, ragged_from_lists
 
@@ -197,7 +197,7 @@ def from_meta_info(
         reason = get_field(meta_info, "finish_reason", None)
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA,
-            f"no {MASK} (return_sampling_mask off or request aborted; finish_reason {reason!r})",
+            f"no {MASK} (return_sampling_mask off or request aborted; finish_reason {short_repr(reason)})",
             field=f"meta_info.{MASK}",
         )
     if not isinstance(rows, list):
@@ -278,7 +278,9 @@ def from_stream(
         declared = get_field(meta, LENGTH, None)
         if declared is not None and declared != len(rows):
             raise SamplingMaskError(
-                ErrorCode.E_SHAPE, f"{LENGTH} {declared!r} != {len(rows)} rows so far", field=f"chunk[{n}].{LENGTH}"
+                ErrorCode.E_SHAPE,
+                f"{LENGTH} {short_repr(declared)} != {len(rows)} rows so far",
+                field=f"chunk[{n}].{LENGTH}",
             )
         last = meta
     merged: dict[str, Any] = {"finish_reason": get_field(last, "finish_reason", None)}

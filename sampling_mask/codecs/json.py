@@ -468,23 +468,12 @@ def _decode_document(doc: dict[str, Any], has_bools: bool, limits: Limits, valid
             kwargs[name] = _float_array(values, field=name)
     if doc.get("support_logprobs") is not None:
         kwargs["support_logprobs"] = _nested_floats(doc["support_logprobs"], base.offsets, field="support_logprobs")
-    _check_finite_metadata(doc.get("metadata"))
     metadata = metadata_from_json(doc.get("metadata"))
     mask = SamplingMask(
         base.ids, base.offsets, vocab_size=vocab_size, metadata=metadata, limits=limits, validate=False, **kwargs
     )
     mask = _checked(mask, validate, limits)
     return check_id_order(mask, id_order) if validate else mask
-
-
-def _check_finite_metadata(metadata: Any) -> None:
-    """A metadata number literal past float64 (``-1e999``) parses as an infinity: ``E_RANGE`` (spec 11.1)."""
-    if isinstance(metadata, dict):
-        for key, value in metadata.items():
-            if type(value) is float and math.isinf(value):
-                raise SamplingMaskError(
-                    ErrorCode.E_RANGE, "number out of the float64 range", field=f"metadata.{key}"[:80]
-                )
 
 
 def _decode_base64(env: dict[str, Any], limits: Limits, validate: bool) -> SamplingMask:

@@ -46,7 +46,7 @@ import numpy as np
 
 from ..core import layouts
 from ..core.checks import check_structure, is_int
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, check_output, remaining
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
 from . import _msgpack_reader, _msgpack_writer
@@ -317,7 +317,7 @@ def _get_count(env: Mapping[str, Any], key: str, limit: int, *, required: bool) 
             raise SamplingMaskError(ErrorCode.E_SCHEMA, "missing count", field=key)
         return None
     if not is_int(value):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "must be an integer", field=key, value=repr(value)[:80])
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "must be an integer", field=key, value=short_repr(value))
     return check_count(value, limit, key, field=key)
 
 
@@ -392,7 +392,7 @@ def decode(
         layout = "ragged"
     if layout not in LAYOUTS:
         raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, f"layout must be one of {list(LAYOUTS)}", field="layout", value=repr(layout)[:80]
+            ErrorCode.E_SCHEMA, f"layout must be one of {list(LAYOUTS)}", field="layout", value=short_repr(layout)
         )
     id_order = parse_id_order(env.get("id_order"))
     num_rows = _get_count(env, "num_rows", limits.max_rows, required=layout == "compact")

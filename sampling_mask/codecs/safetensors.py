@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.checks import raise_at_first
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.checks import as_host_array, raise_at_first
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.limits import DEFAULT_LIMITS, Limits, check_count, checked_nbytes
 from ..core.model import COMPANIONS, SamplingMask, as_sampling_mask
 from ._common import check_id_order, id_order_of
@@ -76,8 +76,10 @@ def from_tensors(
     words with ``dtypes={name: "BF16"}`` from :func:`read_tensors`): each is converted to float32
     exactly (BF16 by its bits; F64 only when every value is a float32, else ``E_RANGE``). Any other
     dtype of a float companion, a float or BF16 tensor for ids / offsets / ``cu_seqlens`` /
-    ``sampled_token_ids``, a meta tensor, metadata that is not a mapping of strings (``E_SCHEMA``)
-    or not valid Unicode (``E_ENCODING``): ``SamplingMaskError``."""
+    ``sampled_token_ids`` (``E_DTYPE``), a torch tensor that is not dense and strided with data
+    (meta, sparse, nested: ``E_SCHEMA``, :func:`~sampling_mask.core.checks.as_host_array`), metadata
+    that is not a mapping of strings (``E_SCHEMA``) or not valid Unicode (``E_ENCODING``), a
+    metadata number past float64 (``E_RANGE``): ``SamplingMaskError``."""
     return _from_tensors(tensors, metadata, {}, limits)
 
 
@@ -137,22 +139,16 @@ def _host(value: Any, name: str, declared: str | None) -> np.ndarray:
     companions narrowed only when exact; a dtype the field cannot hold is ``E_DTYPE``."""
     if hasattr(value, "detach") and hasattr(value, "dtype"):  # a torch tensor from safetensors.torch
         declared = _TORCH_DTYPES.get(str(value.dtype).removeprefix("torch."))
-        if declared is None or getattr(value, "is_meta", False):
-            what = "a meta tensor (no data)" if getattr(value, "is_meta", False) else f"dtype {value.dtype}"
-            raise SamplingMaskError(ErrorCode.E_DTYPE, f"cannot read {what}", field=name)
-        tensor = value.detach().cpu()
-        if declared == "BF16":
-            import torch
-
-            tensor = tensor.view(torch.int16)
-        value = tensor.numpy()
-        if declared == "BF16":
-            value = value.view(np.uint16)
+        if declared is None:
+            raise SamplingMaskError(ErrorCode.E_DTYPE, f"cannot read dtype {value.dtype}", field=name)
+        # Through the one tensor check (dense, strided, with data); numpy has no bfloat16, so BF16 is
+        # widened to float32 first, exactly (a bfloat16 is the high half of a float32).
+        value = as_host_array(value.detach().float() if declared == "BF16" else value, field=name)
     if not isinstance(value, np.ndarray):
         raise SamplingMaskError(ErrorCode.E_DTYPE, "expected an array", field=name, value=type(value).__name__)
     kind = declared or {"f": "F", "b": "BOOL"}.get(value.dtype.kind, "I")
     if name in COMPANIONS and COMPANIONS[name].kind == "f":
-        if declared == "BF16":  # the high half of a float32: widening by the bits is exact
+        if declared == "BF16" and value.dtype == np.uint16:  # read_tensors' raw words: widened by the bits
             return (value.astype("<u4") << 16).view("<f4")
         if value.dtype.kind != "f" or kind not in (*_FLOATS, "F"):
             raise SamplingMaskError(
@@ -202,7 +198,8 @@ def read_tensors(
 def tensor_dtypes(path: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS) -> dict[str, str]:
     """Each tensor's name and dtype name as the header declares them (nothing else is checked)."""
     _data, _start, header, _metadata = _open(path, limits)
-    return {name: str(entry.get("dtype")) if isinstance(entry, dict) else "" for name, entry in header.items()}
+    dtypes = {name: entry.get("dtype") if isinstance(entry, dict) else "" for name, entry in header.items()}
+    return {name: dtype if isinstance(dtype, str) else short_repr(dtype) for name, dtype in dtypes.items()}
 
 
 def _open(path: str | os.PathLike[str], limits: Limits) -> tuple[memoryview, int, dict[str, Any], dict[str, str]]:
@@ -229,8 +226,8 @@ def _open(path: str | os.PathLike[str], limits: Limits) -> tuple[memoryview, int
 
 def _tensor(data: memoryview, start: int, name: str, entry: Mapping[str, Any]) -> np.ndarray:
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in DTYPES:
-        raise SamplingMaskError(ErrorCode.E_DTYPE, f"unknown dtype {str(dtype)[:20]!r}", field=name)
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise SamplingMaskError(ErrorCode.E_DTYPE, "unknown dtype", field=name, value=short_repr(dtype))
     ok_shape = isinstance(shape, list) and all(type(v) is int and v >= 0 for v in shape)
     ok_offsets = isinstance(offsets, list) and len(offsets) == 2 and all(type(v) is int for v in offsets)
     if not ok_shape or not ok_offsets:

@@ -9,9 +9,10 @@ string, never on the message. The message names the row / segment / field and th
 from __future__ import annotations
 
 import enum
+import reprlib
 from typing import Any
 
-__all__ = ["ErrorCode", "SamplingMaskError"]
+__all__ = ["ErrorCode", "SamplingMaskError", "short_repr"]
 
 
 class ErrorCode(str, enum.Enum):
@@ -40,7 +41,7 @@ class SamplingMaskError(ValueError):
     """Invalid sampling-mask input. ``code`` is an :class:`ErrorCode`; the context fields are optional.
 
     ``row`` and ``segment`` are 0-based indices; ``field`` names the array or key; ``value`` is the
-    offending value (kept small: a scalar or a short repr).
+    offending value: a scalar (a number, str, None) as given, anything else as its :func:`short_repr`.
     """
 
     def __init__(
@@ -58,7 +59,8 @@ class SamplingMaskError(ValueError):
         self.row = row
         self.segment = segment
         self.field = field
-        self.value = value
+        scalar = value is None or isinstance(value, (int, float, str)) or getattr(value, "shape", None) == ()
+        self.value: Any = value if scalar else short_repr(value)
         where = []
         if field is not None:
             where.append(f"field {field!r}")
@@ -66,8 +68,8 @@ class SamplingMaskError(ValueError):
             where.append(f"segment {segment}")
         if row is not None:
             where.append(f"row {row}")
-        if value is not None:
-            where.append(f"value {value!r}")
+        if self.value is not None:
+            where.append(f"value {self.value!r}")
         suffix = f" ({', '.join(where)})" if where else ""
         super().__init__(f"{self.code.value}: {message}{suffix}")
 
@@ -83,6 +85,26 @@ class SamplingMaskError(ValueError):
 
     def __reduce__(self):  # type: ignore[override]
         return (_rebuild_error, (self.code.value, self.message, self.row, self.segment, self.field, self.value))
+
+
+class _Short(reprlib.Repr):
+    def repr1(self, x: Any, level: int) -> str:
+        kind = next((k for k in (dict, list, tuple, set, frozenset) if isinstance(x, k)), None)
+        if kind is not None:  # subclasses too: their own __repr__ never runs
+            return getattr(self, f"repr_{kind.__name__}")(x, level)  # type: ignore[no-any-return]
+        plain = x is None or isinstance(x, (int, float, complex, str)) or getattr(x, "shape", None) == ()
+        return super().repr1(x, level) if plain else f"<{type(x).__name__}>"
+
+
+_SHORT = _Short()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 2, 60, 60
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` in at most 80 characters that never recurses into the value: containers two
+    levels deep (a list nested 100,000 deep is ``[[[...]]]``), numbers, text and numpy scalars as
+    ``repr`` writes them, any other object by its type (``<ndarray>``, ``<bytes>``): no ``__repr__`` of it runs."""
+    return _SHORT.repr(value)[:80]
 
 
 def _rebuild_error(code, message, row, segment, field, value):  # type: ignore[no-untyped-def]

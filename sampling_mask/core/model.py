@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, SupportsIndex, TypedDict, Typ
 import numpy as np
 
 from . import checks, layouts
-from .errors import ErrorCode, SamplingMaskError
+from .errors import ErrorCode, SamplingMaskError, short_repr
 from .limits import DEFAULT_LIMITS, Limits, check_count, check_output, checked_nbytes
 
 if TYPE_CHECKING:
@@ -176,9 +176,7 @@ def _check_metadata(metadata: Mapping[str, Any] | None) -> Mapping[str, _Metadat
     out: dict[str, _MetadataValue] = {}
     for key, value in metadata.items():
         if not isinstance(key, str):
-            raise SamplingMaskError(
-                ErrorCode.E_SCHEMA, "metadata keys must be strings", field="metadata", value=repr(key)
-            )
+            raise SamplingMaskError(ErrorCode.E_SCHEMA, "metadata keys must be strings", field="metadata", value=key)
         for text in (key, value) if isinstance(value, str) else (key,):
             if not text.isascii():
                 try:
@@ -197,7 +195,7 @@ def _check_metadata(metadata: Mapping[str, Any] | None) -> Mapping[str, _Metadat
                 ErrorCode.E_SCHEMA,
                 "metadata values must be str, int, float, bool or None",
                 field=f"metadata.{key}",
-                value=repr(value)[:80],
+                value=short_repr(value),
             )
         expected = _METADATA_TYPES.get(key)
         if expected is not None and value is not None and (isinstance(value, bool) or not isinstance(value, expected)):
@@ -205,7 +203,7 @@ def _check_metadata(metadata: Mapping[str, Any] | None) -> Mapping[str, _Metadat
                 ErrorCode.E_SCHEMA,
                 f"metadata {key!r} must be {' or '.join(t.__name__ for t in expected)}",
                 field=f"metadata.{key}",
-                value=repr(value)[:80],
+                value=short_repr(value),
             )
         out[key] = value
     return types.MappingProxyType(out)
@@ -275,7 +273,7 @@ def _rows_to_ragged(rows: Sequence[Any], limits: Limits) -> tuple[np.ndarray, np
     except TypeError:
         bad = next(i for i, r in enumerate(rows) if not hasattr(r, "__len__") or isinstance(r, _NOT_ROWS))
         raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, "row must be a list of ids", field="rows", row=bad, value=repr(rows[bad])[:80]
+            ErrorCode.E_SCHEMA, "row must be a list of ids", field="rows", row=bad, value=short_repr(rows[bad])
         ) from None
     nnz = check_count(int(counts.sum()), limits.max_nnz, "id count", field="rows")
     try:
@@ -303,7 +301,7 @@ def _explain_bad_rows(rows: Sequence[Any]) -> SamplingMaskError:
                 "row must be a list of ids (not text, a mapping or bytes)",
                 field="rows",
                 row=i,
-                value=repr(row)[:80],
+                value=short_repr(row),
             )
         for value in row:
             if isinstance(value, (bool, np.bool_)):
@@ -314,7 +312,7 @@ def _explain_bad_rows(rows: Sequence[Any]) -> SamplingMaskError:
                 operator.index(value)
             except TypeError:
                 return SamplingMaskError(
-                    ErrorCode.E_DTYPE, "ids must be integers", field="rows", row=i, value=repr(value)[:80]
+                    ErrorCode.E_DTYPE, "ids must be integers", field="rows", row=i, value=short_repr(value)
                 )
             if not -(1 << 63) <= value < (1 << 63):
                 return SamplingMaskError(ErrorCode.E_RANGE, "id does not fit int32", field="rows", row=i, value=value)
@@ -323,9 +321,7 @@ def _explain_bad_rows(rows: Sequence[Any]) -> SamplingMaskError:
 
 def _checked_vocab_size(value: Any, limits: Limits) -> int:
     if not checks.is_int(value):
-        raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, "vocab_size must be an integer", field="vocab_size", value=repr(value)[:80]
-        )
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "vocab_size must be an integer", field="vocab_size", value=value)
     if value < 1:
         raise SamplingMaskError(ErrorCode.E_RANGE, "vocab_size must be >= 1", field="vocab_size", value=int(value))
     return check_count(int(value), limits.max_vocab, "vocab_size", field="vocab_size")
@@ -725,38 +721,15 @@ class SamplingMask:
         vocab_size: int | None | bool = True,
         metadata: Mapping[str, Any] | None = None,
     ) -> SamplingMask:
-        """A new mask from arrays already known valid (no validation)."""
-        return self._assemble(
-            _State(
-                ids,
-                offsets,
-                cu if cu is not None else np.array([0, offsets.size - 1], dtype=np.int64),
-                self._vocab_size if vocab_size is True else vocab_size,  # type: ignore[arg-type]
-                companions,
-                self._metadata if metadata is None else dict(metadata),
-                ascending,
-            )
-        )
-
-    @classmethod
-    def _assemble(cls, state: _State) -> SamplingMask:
-        """The constructor path of masks built from arrays already known valid (slices, takes,
-        concatenations, unpickled masks): no validation, no copy."""
-        out = cls.__new__(cls)
-        out.__setstate__(state)
-        return out
+        """A new mask from arrays known valid (not validated); ``vocab_size=True``, ``metadata=None``: this mask's."""
+        cu = np.array([0, offsets.size - 1], dtype=np.int64) if cu is None else cu
+        vocab = self._vocab_size if vocab_size is True else vocab_size
+        meta = self._metadata if metadata is None else dict(metadata)
+        return _assembled(_State(ids, offsets, cu, vocab, companions, meta, ascending))  # type: ignore[arg-type]
 
     def __getstate__(self) -> _State:
         """Every field (arrays as held: read-only views, offsets as stored)."""
-        return _State(
-            self._ids,
-            self._offsets,
-            self._cu_seqlens,
-            self._vocab_size,
-            self._companions,
-            self._metadata,
-            self._ascending,
-        )
+        return _State(*(getattr(self, f"_{name}") for name in _State._fields))
 
     def __setstate__(self, state: _State) -> None:
         """Set every field from ``state`` (arrays made read-only, none copied; nothing validated)."""
@@ -960,8 +933,14 @@ def _unpickle(
 ) -> SamplingMask:
     arrays = {name: np.frombuffer(buf, dtype=np.dtype(dtype)) for name, dtype, buf in payload}
     ids, offsets, cu = arrays.pop("ids"), arrays.pop("offsets"), arrays.pop("cu_seqlens")
+    return _assembled(_State(ids, offsets, cu, vocab_size, arrays, metadata, ascending))
+
+
+def _assembled(state: _State) -> SamplingMask:
+    """The constructor path of masks built from arrays already known valid (slices, takes,
+    concatenations, unpickled masks): no validation, no copy."""
     out = SamplingMask.__new__(SamplingMask)
-    out.__setstate__(_State(ids, offsets, cu, vocab_size, arrays, metadata, ascending))
+    out.__setstate__(state)
     return out
 
 
@@ -992,9 +971,9 @@ def as_sampling_mask(obj: Any, *, limits: Limits = DEFAULT_LIMITS, field: str = 
     if fields.get("protocol") != MASK_PROTOCOL_VERSION:
         raise SamplingMaskError(
             ErrorCode.E_VERSION,
-            f"mask protocol {fields.get('protocol')!r}; this library reads {MASK_PROTOCOL_VERSION}",
+            f"unknown mask protocol version; this library reads {MASK_PROTOCOL_VERSION}",
             field=f"{field}.protocol",
-            value=repr(fields.get("protocol"))[:80],
+            value=short_repr(fields.get("protocol")),
         )
     unknown = sorted(str(k) for k in fields if k not in _PROTOCOL_FIELDS)
     if unknown:
@@ -1049,7 +1028,5 @@ def concat(masks: Sequence[SamplingMask]) -> SamplingMask:
     companions = {k: np.concatenate([m.companions[k] for m in masks]) for k in first.companions}
     known = [m.__getstate__().ascending for m in masks]  # without computing it where not known yet
     ascending = all(known) if all(a is not None for a in known) else None
-    out = SamplingMask.__new__(SamplingMask)
     vocab_size = next(iter(vocabs)) if vocabs else None
-    out.__setstate__(_State(ids, offsets, cu, vocab_size, companions, first.metadata, ascending))
-    return out
+    return _assembled(_State(ids, offsets, cu, vocab_size, companions, first.metadata, ascending))

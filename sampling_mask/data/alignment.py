@@ -36,7 +36,7 @@ import numpy as np
 
 from ..core import layouts
 from ..core.checks import is_int, raise_at_first
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.layouts import as_host_array
 from ..core.limits import DEFAULT_LIMITS, checked_nbytes
 from ..core.model import ReaderOptions, SamplingMask, as_sampling_mask, concat, mask_options
@@ -312,7 +312,9 @@ def context_parallel_rows(cu_seqlens: Any, world_size: int, rank: int, mode: CPM
     cu = _cu(cu_seqlens)
     for name, value in (("world_size", world_size), ("rank", rank)):
         if not is_int(value):
-            raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{name} must be an integer", field=name, value=repr(value))
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA, f"{name} must be an integer", field=name, value=short_repr(value)
+            )
     p, r = int(world_size), int(rank)
     if p < 1:
         raise SamplingMaskError(ErrorCode.E_RANGE, "world_size must be >= 1", field="world_size", value=p)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..core.checks import is_int, raise_at_first
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.model import SamplingMask, as_sampling_mask
 
 __all__ = [
@@ -205,7 +205,7 @@ def _ignore_index(value: Any) -> int | None:
         return None
     if not is_int(value):
         raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, "ignore_index must be an integer or None", field="ignore_index", value=repr(value)[:80]
+            ErrorCode.E_SCHEMA, "ignore_index must be an integer or None", field="ignore_index", value=short_repr(value)
         )
     return int(value)
 

@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from ..core.checks import is_int, raise_at_first
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.model import SamplingMask
 
 __all__ = [
@@ -129,7 +129,9 @@ def support_params(
 ) -> SupportParams:
     """Validate and normalize sampler parameters (``E_RANGE`` / ``E_SHAPE`` naming the row)."""
     if rule not in RULES:
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"rule must be one of {RULES}", field="rule", value=repr(rule))
+        raise SamplingMaskError(
+            ErrorCode.E_SCHEMA, f"rule must be one of {RULES}", field="rule", value=short_repr(rule)
+        )
     tau = _per_row(temperature, 1.0, num_rows, field="temperature")
     raise_at_first(
         ~(np.isfinite(tau) & (tau > 0)),

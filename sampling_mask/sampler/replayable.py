@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.checks import is_int
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 
 __all__ = ["DEFAULT_MAX_TOP_K", "Reason", "ReplayCheck", "check_sampler", "check_sampling_params", "require_replayable"]
 
@@ -61,7 +61,7 @@ class ReplayCheck:
 
 def _number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{name} must be a number", field=name, value=repr(value)[:80])
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, f"{name} must be a number", field=name, value=short_repr(value))
     number = float(value)
     if math.isnan(number):
         raise SamplingMaskError(ErrorCode.E_RANGE, f"{name} is NaN", field=name)
@@ -99,7 +99,9 @@ def check_sampler(
     k: int | None = None
     if top_k is not None:
         if isinstance(top_k, bool) or not isinstance(top_k, int) and not hasattr(top_k, "__index__"):
-            raise SamplingMaskError(ErrorCode.E_SCHEMA, "top_k must be an integer", field="top_k", value=repr(top_k))
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA, "top_k must be an integer", field="top_k", value=short_repr(top_k)
+            )
         k = int(top_k)
         if k < -1:
             raise SamplingMaskError(ErrorCode.E_RANGE, "top_k must be >= -1", field="top_k", value=k)

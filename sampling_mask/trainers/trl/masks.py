@@ -24,7 +24,7 @@ import numpy as np
 
 from ...adapters import vllm as vllm_adapter
 from ...core.checks import get_field
-from ...core.errors import ErrorCode, SamplingMaskError
+from ...core.errors import ErrorCode, SamplingMaskError, short_repr
 from ...core.model import SamplingMask, concat
 
 __all__ = [
@@ -77,7 +77,7 @@ def _sequence(value: Any, field: str) -> Sequence[Any]:
     """``value`` if it is a sequence (not text), else ``E_SCHEMA`` naming ``field``."""
     if not isinstance(value, Sequence) or isinstance(value, (str, bytes, bytearray)):
         raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, f"expected a sequence, got {type(value).__name__}", field=field, value=repr(value)[:80]
+            ErrorCode.E_SCHEMA, f"expected a sequence, got {type(value).__name__}", field=field, value=short_repr(value)
         )
     return value
 
@@ -90,7 +90,7 @@ def _json_list(value: Any, field: str, segment: int | None = None) -> list[Any] 
             f"expected a list, got {type(value).__name__}",
             field=field,
             segment=segment,
-            value=repr(value)[:80],
+            value=short_repr(value),
         )
     return value
 
