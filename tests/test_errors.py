@@ -269,3 +269,19 @@ def test_spec_limits_table_matches_defaults() -> None:
         row = re.search(rf"^\|\s*`{field}`\s*\|([^\n]*)$", text, flags=re.M)
         assert row is not None, f"{field} missing from the spec's limits table"
         assert f"{default:,}" in row.group(1) or str(default) in row.group(1), (field, row.group(0))
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: SamplingMask.from_rows([[1]], vocab_size=10**5000),
+        lambda: SamplingMask.from_rows([[10**5000]]),
+        lambda: check_count(10**5000, 10, "row count"),
+    ],
+)
+def test_an_integer_too_long_to_print_is_named_not_printed(build):
+    """An int of more digits than Python prints (``int`` max str digits) is refused with a code, its
+    value named by its size; the message never fails to format."""
+    with pytest.raises(SamplingMaskError) as err:
+        build()
+    assert "bits>" in str(err.value) and err.value.to_dict()["code"].startswith("E_")

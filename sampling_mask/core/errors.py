@@ -59,8 +59,8 @@ class SamplingMaskError(ValueError):
         self.row = row
         self.segment = segment
         self.field = field
-        scalar = value is None or isinstance(value, (int, float, str)) or getattr(value, "shape", None) == ()
-        self.value: Any = value if scalar else short_repr(value)
+        scalar = value is None or isinstance(value, (float, str)) or getattr(value, "shape", None) == ()
+        self.value: Any = value if scalar or isinstance(value, int) and value.bit_length() <= 64 else short_repr(value)
         where = []
         if field is not None:
             where.append(f"field {field!r}")
@@ -89,6 +89,8 @@ class SamplingMaskError(ValueError):
 
 class _Short(reprlib.Repr):
     def repr1(self, x: Any, level: int) -> str:
+        if isinstance(x, int) and x.bit_length() > 64:  # repr() of a long enough int is a ValueError
+            return f"<int of {x.bit_length()} bits>"
         kind = next((k for k in (dict, list, tuple, set, frozenset) if isinstance(x, k)), None)
         if kind is not None:  # subclasses too: their own __repr__ never runs
             return getattr(self, f"repr_{kind.__name__}")(x, level)  # type: ignore[no-any-return]

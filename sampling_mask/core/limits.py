@@ -105,9 +105,7 @@ def check_count(value: int, limit: int, what: str, *, field: str | None = None) 
     if value < 0:
         raise SamplingMaskError(ErrorCode.E_RANGE, f"{what} must be >= 0", field=field, value=value)
     if value > limit:
-        raise SamplingMaskError(
-            ErrorCode.E_LIMIT, f"{what} {value} exceeds the limit {limit}", field=field, value=value
-        )
+        raise SamplingMaskError(ErrorCode.E_LIMIT, f"{what} exceeds the limit {limit}", field=field, value=value)
     return value
 
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..adapters import vllm as vllm_adapter
 from ..core.checks import INTEGER_DTYPES, checked_tensor, is_int, raise_at_first
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.model import SamplingMask, as_sampling_mask, concat
 from .verl import batch_segments, dense_rows, integer_matrix, replay_logprobs, sequence_shard
 
@@ -64,7 +64,7 @@ def _truncate_length(value: Any) -> int | None:
             ErrorCode.E_SCHEMA,
             "truncate_length must be an integer >= 0 or None",
             field="truncate_length",
-            value=repr(value)[:80],
+            value=short_repr(value),
         )
     return None if value is None else int(value)
 
@@ -146,7 +146,7 @@ def rolled_mask(
     if sampling_mask is None:
         return None
     if not isinstance(packed, (bool, np.bool_)):
-        raise SamplingMaskError(ErrorCode.E_SCHEMA, "packed must be a bool", field="packed", value=repr(packed)[:80])
+        raise SamplingMaskError(ErrorCode.E_SCHEMA, "packed must be a bool", field="packed", value=short_repr(packed))
     if ring_attn_group is not None and not packed:
         raise SamplingMaskError(
             ErrorCode.E_SCHEMA, "ring attention slices packed samples: pass packed=True", field="ring_attn_group"

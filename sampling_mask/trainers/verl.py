@@ -42,7 +42,7 @@ import numpy as np
 
 from ..adapters import vllm as vllm_adapter
 from ..core.checks import FLOAT_DTYPES, INTEGER_DTYPES, as_host_array, checked_tensor, get_field, is_int, raise_at_first
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from ..core.model import SamplingMask, as_sampling_mask, concat
 from ..data import alignment
 
@@ -122,7 +122,7 @@ def check_config(config: Any) -> None:
                 ErrorCode.E_SCHEMA,
                 f"replay runs at the FSDP engine's log-prob site ({', '.join(STRATEGIES)}), not {strategy!r}",
                 field=f"actor_rollout_ref.{role}.strategy",
-                value=repr(strategy)[:80],
+                value=short_repr(strategy),
             )
     model = get_field(root, "model", None)
     if model is not None and get_field(model, "use_fused_kernels", False):
@@ -168,7 +168,7 @@ def batch_segments(sampling_mask: Any, batch_size: int, *, field: str = MASK_KEY
     per sample. Anything else, or another number of samples, is ``E_SHAPE`` / ``E_SCHEMA`` naming ``field``."""
     if not is_int(batch_size) or batch_size < 0:
         raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, "batch_size must be an integer >= 0", field="batch_size", value=repr(batch_size)[:80]
+            ErrorCode.E_SCHEMA, "batch_size must be an integer >= 0", field="batch_size", value=short_repr(batch_size)
         )
     if hasattr(sampling_mask, "__sampling_mask__"):
         mask = as_sampling_mask(sampling_mask, field=field)
@@ -235,7 +235,7 @@ def rmpad_mask(
         )
     if not is_int(pad_size) or pad_size < 0:
         raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, "pad_size must be an integer >= 0", field="pad_size", value=repr(pad_size)[:80]
+            ErrorCode.E_SCHEMA, "pad_size must be an integer >= 0", field="pad_size", value=short_repr(pad_size)
         )
     prompt_width = width - int(resp_shape[1])
     resp_am = am[:, prompt_width:]
@@ -321,7 +321,7 @@ def _check_temperature(temperature: Any) -> float:
             ErrorCode.E_SCHEMA,
             f"temperature must be a finite number >= {_TINY:.7g} (a normal float32)",
             field="temperature",
-            value=repr(temperature)[:80],
+            value=short_repr(temperature),
         )
     return value
 
