@@ -3,15 +3,14 @@ float64 to 1e-10, values and gradients. One process spawn for everything: spawni
 
 from __future__ import annotations
 
-import datetime
-import socket
-
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
-mp = pytest.importorskip("torch.multiprocessing")
+pytest.importorskip("torch.multiprocessing")
+
+from gloo import spawn  # noqa: E402
 
 from sampling_mask import SamplingMask  # noqa: E402
 from sampling_mask.reference_scorer import (  # noqa: E402
@@ -153,30 +152,12 @@ def _check_context_parallel(rank: int) -> None:
         torch.testing.assert_close(masked_logprobs(logits, local_mask, **KW).logprobs, ref.logprobs[rows], **TOL)
 
 
-def _worker(rank: int, port: int) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=WORLD,
-        timeout=datetime.timedelta(seconds=120),
-    )
-    try:
-        torch.set_default_dtype(torch.float64)
-        _check_vocab_parallel(rank)
-        _check_context_parallel(rank)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _checks(rank: int) -> None:
+    torch.set_default_dtype(torch.float64)
+    _check_vocab_parallel(rank)
+    _check_context_parallel(rank)
 
 
 def test_vocab_and_context_parallel_equal_single_process():
     """One spawn runs both checks; a failing assertion on either rank fails this test with its traceback."""
-    mp.spawn(_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+    spawn(_checks, world=WORLD)
