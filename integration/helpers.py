@@ -18,27 +18,29 @@ PROMPTS = [[5, 17, 42, 99, 7], [300, 12, 8], [64, 65, 66, 67, 68, 69], [11, 400,
 NEW_TOKENS = 16
 
 
-def build_tiny_model(directory: Path, *, seed: int = 0) -> Path:
-    """A random-weight Qwen2 (fp32) in ``directory / "model"`` and a word-level tokenizer of ``VOCAB``
-    tokens (``w3`` .. ``w511``) in ``directory / "tokenizer"`` (:func:`tokenizer_path`); no download.
-    ``initializer_range=0.2`` gives peaked distributions: every filter cuts.
-
-    The tokenizer is also saved beside the model, for engines that load it from the model's path
-    (only to detokenize: prompts go in as token ids); there transformers 5 loads it as a
-    ``Qwen2Tokenizer`` (from ``config.json``'s model type), which cannot encode these words. Loaded
-    from its own folder it is the word-level tokenizer it was saved as."""
+def word_tokenizer(vocab: int = VOCAB) -> Any:
+    """A word-level tokenizer of ``vocab`` tokens: ``<pad>`` 0, ``<eos>`` 1, ``<unk>`` 2 and ``w3`` ..
+    ``w<vocab - 1>`` (each word's id is its number), words split on white space; no download."""
     import tokenizers
-    import torch
     import transformers
 
-    words = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{f"w{i}": i for i in range(3, VOCAB)}}
+    words = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{f"w{i}": i for i in range(3, vocab)}}
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(words, unk_token="<unk>"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     tok.decoder = tokenizers.decoders.WordPiece(prefix="##")  # joins words with spaces
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    return tokenizer
+
+
+def tiny_qwen2(vocab: int = VOCAB, *, seed: int = 0) -> Any:
+    """A random-weight Qwen2 (fp32, d = 64, 2 layers, untied head); ``initializer_range=0.2`` gives
+    peaked distributions: every filter cuts."""
+    import torch
+    import transformers
+
     config = transformers.Qwen2Config(
-        vocab_size=VOCAB,
+        vocab_size=vocab,
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
@@ -52,8 +54,19 @@ def build_tiny_model(directory: Path, *, seed: int = 0) -> Path:
         dtype="float32",
     )
     torch.manual_seed(seed)
-    model = transformers.Qwen2ForCausalLM(config)
-    model.save_pretrained(directory / "model")
+    return transformers.Qwen2ForCausalLM(config)
+
+
+def build_tiny_model(directory: Path, *, seed: int = 0) -> Path:
+    """:func:`tiny_qwen2` in ``directory / "model"`` and :func:`word_tokenizer` (``VOCAB`` tokens) in
+    ``directory / "tokenizer"`` (:func:`tokenizer_path`).
+
+    The tokenizer is also saved beside the model, for engines that load it from the model's path
+    (only to detokenize: prompts go in as token ids); there transformers 5 loads it as a
+    ``Qwen2Tokenizer`` (from ``config.json``'s model type), which cannot encode these words. Loaded
+    from its own folder it is the word-level tokenizer it was saved as."""
+    tokenizer = word_tokenizer()
+    tiny_qwen2(seed=seed).save_pretrained(directory / "model")
     tokenizer.save_pretrained(directory / "model")
     tokenizer.save_pretrained(directory / "tokenizer")
     return directory / "model"

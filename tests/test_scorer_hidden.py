@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from sampling_mask import SamplingMask, SamplingMaskError  # noqa: E402
+from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError  # noqa: E402
 from sampling_mask.reference_scorer import (  # noqa: E402
     masked_entropy,
     masked_entropy_from_hidden,
@@ -256,3 +256,19 @@ def test_max_chunk_bytes_bounds_every_temporary(dtype):
         assert bool(torch.isfinite(weight.grad.float()).all()) and float(weight.grad.float().abs().sum()) > 0
         largest[budget] = probe.largest
     assert largest[4096] <= 4096 < largest[None]  # the default budget forms whole-vocabulary tiles here
+
+
+def test_a_weight_released_before_backward_is_refused_by_name():
+    """DeepSpeed ZeRO-3 partitions a parameter read outside its module's forward again before the
+    backward (its data becomes shape ``(0,)``): the backward refuses it, naming it (``E_SHAPE``), instead
+    of reading it (an IndexError before). Scored inside the head's own forward, ZeRO-3's hooks gather it
+    again first (``tests/test_trl_sharded.py``)."""
+    mask, targets, hidden, weight, bias, tau = make_case(7, dtype=torch.float32)
+    weight = torch.nn.Parameter(weight)
+    hidden = hidden.clone().requires_grad_()
+    out = masked_logprobs_from_hidden(hidden, weight, mask, targets, bias=bias, missing_target="full")
+    weight.data = torch.empty(0)  # what ZeRO-3's release does to the parameter between forward and backward
+    with pytest.raises(SamplingMaskError) as err:
+        out.logprobs.sum().backward()
+    assert err.value.code is ErrorCode.E_SHAPE and err.value.field == "weight"
+    assert "[23, 5]" in err.value.message and "[0]" in err.value.message

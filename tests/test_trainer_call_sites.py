@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gloo_group import gloo_group, spawn  # noqa: E402
+from gloo import spawn  # noqa: E402
 
 from sampling_mask.trainers import openrlhf as sm_openrlhf  # noqa: E402
 from sampling_mask.trainers import verl as sm_verl  # noqa: E402
@@ -385,13 +385,12 @@ def _check_openrlhf_ring_attention(rank: int) -> None:
     assert _assert_openrlhf_float64(case, 8, ours, plain) == 3 + 1 + 4
 
 
-def _sequence_parallel_worker(rank: int, port: int) -> None:
-    with gloo_group(rank, port, WORLD):
-        _check_verl_ulysses(rank)
-        _check_openrlhf_ring_attention(rank)
+def _sequence_parallel_checks(rank: int) -> None:
+    _check_verl_ulysses(rank)
+    _check_openrlhf_ring_attention(rank)
 
 
 @pytest.mark.slow  # spawns two processes
 def test_verl_ulysses_and_openrlhf_ring_attention_on_two_gloo_processes() -> None:
     """One spawn runs both checks; a failing assertion on either rank fails this test with its traceback."""
-    spawn(_sequence_parallel_worker, nprocs=WORLD)
+    spawn(_sequence_parallel_checks, world=WORLD)

@@ -43,6 +43,8 @@ from typing import Any
 
 import torch
 
+from ..core.errors import ErrorCode, SamplingMaskError
+
 __all__ = [
     "DEFAULT_MAX_CHUNK_BYTES",
     "ROW_BAG",
@@ -498,6 +500,21 @@ def _backward(
     return src.grads()
 
 
+def _check_still_whole(kind: str, tensors: Any, shapes: list[torch.Size]) -> None:
+    """The tensors saved for backward have their forward shapes: a sharded parameter released between
+    forward and backward (DeepSpeed ZeRO-3 partitions it to shape ``(0,)`` unless its module's own hooks
+    gather it again) is refused by name, never read."""
+    names = ("logits",) if kind == "logits" else ("hidden", "weight", "bias")
+    for name, tensor, shape in zip(names, tensors, shapes, strict=False):
+        if tensor.shape != shape:
+            raise SamplingMaskError(
+                ErrorCode.E_SHAPE,
+                f"{name} was {list(shape)} in forward and is {list(tensor.shape)} in backward (a sharded parameter"
+                " released in between: score inside the module's own forward, where its hooks gather it again)",
+                field=name,
+            )
+
+
 class RowStats(torch.autograd.Function):
     """``RowStats.apply(plan, kind, *tensors) -> (m, S, A, zy)`` per row; ``kind`` is ``"logits"``
     (tensors: logits) or ``"hidden"`` (tensors: hidden, weight[, bias]). ``m`` is not differentiable
@@ -509,6 +526,7 @@ class RowStats(torch.autograd.Function):
         with torch.no_grad():
             m, s, a, zy, u = _forward(src, plan)
         ctx.plan, ctx.kind = plan, kind
+        ctx.shapes = [t.shape for t in tensors]
         ctx.save_for_backward(m, u, *tensors)
         ctx.mark_non_differentiable(m)
         return m, s, a, zy
@@ -517,6 +535,7 @@ class RowStats(torch.autograd.Function):
     def backward(ctx: Any, g_m: Any, g_s: Any, g_a: Any, g_zy: Any) -> Any:  # type: ignore[override]
         m, u, *tensors = ctx.saved_tensors
         plan: LocalPlan = ctx.plan
+        _check_still_whole(ctx.kind, tensors, ctx.shapes)
         zeros = torch.zeros_like(m)
         src = _SOURCES[ctx.kind](tuple(tensors), plan.dtype)
         needs = tuple(ctx.needs_input_grad[2:])

@@ -371,7 +371,25 @@ def masked_support_logprobs(
     return u - lse[rows]
 
 
+def _refuse_dtensors(**tensors: Any) -> None:
+    """``E_SCHEMA`` naming the first ``DTensor`` (a shard of a sharded parameter: its shape is global,
+    its data local)."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - a torch without distributed tensors
+        return
+    for field, value in tensors.items():
+        if isinstance(value, DTensor):
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"{field} is a DTensor: pass the whole tensor (an FSDP2 head inside its module's forward), or this"
+                " rank's vocabulary shard with vocab_group",
+                field=field,
+            )
+
+
 def _hidden_source(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, vocab_group: Any) -> _Source:
+    _refuse_dtensors(hidden=hidden, weight=weight, bias=bias)
     if not isinstance(hidden, torch.Tensor) or hidden.ndim != 2:
         raise SamplingMaskError(ErrorCode.E_SHAPE, "hidden must be a 2-D tensor [T, d]", field="hidden")
     if not isinstance(weight, torch.Tensor) or weight.ndim != 2 or weight.shape[1] != hidden.shape[1]:

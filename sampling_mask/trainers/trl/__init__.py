@@ -34,8 +34,15 @@ change a user makes) fixes that:
   token over its row with :func:`~sampling_mask.reference_scorer.masked_logprobs_from_hidden`
   (ragged rows from :func:`completion_support`, never ``[T, V]``): ``old_per_token_logps`` (so the
   vLLM importance-sampling ratio is computed after renormalization), ``ref_per_token_logps`` (so the
-  KL is 0 where policy == reference) and the loss's log-probs. A mask that is active but not consumed
-  raises rather than fall back to full-vocabulary scores.
+  KL is 0 where policy == reference) and the loss's log-probs. A mask that is active but not consumed,
+  a fused call with masks in use outside TRL's scoring, and a loss batch without masks while the
+  sampler truncates raise rather than fall back to full-vocabulary scores.
+- **Sharding.** The scoring runs inside the output head's own call (:mod:`.fused`), so the head is
+  read as the model's sharding materializes it, gathered and its gradient reduced by the sharding's
+  own hooks: one process, DDP, FSDP2 (``fully_shard``, whatever the wrap policy, the head wrapped on
+  its own included), DeepSpeed ZeRO-3, ``device_map`` splits (hidden states move to the head's device).
+  Refused (``E_SCHEMA``): accelerate's tensor / context / sequence parallelism (``parallelism_config``),
+  a head other than a ``torch.nn.Linear`` (an adapter or a quantized layer on it), an offloaded head.
 - **Entropy.** The per-token entropies TRL uses (its metric, ``top_entropy_quantile``, the entropy
   bonus) are those of the renormalized distribution, and the metric is logged as ``entropy_replay``
   instead of ``entropy`` (which keeps TRL's meaning, full vocabulary, whenever replay is off).
@@ -61,11 +68,12 @@ replay), ``sampling_replay/ratio_full`` (the same over the full vocabulary) and,
 generation, ``sampling_replay/kept_mass`` (the sampler's mean kept probability mass); also kept in
 ``trainer.replay_log``.
 
-Two modules: :mod:`.masks` (the readers, the carry and the settings checks above; numpy, cheap to
-import) and :mod:`.grpo` (``ReplayGRPOTrainer``, a module-level class, and :class:`~.grpo.BatchMasks`,
-the one holder of a batch's masks from generation to the loss; importing it imports TRL, and so torch
-and transformers, which takes seconds). This package re-exports the first and imports
-``ReplayGRPOTrainer`` from the second on first access: ``import sampling_mask.trainers.trl`` imports
+Three modules: :mod:`.masks` (the readers, the carry and the settings checks above; numpy, cheap to
+import), :mod:`.fused` (the replay forward, TRL's fused-head contract scored over the rows, and the
+head read) and :mod:`.grpo` (``ReplayGRPOTrainer``, a module-level class, and :class:`~.grpo.BatchMasks`,
+the one holder of a batch's masks from generation to the loss). Importing either of the last two
+imports TRL, and so torch and transformers, which takes seconds. This package re-exports the first and
+imports ``ReplayGRPOTrainer`` from :mod:`.grpo` on first access: ``import sampling_mask.trainers.trl`` imports
 neither TRL nor torch, and where TRL is not installed that access raises
 :class:`~sampling_mask.core.optional.UnavailableError` (an ``ImportError``) naming it.
 """

@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import types
 import warnings
 import weakref
 from collections.abc import Iterator, Sequence
@@ -33,14 +32,13 @@ import numpy as np
 from ...core.errors import ErrorCode, SamplingMaskError
 from ...core.model import SamplingMask
 from ...core.optional import require
-from ...reference_scorer import masked_logprobs_from_hidden
 from ...sampler import check_sampler
 from ...sampler.generation_config import resolve_generation_config, sampler_settings
 from ..transformers import SamplingMaskRecorder
+from .fused import check_head, replaced, replay_forward
 from .masks import (
     MASK_KEY,
     completion_masks,
-    completion_support,
     config_value,
     hf_processors_not_replayed,
     masks_from_request_outputs,
@@ -234,6 +232,14 @@ class ReplayGRPOTrainer(GRPOTrainer):
                 raise SamplingMaskError(
                     ErrorCode.E_SCHEMA, f"sampling replay does not cover {name}: {reason}", field=name
                 )
+        parallelism = getattr(self.accelerator, "parallelism_config", None)
+        for kind in ("tp", "cp", "sp"):  # data parallelism (DDP, FSDP2, ZeRO-3, HSDP) is covered; these split a row
+            if parallelism is not None and getattr(parallelism, f"{kind}_enabled", False):
+                raise SamplingMaskError(
+                    ErrorCode.E_SCHEMA,
+                    f"sampling replay does not cover {kind}_size > 1 (the head or the sequence split across ranks)",
+                    field=f"parallelism_config.{kind}_size",
+                )
         if not self.use_vllm:
             return
         generation = self.vllm_generation
@@ -253,6 +259,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         :meth:`_routed_forward`. The model holds the trainer weakly: it does not keep it alive, and once
         the trainer is gone the forward is TRL's again."""
         _check_model(model)
+        check_head(model.get_output_embeddings())
         original = model.forward
         route = weakref.WeakMethod(self._routed_forward)
 
@@ -359,7 +366,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
                 captured.append((recorder.mask(out, eos_token_id=eos), np.asarray(recorder.kept_mass)))
                 return out
 
-        with _replaced(engine, "generate", functools.wraps(original)(generate)):
+        with replaced(engine, "generate", functools.wraps(original)(generate)):
             yield captured
 
     # ------------------------------------------------------------------ scoring: the loss and the forward
@@ -381,6 +388,12 @@ class ReplayGRPOTrainer(GRPOTrainer):
         if carried is not None and not self.replay_enabled:
             raise SamplingMaskError(
                 ErrorCode.E_SCHEMA, "inputs carry a sampling mask but replay is off (nothing truncates)", field=MASK_KEY
+            )
+        if carried is None and self.replay_enabled:
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                f"the sampler truncates but inputs carry no {MASK_KEY!r}: the loss would score over the full vocabulary",
+                field=MASK_KEY,
             )
         with self._masks_in_use(None if carried is None else BatchMasks(completions=carried)):
             loss = super()._compute_loss(model, inputs)
@@ -430,62 +443,41 @@ class ReplayGRPOTrainer(GRPOTrainer):
     def _routed_forward(
         self, model: Any, original: Any, fused_lm_head: bool, labels: Any, args: Sequence[Any], kwargs: dict[str, Any]
     ) -> Any:
-        """A replayed model's forward: a fused call (TRL's log-probs) inside a scoring call with masks in
-        use is replayed (:meth:`_replay_forward`); any other call (generation, no masks) runs TRL's."""
+        """A replayed model's forward: a fused call (TRL's log-probs) with masks in use is replayed
+        (:meth:`_replay_forward`); a call without masks in use, or one that is not fused (generation),
+        runs TRL's. A fused call with masks in use that cannot be replayed raises (``E_SCHEMA``): outside
+        one of TRL's scoring calls (no rows to take), or without ``input_ids``."""
         batch = self._batch_masks
-        input_ids: Any = kwargs.get("input_ids", args[0] if args else None)
-        if batch is None or batch.logits_to_keep is None or not fused_lm_head or input_ids is None:
+        if batch is None or not fused_lm_head:
             return original(*args, fused_lm_head=fused_lm_head, labels=labels, **kwargs)
+        input_ids: Any = kwargs.get("input_ids", args[0] if args else None)
+        if batch.logits_to_keep is None or input_ids is None or labels is None:
+            raise SamplingMaskError(
+                ErrorCode.E_SCHEMA,
+                "a fused log-prob call while masks are in use, outside TRL's scoring or without input_ids and labels:"
+                " it would score over the full vocabulary",
+                field=MASK_KEY,
+            )
         return self._replay_forward(model, batch, input_ids, labels, args, kwargs)
 
     def _replay_forward(
         self, model: Any, batch: BatchMasks, input_ids: Any, labels: Any, args: Sequence[Any], kwargs: dict[str, Any]
     ) -> Any:
         """The fused forward's output for the next ``len(input_ids)`` rows of ``batch``, as TRL's fused
-        head returns it (``log_probs`` / ``entropy`` ``[B, L - 1]``, 0 at unscored positions): each
-        completion token scored over its row from the hidden states, through :meth:`_output_head`
-        (ragged support, never ``[T, V]`` nor ``[B, L, W]``)."""
-        parts = batch.take(int(input_ids.shape[0]))
-        if kwargs.get("output_router_logits"):
-            raise SamplingMaskError(ErrorCode.E_SCHEMA, "replay does not cover MoE aux losses", field="model")
-        kwargs["use_cache"] = False
-        hidden = model.base_model(*args, **kwargs).last_hidden_state
-        length, keep = int(input_ids.shape[1]), batch.logits_to_keep
-        assert keep is not None  # inside a scoring call
-        hidden = hidden[:, length - 1 - keep : length - 1]  # position t predicts token t + 1
-        target = labels[:, length - keep :]
-        valid = target != -100
-        ids, offsets = completion_support(parts, valid)
-        with self._output_head(model) as (weight, bias):
-            scores = masked_logprobs_from_hidden(
-                hidden[valid],
-                weight,
-                (ids.to(hidden.device), offsets.to(hidden.device)),
-                target[valid],
-                bias=bias,
-                temperature=float(self.temperature),
-                with_entropy=batch.with_entropy,
-                fill_value=0.0,
-            )
-        assert scores.logprobs is not None  # asked for
-        full = torch.zeros(labels.shape[0], length - 1, dtype=scores.logprobs.dtype, device=hidden.device)
-        logps = full.clone()
-        logps[:, length - 1 - keep :] = logps[:, length - 1 - keep :].masked_scatter(valid, scores.logprobs)
-        entropy = None
-        if scores.entropy is not None:
-            entropy = full.clone()
-            entropy[:, length - 1 - keep :] = entropy[:, length - 1 - keep :].masked_scatter(valid, scores.entropy)
-        return types.SimpleNamespace(log_probs=logps, entropy=entropy, aux_loss=None, loss=-scores.logprobs.sum())
-
-    @contextlib.contextmanager
-    def _output_head(self, model: Any) -> Iterator[tuple[Any, Any]]:
-        """The output head's ``(weight [V, H], bias [V] or None)`` for one chunk's replay scoring, which
-        runs inside the block (its result may hold them for the backward pass): the one place the replay
-        reads the head's parameters. Here they are read as they are, whole on each process (one process,
-        DDP); sharded training (FSDP2, ZeRO-3), where outside the head's own forward the weight is a
-        shard, gathers them here."""
-        head = model.get_output_embeddings()
-        yield head.weight, head.bias
+        head returns it (:func:`~.fused.replay_forward`: each completion token scored over its row, the
+        output head read inside its own call, as the model's sharding materializes it)."""
+        assert batch.logits_to_keep is not None  # inside a scoring call
+        return replay_forward(
+            model,
+            batch.take(int(input_ids.shape[0])),
+            input_ids,
+            labels,
+            logits_to_keep=batch.logits_to_keep,
+            temperature=float(self.temperature),
+            with_entropy=batch.with_entropy,
+            args=args,
+            kwargs=kwargs,
+        )
 
     # ------------------------------------------------------------------ logging
     @property
@@ -547,22 +539,6 @@ def _vllm_engine_returns_masks() -> Iterator[None]:
         yield
     finally:
         vllm_generation.LLM = llm
-
-
-@contextlib.contextmanager
-def _replaced(obj: Any, name: str, value: Any) -> Iterator[None]:
-    """``obj.name`` is ``value`` inside the block; after it, what it was (an instance attribute is put
-    back, a method of the class is uncovered again)."""
-    own = getattr(obj, "__dict__", {})
-    had, previous = name in own, own.get(name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        if had:
-            setattr(obj, name, previous)
-        else:
-            delattr(obj, name)
 
 
 def _float_lists(mask: SamplingMask) -> list[list[float]]:
