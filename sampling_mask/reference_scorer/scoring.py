@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..core.checks import is_int
-from ..core.errors import ErrorCode, SamplingMaskError
+from ..core.errors import ErrorCode, SamplingMaskError, short_repr
 from .distributed import CopyToGroup, ReduceSum, all_reduce_max, vocab_shard
 from .inputs import MaskLike, RowPlan, accumulation_dtype, plan_rows
 from .row_stats import DEFAULT_MAX_CHUNK_BYTES, LocalPlan, RowStats, finish, rescale
@@ -66,7 +66,7 @@ class MaskedScores:
 def _check_fill(fill_value: Any) -> float:
     if isinstance(fill_value, bool) or not isinstance(fill_value, (int, float)):
         raise SamplingMaskError(
-            ErrorCode.E_SCHEMA, "fill_value must be a number", field="fill_value", value=repr(fill_value)[:80]
+            ErrorCode.E_SCHEMA, "fill_value must be a number", field="fill_value", value=short_repr(fill_value)
         )
     return float(fill_value)
 
@@ -81,7 +81,7 @@ def _check_chunking(chunk_size: Any, max_chunk_bytes: Any) -> tuple[int | None, 
                 ErrorCode.E_RANGE,
                 f"{field} must be an integer >= 1{' or None' if field == 'chunk_size' else ''}",
                 field=field,
-                value=repr(value)[:80],
+                value=short_repr(value),
             )
     return chunk_size, max_chunk_bytes
 
