@@ -11,7 +11,8 @@ hand there (masks) or computed by an independent float64 formula
 (:func:`~sampling_mask.conformance.properties.float64_scores`); binary payloads are built from the
 spec's layouts with numpy / pyarrow / msgpack directly, never by this library's encoders, so the
 library is tested against them, not with them. Real data comes from ``sources/vllm-0.32.json``
-(slices of vLLM 0.32's own output).
+(slices of vLLM 0.32's own output). Every case is added with the spec release whose suite first held
+it (``since``); the requirements it holds are read from SPEC.md's Appendix A.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ def add_cases(book: Book) -> None:
         "arrow",
         hx("arrow.issue-example"),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     f.add(
         "companions-and-metadata",
@@ -30,6 +31,7 @@ def add_cases(book: Book) -> None:
         "arrow",
         hx("arrow.companions"),
         ok(companions_mask(metadata={"top_k": 3, "producer": "vllm-0.32"})),
+        since="1.0",
     )
     f.add(
         "user-columns-ignored",
@@ -37,6 +39,7 @@ def add_cases(book: Book) -> None:
         "arrow",
         hx("arrow.user-columns"),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3])),
+        since="1.0",
     )
     f.add(
         "large-lists",
@@ -44,6 +47,7 @@ def add_cases(book: Book) -> None:
         "arrow",
         hx("arrow.large-lists"),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3])),
+        since="1.0",
     )
     f.add(
         "empty-segments",
@@ -51,6 +55,7 @@ def add_cases(book: Book) -> None:
         "arrow",
         hx("arrow.empty-segments"),
         ok(mask([[1], [2]], cu=[0, 0, 2, 2])),
+        since="1.0",
     )
     f.add(
         "zero-segments",
@@ -58,6 +63,7 @@ def add_cases(book: Book) -> None:
         "arrow",
         hx("arrow.zero-segments"),
         ok(mask([], cu=[0])),
+        since="1.0",
     )
     f.add(
         "compact-layout",
@@ -65,6 +71,7 @@ def add_cases(book: Book) -> None:
         "arrow",
         hx("arrow.compact-layout"),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     f.add(
         "no-batches",
@@ -72,6 +79,7 @@ def add_cases(book: Book) -> None:
         "arrow-batches",
         hx("arrow.no-batches"),
         ok(mask([], cu=[0], vocab=10)),
+        since="1.0",
     )
     f.add(
         "zstd-compressed",
@@ -79,6 +87,7 @@ def add_cases(book: Book) -> None:
         "arrow-batches",
         hx("arrow.zstd"),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     e = arrow_shared.encode_file(book, "arrow")
     issue = bins["arrow.issue-example"]
@@ -201,7 +210,7 @@ def add_cases(book: Book) -> None:
             "The version is decimal digits: 1.0 is not.",
         ),
     ):
-        bad.add(slug, why, spec, payload, err(*codes))
+        bad.add(slug, why, spec, payload, err(*codes), since="1.0")
 
     # Writers declare their rows' order truthfully; the compact layout stores rows as sets (9.2, 9.4).
     declares_unsorted_rows(e, "arrow-metadata", unsorted_model(), {"detected": "arrow"})
@@ -240,7 +249,7 @@ def add_cases(book: Book) -> None:
             "8.4",
         ),
     ):
-        bad.add(slug, why, spec, {"hex": bins[f"arrow.{key}"].hex()}, err(*codes))
+        bad.add(slug, why, spec, {"hex": bins[f"arrow.{key}"].hex()}, err(*codes), since="1.0")
     arrow_shared.companions_over_max_bytes(bad, "arrow")
 
     # 9.5: the leading magic of an IPC file (pyarrow checks only the trailing one).
@@ -250,6 +259,7 @@ def add_cases(book: Book) -> None:
         "arrow-reading",
         {"hex": (b"B" + issue[1:]).hex()},
         err("E_ENCODING"),
+        since="1.2",
     )
     bad.add(
         "leading-magic-last-byte",
@@ -257,6 +267,7 @@ def add_cases(book: Book) -> None:
         "arrow-reading",
         {"hex": (issue[:5] + b"2" + issue[6:]).hex()},
         err("E_ENCODING"),
+        since="1.2",
     )
     arrow_shared.zero_length_buffer_and_user_key(f, "arrow", 1 << 40)
     producer = b"sampling_mask.metadata.producer"
@@ -266,6 +277,7 @@ def add_cases(book: Book) -> None:
         "arrow-metadata",
         {"hex": bins["arrow.companions"].replace(producer, producer[:-2] + b"\xff\xfe").hex()},
         err("E_ENCODING"),
+        since="1.2",
     )
     arrow_shared.layout_option(e, "list")
     arrow_shared.compact_many_empty_rows(bad, "arrow")
@@ -283,6 +295,7 @@ def add_cases(book: Book) -> None:
         "arrow-batches",
         {"hex": two.hex()},
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.3",
     )
     bad.add(
         "footer-block-repeated",
@@ -290,6 +303,7 @@ def add_cases(book: Book) -> None:
         "8.4",
         {"hex": (two[:second] + two[first : first + 24] + two[second + 24 :]).hex()},
         err("E_ENCODING"),
+        since="1.3",
     )
     offset = int(np.frombuffer(two[first : first + 8], "<i8")[0])
     overlapping = np.frombuffer(two[second : second + 8], "<i8").copy()
@@ -300,6 +314,7 @@ def add_cases(book: Book) -> None:
         "8.4",
         {"hex": (two[:second] + overlapping.tobytes() + two[second + 8 :]).hex()},
         err("E_ENCODING"),
+        since="1.3",
     )
 
     arrow_shared.byte_count(f, bad, "arrow")

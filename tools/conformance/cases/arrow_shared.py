@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .arrow_payloads import HALF_EMPTY_ROWS, MANY_EMPTY_ROWS, RANDOM_BLOB_BYTES, ZERO_BLOB_BYTES, binaries
-from .common import ISSUE_ROWS, SPEC_1_4, Book, File, companions_mask, err, f32_mask_bytes, mask, ok, roundtrip_model
+from .common import ISSUE_ROWS, Book, File, companions_mask, err, f32_mask_bytes, mask, ok, roundtrip_model
 
 
 def encode_file(book: Book, form: str) -> File:
@@ -20,6 +20,7 @@ def encode_file(book: Book, form: str) -> File:
         roundtrip_model(),
         {"roundtrip": True},
         op="encode",
+        since="1.0",
     )
     return e
 
@@ -37,6 +38,7 @@ def companions_over_max_bytes(bad: File, form: str) -> None:
         {"hex": bins[f"{form}.companions"].hex()},
         err("E_LIMIT"),
         limits={"max_bytes": arrow_bytes - 1},
+        since="1.2",
     )
 
 
@@ -53,6 +55,7 @@ def zero_length_buffer_and_user_key(f: File, form: str, offset: int) -> None:
         "arrow-reading",
         {"hex": data.replace(pattern, np.array([offset, 0, 0, 12], "<i8").tobytes()).hex()},
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.2",
     )
     user_key = b"sampling_mask.id_order"
     f.add(
@@ -62,6 +65,7 @@ def zero_length_buffer_and_user_key(f: File, form: str, offset: int) -> None:
         "arrow-metadata",
         {"hex": data.replace(user_key, b"\xff\xfe" + user_key[2:]).hex()},
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.2",
     )
 
 
@@ -75,6 +79,7 @@ def layout_option(e: File, layout: str) -> None:
         {"roundtrip": True, "properties": {"layout": layout}},
         op="encode",
         options={"layout": layout},
+        since="1.2",
     )
 
 
@@ -91,6 +96,7 @@ def compact_many_empty_rows(bad: File, form: str) -> None:
         {"hex": bins[f"{form}.compact-many-empty-rows"].hex()},
         err("E_LIMIT"),
         limits={"max_bytes": produced // 2},
+        since="1.3",
     )
 
 
@@ -105,6 +111,7 @@ def large_user_column(f: File, form: str) -> None:
         {"hex": bins[f"{form}.large-user-column"].hex()},
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
         limits={"max_bytes": 6000},
+        since="1.3",
     )
 
 
@@ -122,6 +129,7 @@ def buffers_inside_the_body(f: File, bad: File, form: str) -> None:
         "arrow-batches",
         {"hex": data.replace(pattern, np.array([64, 256, 0, 12], "<i8").tobytes()).hex()},
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.3",
     )
     bad.add(
         "offsets-buffer-outside-body",
@@ -129,6 +137,7 @@ def buffers_inside_the_body(f: File, bad: File, form: str) -> None:
         "arrow-batches",
         {"hex": data.replace(pattern, np.array([0, 0, 1 << 20, 12], "<i8").tobytes()).hex()},
         err("E_ENCODING"),
+        since="1.3",
     )
 
 
@@ -148,7 +157,7 @@ def byte_count(f: File, bad: File, form: str) -> None:
         {"hex": bins[f"{form}.many-empty-rows-zstd"].hex()},
         err("E_LIMIT"),
         limits={"max_bytes": 1_000_000},
-        since=SPEC_1_4,
+        since="1.4",
     )
     each = 4 * (half + 1) + 8 + 8 * (half + 1) + 16
     bad.add(
@@ -160,7 +169,7 @@ def byte_count(f: File, bad: File, form: str) -> None:
         {"hex": bins[f"{form}.two-batches-of-empty-rows-zstd"].hex()},
         err("E_LIMIT"),
         limits={"max_bytes": 900_000},
-        since=SPEC_1_4,
+        since="1.4",
     )
     bad.add(
         "compressed-lengths-of-batches-count-together",
@@ -171,7 +180,7 @@ def byte_count(f: File, bad: File, form: str) -> None:
         {"hex": bins[f"{form}.two-batches-compressed-blob"].hex()},
         err("E_LIMIT"),
         limits={"max_bytes": 150_000},
-        since=SPEC_1_4,
+        since="1.4",
     )
     bad.add(
         "batches-together-over-max-rows",
@@ -181,7 +190,7 @@ def byte_count(f: File, bad: File, form: str) -> None:
         {"hex": bins[f"{form}.one-batch-per-segment"].hex()},
         err("E_LIMIT"),
         limits={"max_rows": 2},
-        since=SPEC_1_4,
+        since="1.4",
     )
     f.add(
         "buffer-stored-uncompressed-not-counted",
@@ -192,7 +201,7 @@ def byte_count(f: File, bad: File, form: str) -> None:
         {"hex": bins[f"{form}.blob-stored-uncompressed"].hex()},
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
         limits={"max_bytes": 6000},
-        since=SPEC_1_4,
+        since="1.4",
     )
 
 
@@ -212,7 +221,7 @@ def unread_bitmap_counted(bad: File, source: str, length: int) -> None:
         "8.5.6",
         {"hex": forged.hex()},
         err("E_LIMIT"),
-        since=SPEC_1_4,
+        since="1.4",
     )
 
 
@@ -226,7 +235,7 @@ def metadata_kind(bad: File, form: str) -> None:
         "9.2",
         {"hex": bins[f"{form}.metadata-top-k-integral-float"].hex()},
         err("E_SCHEMA"),
-        since=SPEC_1_4,
+        since="1.4",
     )
 
 
@@ -252,5 +261,5 @@ def no_batches_keep_the_schema(f: File, what: str, source: str) -> None:
                 metadata={"top_k": 3, "producer": "vllm-0.32"},
             )
         ),
-        since=SPEC_1_4,
+        since="1.4",
     )

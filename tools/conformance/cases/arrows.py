@@ -18,6 +18,7 @@ def add_cases(book: Book) -> None:
         "arrow",
         hx("arrows.issue-example"),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     f.add(
         "one-batch-per-segment",
@@ -25,6 +26,7 @@ def add_cases(book: Book) -> None:
         "arrow",
         hx("arrows.one-batch-per-segment"),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     f.add(
         "lz4-compressed",
@@ -32,6 +34,7 @@ def add_cases(book: Book) -> None:
         "arrow-batches",
         hx("arrows.lz4"),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     e = arrow_shared.encode_file(book, "arrows")
     stream = bins["arrows.issue-example"]
@@ -42,6 +45,7 @@ def add_cases(book: Book) -> None:
         "versioning",
         hx("arrows.unknown-major-version"),
         err("E_VERSION"),
+        since="1.0",
     )
     bad.add(
         "truncated",
@@ -49,8 +53,9 @@ def add_cases(book: Book) -> None:
         "arrow",
         {"hex": stream[: len(stream) - 40].hex()},
         err("E_ENCODING"),
+        since="1.0",
     )
-    bad.add("not-arrow", "Random bytes.", "arrow", {"hex": "ffffffff0800000001020304"}, err("E_ENCODING"))
+    bad.add("not-arrow", "Random bytes.", "arrow", {"hex": "ffffffff0800000001020304"}, err("E_ENCODING"), since="1.0")
 
     # 8.4: a declared length is bounded before anything is decompressed.
     bad.add(
@@ -59,6 +64,7 @@ def add_cases(book: Book) -> None:
         "8.4",
         {"hex": bins["arrows.compressed-length-bomb"].hex()},
         err("E_LIMIT"),
+        since="1.0",
     )
     arrow_shared.zero_length_buffer_and_user_key(f, "arrows", 1000)
     arrow_shared.layout_option(e, "compact")
@@ -72,6 +78,7 @@ def add_cases(book: Book) -> None:
         "arrow-batches",
         {"hex": bins["arrows.no-batches"].hex()},
         ok(mask([], cu=[0], vocab=10)),
+        since="1.3",
     )
     arrow_shared.buffers_inside_the_body(f, bad, "arrows")
 
@@ -86,6 +93,7 @@ def add_cases(book: Book) -> None:
             "8.4",
             {"hex": bins[source][: -len(end)].hex()},
             err("E_ENCODING"),
+            since="1.3",
         )
 
     arrow_shared.byte_count(f, bad, "arrows")

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import ISSUE_ROWS, SPEC_1_4, Book, err, mask, model, ok
+from .common import ISSUE_ROWS, Book, err, mask, model, ok
 from .shared import refuses_zero_segments
 
 
@@ -33,13 +33,21 @@ def add_cases(book: Book) -> None:
     """Every base64 case: ``base64/decode.json``, ``base64/encode.json``, ``invalid/base64.json``."""
     d = [[5, 1, -1, -1], [-1, -1, -1, -1], [7, -1, -1, -1]]
     f = book.file("base64/decode.json", "base64", 'SkyRL\'s dense envelope {"data": base64, "shape": [T, W], "dtype"}.')
-    f.add("skyrl-dense", "A dense int32 array in the envelope.", "json", {"text": _envelope(d)}, ok(mask(ISSUE_ROWS)))
+    f.add(
+        "skyrl-dense",
+        "A dense int32 array in the envelope.",
+        "json",
+        {"text": _envelope(d)},
+        ok(mask(ISSUE_ROWS)),
+        since="1.0",
+    )
     f.add(
         "zero-rows",
         "Shape [0, 4] with empty data.",
         "json",
         {"text": _envelope([], shape=[0, 4])},
         ok(mask([])),
+        since="1.0",
     )
     f.add(
         "observation-rows",
@@ -47,6 +55,7 @@ def add_cases(book: Book) -> None:
         "json",
         {"text": _envelope([[3, 2], [-1, -1], [-1, -1]])},
         ok(mask([[2, 3], [], []])),
+        since="1.0",
     )
     f.add(
         "int64-dtype",
@@ -54,6 +63,7 @@ def add_cases(book: Book) -> None:
         "json",
         {"text": _envelope(d, "int64")},
         ok(mask(ISSUE_ROWS)),
+        since="1.0",
     )
     e = book.file("base64/encode.json", "base64", "Encoding a mask in the dense base64 envelope.")
     e.add(
@@ -63,6 +73,7 @@ def add_cases(book: Book) -> None:
         model([[1, 5], [], [7]]),
         {"roundtrip": True},
         op="encode",
+        since="1.0",
     )
     bad = book.file("invalid/base64.json", "base64", "Envelopes that a reader must reject.")
     good = base64.b64encode(np.array([[1, 2]], "<i4").tobytes()).decode("ascii")
@@ -97,13 +108,14 @@ def add_cases(book: Book) -> None:
         ("one-dimensional", _envelope([1, 2]), "E_SHAPE", "shape is exactly [T, W]."),
         ("data-not-a-string", _envelope([[1, 2]], override={"data": [1, 2]}), "E_SCHEMA", "data is a base64 string."),
     ):
-        bad.add(slug, why, "json", {"text": text}, err(code))
+        bad.add(slug, why, "json", {"text": text}, err(code), since="1.0")
     bad.add(
         "forged-shape",
         "A few bytes declaring a 2**40 x 2**20 array.",
         "limits",
         {"text": json.dumps({"data": good, "shape": [1 << 40, 1 << 20], "dtype": "int32"})},
         err("E_LIMIT"),
+        since="1.0",
     )
 
     # The text is UTF-8 everywhere, under keys the reader ignores too (11.1).
@@ -113,6 +125,7 @@ def add_cases(book: Book) -> None:
         "json-rules",
         {"hex": b'{"data": "AQAAAA==", "shape": [1, 1], "dtype": "int32", "note": "\xff"}'.hex()},
         err("E_ENCODING"),
+        since="1.0",
     )
     bad.add(
         "encode-would-lose-companions",
@@ -121,6 +134,7 @@ def add_cases(book: Book) -> None:
         model([[1]], sampled_token_ids=[1]),
         err("E_SCHEMA"),
         op="encode",
+        since="1.0",
     )
 
     refuses_zero_segments(bad)
@@ -134,7 +148,7 @@ def add_cases(book: Book) -> None:
         {"text": _envelope([[-1] * 64] * 4)},
         err("E_LIMIT"),
         limits={"max_bytes": 1000},
-        since=SPEC_1_4,
+        since="1.4",
     )
     full = [list(range(64))] * 4
     bad.add(
@@ -145,5 +159,5 @@ def add_cases(book: Book) -> None:
         {"text": _envelope(full)},
         err("E_LIMIT"),
         limits={"max_bytes": 1800},
-        since=SPEC_1_4,
+        since="1.4",
     )

@@ -28,6 +28,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"bitmask": arr([[0x22, 0x00], [0x00, 0x00], [0x80, 0x00]], "uint8"), "vocab_size": 10},
         ok(mask(ISSUE_ROWS, vocab=10)),
+        since="1.0",
     )
     f.add(
         "little-bit-order",
@@ -35,6 +36,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"bitmask": arr([[0x01, 0x01], [0x80, 0x80]], "uint8"), "vocab_size": 16},
         ok(mask([[0, 8], [7, 15]], vocab=16)),
+        since="1.0",
     )
     f.add(
         "last-valid-id",
@@ -42,6 +44,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"bitmask": arr([[0x00, 0x02]], "uint8"), "vocab_size": 10},
         ok(mask([[9]], vocab=10)),
+        since="1.0",
     )
     f.add(
         "full-vocabulary-row",
@@ -49,6 +52,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"bitmask": arr([[0xFF, 0x0F]], "uint8"), "vocab_size": 12},
         ok(mask([list(range(12))], vocab=12)),
+        since="1.0",
     )
     f.add(
         "zero-rows",
@@ -56,6 +60,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"bitmask": arr([], "uint8", shape=[0, 2]), "vocab_size": 10},
         ok(mask([], vocab=10)),
+        since="1.0",
     )
     f.add(
         "vocab-size-one",
@@ -63,6 +68,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"bitmask": arr([[1], [0]], "uint8"), "vocab_size": 1},
         ok(mask([[0], []], vocab=1)),
+        since="1.0",
     )
     f.add(
         "with-cu-seqlens-and-sampled",
@@ -75,6 +81,7 @@ def add_cases(book: Book) -> None:
             "sampled_token_ids": arr([3, 9]),
         },
         ok(mask([[2, 3], [9]], cu=[0, 1, 2], vocab=10, sampled_token_ids=[3, 9])),
+        since="1.0",
     )
     f.add(
         "vllm-0.32-wide-row",
@@ -85,6 +92,7 @@ def add_cases(book: Book) -> None:
             "vocab_size": src["vocab_size"],
         },
         ok(mask([src["rows"]["21"]], vocab=src["vocab_size"])),
+        since="1.0",
     )
     e = book.file("bitmask/encode.json", "bitmask", "Encoding a mask as a little-bit-order bitmask.")
     e.add(
@@ -94,6 +102,7 @@ def add_cases(book: Book) -> None:
         model([[1, 5], [], [7]], vocab_size=10),
         {"payload": {"bitmask": arr(_bits(ISSUE_ROWS, 10), "uint8")}},
         op="encode",
+        since="1.0",
     )
     bad = book.file("invalid/bitmask.json", "bitmask", "Bitmask payloads that a reader must reject.")
     bad.add(
@@ -102,6 +111,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"bitmask": arr([[0x00, 0x04]], "uint8"), "vocab_size": 10},
         err("E_PADDING"),
+        since="1.0",
     )
     bad.add(
         "high-padding-bit",
@@ -109,6 +119,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"bitmask": arr([[0x01, 0x00], [0x00, 0x80]], "uint8"), "vocab_size": 10},
         err("E_PADDING"),
+        since="1.0",
     )
     bad.add(
         "row-bytes-too-many",
@@ -116,6 +127,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"bitmask": arr([[0, 0, 0]], "uint8"), "vocab_size": 10},
         err("E_SHAPE"),
+        since="1.0",
     )
     bad.add(
         "row-bytes-too-few",
@@ -123,6 +135,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"bitmask": arr([[1]], "uint8"), "vocab_size": 10},
         err("E_SHAPE"),
+        since="1.0",
     )
     bad.add(
         "int32-dtype",
@@ -130,6 +143,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"bitmask": arr([[1, 0]]), "vocab_size": 10},
         err("E_DTYPE"),
+        since="1.0",
     )
     bad.add(
         "one-dimensional",
@@ -137,6 +151,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"bitmask": arr([1, 0], "uint8"), "vocab_size": 10},
         err("E_SHAPE"),
+        since="1.0",
     )
     bad.add(
         "vocab-size-missing",
@@ -144,6 +159,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"bitmask": arr([[1, 0]], "uint8")},
         err("E_SCHEMA"),
+        since="1.0",
     )
     bad.add(
         "vocab-size-zero",
@@ -151,6 +167,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"bitmask": arr([[]], "uint8", shape=[1, 0]), "vocab_size": 0},
         err("E_RANGE"),
+        since="1.0",
     )
     bad.add(
         "vocab-size-over-limit",
@@ -159,6 +176,7 @@ def add_cases(book: Book) -> None:
         {"bitmask": arr([[1, 0]], "uint8"), "vocab_size": 16},
         err("E_LIMIT"),
         limits={"max_vocab": 8},
+        since="1.0",
     )
     bad.add(
         "bytes-short",
@@ -166,6 +184,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"bitmask": rawarr("uint8", [2, 2], b"\x01\x00\x02"), "vocab_size": 10},
         err("E_BYTES"),
+        since="1.0",
     )
     bad.add(
         "sampled-id-not-set",
@@ -173,6 +192,7 @@ def add_cases(book: Book) -> None:
         "companions",
         {"bitmask": arr(_bits([[1, 5]], 10), "uint8"), "vocab_size": 10, "sampled_token_ids": arr([4])},
         err("E_MISSING_SAMPLED"),
+        since="1.0",
     )
     bad.add(
         "encode-without-vocab-size",
@@ -181,4 +201,5 @@ def add_cases(book: Book) -> None:
         model([[1, 5]]),
         err("E_SCHEMA"),
         op="encode",
+        since="1.0",
     )

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sampling_mask.conformance.lint import case_requirements, spec_version
+from sampling_mask.conformance.suite import release_key
+
 SUITE = "v1"
 REQ, REC = "required", "recommended"
-#: The spec revision a case arrived with, recorded by ``File.add(since=...)``.
-SPEC_1_4 = "1.4"
+#: spec/v1/SPEC.md of this checkout: its title states the revision, its Appendix A the requirements
+#: and the cases that hold each.
+SPEC = Path(__file__).resolve().parents[3] / "spec" / SUITE / "SPEC.md"
 #: The maintainer sources beside the generator: vLLM 0.32's own output, the Arrow / Parquet payloads.
 SOURCES = Path(__file__).resolve().parents[1] / "sources"
 #: The spec's worked example (section 14), canonical: rows {1, 5}, {}, {7}.
@@ -196,13 +200,11 @@ def section(subject: str, form: str) -> str:
 class File:
     """One case file being built."""
 
-    def __init__(self, form: str, description: str) -> None:
+    def __init__(self, form: str, description: str, book: Book) -> None:
         self.form = form
         self.description = description
+        self.book = book
         self.cases: list[dict[str, Any]] = []
-        #: The spec revision that introduced a case, by case id, where its builder says (not written
-        #: into the files: the case schema has no such field yet).
-        self.since: dict[str, str] = {}
 
     def add(
         self,
@@ -212,18 +214,26 @@ class File:
         input: Any,
         expected: dict[str, Any],
         *,
+        since: str,
         op: str = "decode",
         level: str = REQ,
         options: dict[str, Any] | None = None,
         limits: dict[str, int] | None = None,
-        since: str | None = None,
     ) -> None:
+        """Add the case ``<form>.<slug>``. ``since`` is the spec release whose suite first held it (the
+        cases of the frozen 1.0 set are ``"1.0"``, and nothing else is); its ``requirements`` are the
+        Appendix A rows that name it."""
+        if not release_key(self.book.revision) >= release_key(since) >= (1, 0):
+            raise AssertionError(f"{self.form}.{slug}: since {since!r} is no release up to {self.book.revision}")
         case: dict[str, Any] = {
             "id": f"{self.form}.{slug}",
             "description": description,
             "spec": f"SPEC.md#{section(spec, self.form)}",
-            "level": level,
         }
+        if case["id"] in self.book.requirements:
+            case["requirements"] = list(self.book.requirements[case["id"]])
+        case["since"] = since
+        case["level"] = level
         if op != "decode":
             case["op"] = op
         if options is not None:
@@ -233,8 +243,6 @@ class File:
         case["input"] = input
         case["expected"] = expected
         self.cases.append(case)
-        if since is not None:
-            self.since[case["id"]] = since
 
     def document(self) -> dict[str, Any]:
         return {
@@ -246,16 +254,20 @@ class File:
 
 
 class Book:
-    """Every file of the suite, by path relative to ``conformance/``."""
+    """Every file of the suite, by path relative to ``conformance/``, and what the spec says of its
+    cases: its revision and the requirements of Appendix A that name each case."""
 
-    def __init__(self) -> None:
+    def __init__(self, spec: str | None = None) -> None:
+        text = spec if spec is not None else SPEC.read_text(encoding="utf-8")
+        self.revision = spec_version(text)
+        self.requirements: Mapping[str, Sequence[str]] = case_requirements(text)
         self.files: dict[str, File] = {}
 
     def file(self, path: str, form: str, description: str = "") -> File:
-        """The file at ``path``, created with ``description`` on first use (later builders append to it)."""
+        """The file at ``path``, created with ``description`` on first use."""
         key = f"{SUITE}/{path}"
         if key not in self.files:
-            self.files[key] = File(form, description)
+            self.files[key] = File(form, description, self)
         assert self.files[key].form == form, f"{path} holds {self.files[key].form} cases"
         return self.files[key]
 

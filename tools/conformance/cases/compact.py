@@ -33,14 +33,16 @@ def add_cases(book: Book) -> None:
         "compact",
         _compact([[5], [], [1, 2, 7]]),
         ok(mask([[5], [], [1, 2, 7]])),
+        since="1.0",
     )
-    f.add("zero-rows", "T = 0, nnz = 0: zero bytes.", "compact", _compact([]), ok(mask([])))
+    f.add("zero-rows", "T = 0, nnz = 0: zero bytes.", "compact", _compact([]), ok(mask([])), since="1.0")
     f.add(
         "all-empty-rows",
         "Only the row-length bytes: no block at all.",
         "compact",
         _compact([[], [], []]),
         ok(mask([[], [], []])),
+        since="1.0",
     )
     f.add(
         "width-zero-block",
@@ -48,6 +50,7 @@ def add_cases(book: Book) -> None:
         "compact",
         _compact([[0, 1, 2], [0]]),
         ok(mask([[0, 1, 2], [0]])),
+        since="1.0",
     )
     long_row = list(range(0, 600, 2))
     f.add(
@@ -56,6 +59,7 @@ def add_cases(book: Book) -> None:
         "compact",
         _compact([long_row, [3]]),
         ok(mask([long_row, [3]])),
+        since="1.0",
     )
     wide = [list(range(32)), [5, 1_000_000, 2_000_000, 9_000_000]]
     f.add(
@@ -64,6 +68,7 @@ def add_cases(book: Book) -> None:
         "compact",
         _compact(wide),
         ok(mask(wide)),
+        since="1.0",
     )
     f.add(
         "maximal-int32-id",
@@ -71,6 +76,7 @@ def add_cases(book: Book) -> None:
         "compact",
         _compact([[2147483647]]),
         ok(mask([[2147483647]])),
+        since="1.0",
     )
     f.add(
         "with-segments-companions",
@@ -92,6 +98,7 @@ def add_cases(book: Book) -> None:
                 support_logprobs=[[-1.0, -0.5], [], [0.0]],
             )
         ),
+        since="1.0",
     )
     picks = ["17", "18", "19", "21"]
     rows = [src["rows"][i] for i in picks]
@@ -101,6 +108,7 @@ def add_cases(book: Book) -> None:
         "compact",
         _compact(rows, vocab_size=src["vocab_size"]),
         ok(mask(rows, vocab=src["vocab_size"])),
+        since="1.0",
     )
     e = book.file("compact/encode.json", "compact", "Encoding a mask in the compact layout (exact bytes).")
     for slug, rows, why in (
@@ -116,6 +124,7 @@ def add_cases(book: Book) -> None:
             model(rows),
             {"payload": {"compact": {"dtype": "uint8", "shape": [len(data)], "hex": data.hex()}}},
             op="encode",
+            since="1.0",
         )
     bad = book.file("invalid/compact.json", "compact", "Compact bytes that a reader must reject.")
     spec_example = compact_bytes([[5], [], [1, 2, 7]])
@@ -197,7 +206,7 @@ def add_cases(book: Book) -> None:
             None,
         ),
     ):
-        bad.add(slug, why, "compact", payload, err(*codes), limits=limits)
+        bad.add(slug, why, "compact", payload, err(*codes), limits=limits, since="1.0")
 
     # Compact words are grouped by width (12.2): two blocks of width 2 around a block of width 1.
     deltas = [3, 0, 2, 1] * 8 + [1, 0] * 16 + [2, 3, 0, 0] * 8
@@ -214,6 +223,7 @@ def add_cases(book: Book) -> None:
         "12.2",
         _compact([row]),
         ok(mask([row])),
+        since="1.0",
     )
     e.add(
         "encode-two-blocks-of-one-width",
@@ -222,6 +232,7 @@ def add_cases(book: Book) -> None:
         model([row]),
         {"payload": {"compact": {"dtype": "uint8", "shape": [len(data)], "hex": data.hex()}}},
         op="encode",
+        since="1.0",
     )
     canonical = compact_bytes([[1, 5, 7]])
     e.add(
@@ -231,4 +242,5 @@ def add_cases(book: Book) -> None:
         model([[7, 1, 5]]),
         {"payload": {"compact": {"dtype": "uint8", "shape": [len(canonical)], "hex": canonical.hex()}}},
         op="encode",
+        since="1.0",
     )

@@ -14,6 +14,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([5, 1, 7]), "counts": arr([2, 0, 1]), "vocab_size": 10},
         ok(mask(ISSUE_ROWS, vocab=10)),
+        since="1.0",
     )
     f.add(
         "zero-count-is-no-mask",
@@ -21,6 +22,7 @@ def add_cases(book: Book) -> None:
         "empty",
         {"ids": arr([1, 2, 3]), "counts": arr([0, 3, 0])},
         ok(mask([[], [1, 2, 3], []])),
+        since="1.0",
     )
     f.add(
         "zero-rows",
@@ -28,6 +30,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([], shape=[0]), "counts": arr([], shape=[0])},
         ok(mask([])),
+        since="1.0",
     )
     f.add(
         "trailing-zero-counts",
@@ -35,6 +38,7 @@ def add_cases(book: Book) -> None:
         "empty",
         {"ids": arr([6]), "counts": arr([1, 0, 0])},
         ok(mask([[6], [], []])),
+        since="1.0",
     )
     f.add(
         "unsorted-rows",
@@ -42,6 +46,7 @@ def add_cases(book: Book) -> None:
         "order",
         {"ids": arr([4, 2, 9, 8]), "counts": arr([2, 2])},
         ok(mask([[2, 4], [8, 9]])),
+        since="1.0",
     )
     f.add(
         "with-cu-seqlens",
@@ -49,6 +54,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([4, 2, 9]), "counts": arr([2, 1, 0]), "cu_seqlens": arr([0, 1, 3], "int64")},
         ok(mask([[2, 4], [9], []], cu=[0, 1, 3])),
+        since="1.0",
     )
     e = book.file("counts/encode.json", "counts", "Encoding a mask as ids + counts.")
     e.add(
@@ -58,6 +64,7 @@ def add_cases(book: Book) -> None:
         model([[1, 5], [], [7]]),
         {"payload": {"ids": arr([1, 5, 7]), "counts": arr([2, 0, 1])}},
         op="encode",
+        since="1.0",
     )
     bad = book.file("invalid/counts.json", "counts", "Counts payloads that a reader must reject.")
     bad.add(
@@ -66,6 +73,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([1, 2, 3]), "counts": arr([1, 1])},
         err("E_OFFSETS"),
+        since="1.0",
     )
     bad.add(
         "sum-above-nnz",
@@ -73,6 +81,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([1, 2, 3]), "counts": arr([2, 2])},
         err("E_OFFSETS"),
+        since="1.0",
     )
     bad.add(
         "negative-count",
@@ -80,6 +89,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([1, 2]), "counts": arr([3, -1])},
         err("E_OFFSETS"),
+        since="1.0",
     )
     bad.add(
         "float-counts",
@@ -87,6 +97,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([1]), "counts": arr([1.0], "float32")},
         err("E_DTYPE"),
+        since="1.0",
     )
     bad.add(
         "two-dimensional-counts",
@@ -94,6 +105,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([1]), "counts": arr([[1]])},
         err("E_SHAPE"),
+        since="1.0",
     )
     bad.add(
         "rows-over-limit",
@@ -102,6 +114,7 @@ def add_cases(book: Book) -> None:
         {"ids": arr([], shape=[0]), "counts": arr([0, 0, 0])},
         err("E_LIMIT"),
         limits={"max_rows": 2},
+        since="1.0",
     )
     bad.add(
         "duplicate-id",
@@ -109,6 +122,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"ids": arr([1, 7, 7]), "counts": arr([1, 2])},
         err("E_DUPLICATE"),
+        since="1.0",
     )
 
     # 4: an absent required array is E_SCHEMA.
@@ -118,4 +132,5 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"counts": arr([0], "int32")},
         err("E_SCHEMA"),
+        since="1.2",
     )

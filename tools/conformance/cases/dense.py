@@ -17,6 +17,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([[5, 1, -1, -1], [-1, -1, -1, -1], [7, -1, -1, -1]]), "vocab_size": 10},
         ok(mask(ISSUE_ROWS, vocab=10)),
+        since="1.0",
     )
     f.add(
         "issue-example-hex",
@@ -24,6 +25,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": hexarr([[5, 1, -1, -1], [-1, -1, -1, -1], [7, -1, -1, -1]], "int32"), "vocab_size": 10},
         ok(mask(ISSUE_ROWS, vocab=10)),
+        since="1.0",
     )
     f.add(
         "full-rows-no-padding",
@@ -31,6 +33,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([[1, 2, 3], [4, 5, 6]])},
         ok(mask([[1, 2, 3], [4, 5, 6]])),
+        since="1.0",
     )
     f.add(
         "rank-order-row",
@@ -38,6 +41,7 @@ def add_cases(book: Book) -> None:
         "order",
         {"dense": arr([[9, 3, 7, -1]])},
         ok(mask([[3, 7, 9]])),
+        since="1.0",
     )
     f.add(
         "all-padding-rows",
@@ -45,6 +49,7 @@ def add_cases(book: Book) -> None:
         "empty",
         {"dense": arr([[-1, -1], [-1, -1], [-1, -1]])},
         ok(mask([[], [], []])),
+        since="1.0",
     )
     f.add(
         "trailing-empty-rows",
@@ -52,6 +57,7 @@ def add_cases(book: Book) -> None:
         "empty",
         {"dense": arr([[2, -1], [-1, -1], [-1, -1]])},
         ok(mask([[2], [], []])),
+        since="1.0",
     )
     f.add(
         "leading-empty-rows",
@@ -59,6 +65,7 @@ def add_cases(book: Book) -> None:
         "empty",
         {"dense": arr([[-1, -1], [4, 0]])},
         ok(mask([[], [0, 4]])),
+        since="1.0",
     )
     f.add(
         "zero-rows",
@@ -66,6 +73,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([], shape=[0, 4])},
         ok(mask([])),
+        since="1.0",
     )
     f.add(
         "zero-width",
@@ -73,6 +81,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([[], [], []], shape=[3, 0])},
         ok(mask([[], [], []])),
+        since="1.0",
     )
     f.add(
         "zero-rows-zero-width",
@@ -80,6 +89,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([], shape=[0, 0])},
         ok(mask([])),
+        since="1.0",
     )
     f.add(
         "singleton-rows",
@@ -87,6 +97,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([[4], [8], [15]])},
         ok(mask([[4], [8], [15]])),
+        since="1.0",
     )
     f.add(
         "id-zero",
@@ -94,6 +105,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([[0, -1], [-1, -1]])},
         ok(mask([[0], []])),
+        since="1.0",
     )
     f.add(
         "maximal-int32-id",
@@ -101,6 +113,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"dense": arr([[2147483647, 0]])},
         ok(mask([[0, 2147483647]])),
+        since="1.0",
     )
     f.add(
         "vocab-boundary",
@@ -108,6 +121,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"dense": arr([[9, 0]]), "vocab_size": 10},
         ok(mask([[0, 9]], vocab=10)),
+        since="1.0",
     )
     f.add(
         "ties-wider-than-top-k",
@@ -115,6 +129,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"dense": arr([[11, 3, 7, 5]]), "metadata": {"top_k": 2}},
         ok(mask([[3, 5, 7, 11]], metadata={"top_k": 2})),
+        since="1.0",
     )
     f.add(
         "wide-padding",
@@ -122,6 +137,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([[3] + [-1] * 7, [6, 2] + [-1] * 6])},
         ok(mask([[3], [2, 6]])),
+        since="1.0",
     )
     f.add(
         "sampled-token-ids",
@@ -133,6 +149,7 @@ def add_cases(book: Book) -> None:
             "sampled_token_ids": arr([1, -1, 7]),
         },
         ok(mask(ISSUE_ROWS, vocab=10, sampled_token_ids=[1, -1, 7])),
+        since="1.0",
     )
     f.add(
         "support-logprobs-follow-ids",
@@ -154,6 +171,7 @@ def add_cases(book: Book) -> None:
                 support_logprobs=[[-1.5, -0.25]],
             )
         ),
+        since="1.0",
     )
     src = vllm_source()
     picks = ["17", "18", "19"]
@@ -164,6 +182,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([src["compact_token_ids"][i] for i in picks]), "vocab_size": src["vocab_size"]},
         ok(mask([src["rows"][i] for i in picks], vocab=src["vocab_size"])),
+        since="1.1",
     )
 
     e = book.file("dense/encode.json", "dense", "Encoding a mask as dense int32 [T, W] with -1 trailing padding.")
@@ -174,6 +193,7 @@ def add_cases(book: Book) -> None:
         model([[1, 5], [], [7]], vocab_size=10),
         {"payload": {"dense": arr(dense_rows(ISSUE_ROWS, 2))}},
         op="encode",
+        since="1.0",
     )
     e.add(
         "encode-explicit-width",
@@ -183,6 +203,7 @@ def add_cases(book: Book) -> None:
         {"payload": {"dense": arr(dense_rows(ISSUE_ROWS, 4))}},
         op="encode",
         options={"width": 4},
+        since="1.0",
     )
     e.add(
         "encode-zero-rows",
@@ -191,6 +212,7 @@ def add_cases(book: Book) -> None:
         model([]),
         {"payload": {"dense": arr([], shape=[0, 0])}},
         op="encode",
+        since="1.0",
     )
     e.add(
         "encode-all-empty-rows",
@@ -199,6 +221,7 @@ def add_cases(book: Book) -> None:
         model([[], []]),
         {"payload": {"dense": arr([[], []], shape=[2, 0])}},
         op="encode",
+        since="1.0",
     )
 
     bad = book.file("invalid/dense.json", "dense", "Dense payloads that a reader must reject.")
@@ -208,6 +231,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([[5, -1, 1]])},
         err("E_PADDING"),
+        since="1.0",
     )
     bad.add(
         "padding-before-ids",
@@ -215,6 +239,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([[4, 2], [-1, 3]])},
         err("E_PADDING"),
+        since="1.0",
     )
     bad.add(
         "negative-id-other-than-padding",
@@ -222,6 +247,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([[3, -2]])},
         err("E_RANGE"),
+        since="1.0",
     )
     bad.add(
         "id-equals-vocab-size",
@@ -229,6 +255,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"dense": arr([[10, -1]]), "vocab_size": 10},
         err("E_RANGE"),
+        since="1.0",
     )
     bad.add(
         "duplicate-id",
@@ -236,6 +263,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"dense": arr([[3, 3, -1]])},
         err("E_DUPLICATE"),
+        since="1.0",
     )
     bad.add(
         "float32-dtype",
@@ -243,6 +271,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([[1.0, 2.0]], "float32")},
         err("E_DTYPE"),
+        since="1.0",
     )
     bad.add(
         "unknown-dtype",
@@ -250,6 +279,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": {"dtype": "complex64", "shape": [1, 1], "hex": "0000000000000000"}},
         err("E_DTYPE"),
+        since="1.0",
     )
     bad.add(
         "one-dimensional",
@@ -257,6 +287,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([1, 2, 3])},
         err("E_SHAPE"),
+        since="1.0",
     )
     bad.add(
         "three-dimensional",
@@ -264,6 +295,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([[[1, -1], [2, -1]]])},
         err("E_SHAPE"),
+        since="1.0",
     )
     bad.add(
         "negative-dimension",
@@ -271,6 +303,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": rawarr("int32", [-1, 2], b"")},
         err("E_SHAPE"),
+        since="1.0",
     )
     bad.add(
         "bytes-short",
@@ -278,6 +311,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": rawarr("int32", [2, 2], np.array([1, 2, 3], "<i4").tobytes())},
         err("E_BYTES"),
+        since="1.0",
     )
     bad.add(
         "bytes-long",
@@ -285,6 +319,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": rawarr("int32", [1, 2], np.array([1, 2, 3], "<i4").tobytes())},
         err("E_BYTES"),
+        since="1.0",
     )
     bad.add(
         "forged-shape",
@@ -292,6 +327,7 @@ def add_cases(book: Book) -> None:
         "limits",
         {"dense": rawarr("int32", [1 << 40, 1 << 20], b"\x01\x00\x00\x00")},
         err("E_LIMIT"),
+        since="1.0",
     )
     bad.add(
         "int64-id-beyond-int32",
@@ -300,6 +336,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"dense": arr([[2147483648]], "int64")},
         err("E_RANGE", "E_DTYPE"),
+        since="1.0",
     )
     bad.add(
         "rows-over-limit",
@@ -308,6 +345,7 @@ def add_cases(book: Book) -> None:
         {"dense": arr([[1], [2], [3]])},
         err("E_LIMIT"),
         limits={"max_rows": 2},
+        since="1.0",
     )
     bad.add(
         "width-over-limit",
@@ -316,6 +354,7 @@ def add_cases(book: Book) -> None:
         {"dense": arr([[1, -1, -1]])},
         err("E_LIMIT"),
         limits={"max_width": 2},
+        since="1.0",
     )
     bad.add(
         "missing-array",
@@ -323,6 +362,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"vocab_size": 10},
         err("E_SCHEMA"),
+        since="1.0",
     )
     bad.add(
         "sampled-id-not-in-row",
@@ -330,6 +370,7 @@ def add_cases(book: Book) -> None:
         "companions",
         {"dense": arr([[5, 1], [7, -1]]), "sampled_token_ids": arr([5, 8])},
         err("E_MISSING_SAMPLED"),
+        since="1.0",
     )
     bad.add(
         "encode-width-too-small",
@@ -339,6 +380,7 @@ def add_cases(book: Book) -> None:
         err("E_WIDTH"),
         op="encode",
         options={"width": 1},
+        since="1.0",
     )
 
     keeps_stored_order(e, model(UNSORTED_ROWS), {"dense": arr([[5, 1], [-1, -1], [7, -1]])})
@@ -354,4 +396,5 @@ def add_cases(book: Book) -> None:
         {"dense": arr([[]] * rows, "int32", shape=[rows, 0])},
         err("E_LIMIT"),
         limits={"max_bytes": zero_width - 1},
+        since="1.3",
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .common import ISSUE_ROWS, REQ, SPEC_1_4, Book, companions_mask, err, mask, ok, roundtrip_model, unsorted_model
+from .common import ISSUE_ROWS, REQ, Book, companions_mask, err, mask, ok, roundtrip_model, unsorted_model
 from .shared import declares_unsorted_rows
 
 
@@ -25,6 +25,7 @@ def add_cases(book: Book) -> None:
         "json",
         {"text": _doc(vocab_size=10, id_order="ascending", cu_seqlens=[0, 2, 3], rows=[[1, 5], [], [7]])},
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     f.add(
         "minimal",
@@ -32,6 +33,7 @@ def add_cases(book: Book) -> None:
         "json",
         {"text": _doc(rows=[])},
         ok(mask([])),
+        since="1.0",
     )
     f.add(
         "unsorted-rows-with-companions",
@@ -49,6 +51,7 @@ def add_cases(book: Book) -> None:
             )
         },
         ok(companions_mask(sampled_logprobs=[-0.5, "-Infinity"])),
+        since="1.0",
     )
     f.add(
         "metadata-types",
@@ -61,6 +64,7 @@ def add_cases(book: Book) -> None:
             )
         },
         ok(mask([[1]], metadata={"top_k": 50, "top_p": 0.95, "producer": "sglang", "x-greedy": False, "x-seed": None})),
+        since="1.0",
     )
     f.add(
         "unknown-keys-ignored",
@@ -68,6 +72,7 @@ def add_cases(book: Book) -> None:
         "versioning",
         {"text": _doc(rows=[[2]], **{"x-trace": {"spans": [1, 2]}})},
         ok(mask([[2]])),
+        since="1.0",
     )
     f.add(
         "vocab-size-null",
@@ -75,6 +80,7 @@ def add_cases(book: Book) -> None:
         "json",
         {"text": _doc(vocab_size=None, rows=[[2147483647]])},
         ok(mask([[2147483647]])),
+        since="1.0",
     )
     f.add(
         "all-empty-segments",
@@ -82,6 +88,7 @@ def add_cases(book: Book) -> None:
         "json",
         {"text": _doc(cu_seqlens=[0, 0, 0], rows=[])},
         ok(mask([], cu=[0, 0, 0])),
+        since="1.0",
     )
     e = book.file("json/encode.json", "json", "Encoding a mask as the lossless JSON document.")
     e.add(
@@ -93,6 +100,7 @@ def add_cases(book: Book) -> None:
         ),
         {"roundtrip": True},
         op="encode",
+        since="1.0",
     )
     bad = book.file("invalid/json.json", "json", "JSON documents that a reader must reject.")
     for slug, text, codes, spec, why, level in (
@@ -230,7 +238,7 @@ def add_cases(book: Book) -> None:
             REQ,
         ),
     ):
-        bad.add(slug, why, spec, {"text": text}, err(*codes), level=level)
+        bad.add(slug, why, spec, {"text": text}, err(*codes), level=level, since="1.0")
 
     # nil / null under an optional key reads as absent (11.2).
     f.add(
@@ -242,6 +250,7 @@ def add_cases(book: Book) -> None:
             '"rows": [[1, 5], [], [7]], "sampled_token_ids": null, "metadata": null}'
         },
         ok(mask(ISSUE_ROWS)),
+        since="1.0",
     )
 
     # Metadata: top_k is an integer (5.2); valid UTF-8 beyond ASCII is read as written (11.1); the string
@@ -252,6 +261,7 @@ def add_cases(book: Book) -> None:
         "metadata",
         {"text": _doc(rows=[[1]], metadata={"top_k": 4})},
         ok(mask([[1]], metadata={"top_k": 4})),
+        since="1.3",
     )
     # 8.1: max_rows bounds T, never B.
     segments_only = _doc(vocab_size=None, id_order="ascending", cu_seqlens=[0, 0, 0], rows=[])
@@ -263,6 +273,7 @@ def add_cases(book: Book) -> None:
         {"text": segments_only},
         ok(mask([], cu=[0, 0, 0])),
         limits={"max_rows": 0},
+        since="1.3",
     )
     f.add(
         "metadata-non-ascii-utf8",
@@ -270,6 +281,7 @@ def add_cases(book: Book) -> None:
         "json-rules",
         {"hex": '{"sampling_mask": 1, "rows": [[1]], "metadata": {"producer": "vllm-é-語"}}'.encode().hex()},
         ok(mask([[1]], metadata={"producer": "vllm-é-語"})),
+        since="1.3",
     )
     f.add(
         "metadata-string-nan",
@@ -278,7 +290,7 @@ def add_cases(book: Book) -> None:
         "metadata",
         {"text": _doc(rows=[[1]], metadata={"note": "NaN"})},
         ok(mask([[1]], metadata={"note": "NaN"})),
-        since=SPEC_1_4,
+        since="1.4",
     )
 
     declares_unsorted_rows(e, "json", unsorted_model(), {"detected": "json", "first_key": "sampling_mask"})
@@ -290,6 +302,7 @@ def add_cases(book: Book) -> None:
         "json-rules",
         {"hex": b'{"sampling_mask": 1, "rows": [[1]], "metadata": {"producer": "v\xffllm"}}'.hex()},
         err("E_ENCODING"),
+        since="1.0",
     )
     for slug, field, text in (
         ("sampled-logprob-beyond-float32", "sampled_logprobs", '"rows": [[1]], "sampled_logprobs": [-1e39]'),
@@ -301,6 +314,7 @@ def add_cases(book: Book) -> None:
             "json-rules",
             {"text": '{"sampling_mask": 1, ' + text + "}"},
             err("E_RANGE"),
+            since="1.0",
         )
 
     # 5.2: an integral float is no integer; 8.1: max_segments bounds B; 11.1: a sampled id beyond int32.
@@ -310,6 +324,7 @@ def add_cases(book: Book) -> None:
         "metadata",
         {"text": _doc(rows=[[1]], metadata={"top_k": 4.0})},
         err("E_SCHEMA"),
+        since="1.3",
     )
     bad.add(
         "segments-over-max-segments",
@@ -318,6 +333,7 @@ def add_cases(book: Book) -> None:
         {"text": segments_only},
         err("E_LIMIT"),
         limits={"max_segments": 1},
+        since="1.3",
     )
     bad.add(
         "sampled-id-beyond-int32",
@@ -325,4 +341,5 @@ def add_cases(book: Book) -> None:
         "json-rules",
         {"text": _doc(rows=[[5]], sampled_token_ids=[2**32 + 5])},
         err("E_RANGE"),
+        since="1.3",
     )

@@ -16,15 +16,23 @@ def add_cases(book: Book) -> None:
         "json-rows",
         "Bare JSON nested lists (vLLM choices[i].sampling_mask, SGLang output_token_sampling_mask).",
     )
-    f.add("vllm-issue-example", "One list of ids per token.", "json", {"text": "[[1,5],[],[7]]"}, ok(mask(ISSUE_ROWS)))
-    f.add("empty-document", "[] is a mask of zero rows.", "json", {"text": "[]"}, ok(mask([])))
-    f.add("all-empty-rows", "Every row empty.", "json", {"text": "[[],[],[]]"}, ok(mask([[], [], []])))
+    f.add(
+        "vllm-issue-example",
+        "One list of ids per token.",
+        "json",
+        {"text": "[[1,5],[],[7]]"},
+        ok(mask(ISSUE_ROWS)),
+        since="1.0",
+    )
+    f.add("empty-document", "[] is a mask of zero rows.", "json", {"text": "[]"}, ok(mask([])), since="1.0")
+    f.add("all-empty-rows", "Every row empty.", "json", {"text": "[[],[],[]]"}, ok(mask([[], [], []])), since="1.0")
     f.add(
         "unsorted-rows",
         "SGLang lists are unsorted; the canonical mask sorts each row.",
         "json",
         {"text": "[[9,2,5],[1,0]]"},
         ok(mask([[2, 5, 9], [0, 1]])),
+        since="1.0",
     )
     f.add(
         "insignificant-whitespace",
@@ -32,6 +40,7 @@ def add_cases(book: Book) -> None:
         "json",
         {"text": " [ [ 1 , 5 ] ,\n\t[ ] ,\r\n [7] ] \n"},
         ok(mask(ISSUE_ROWS)),
+        since="1.0",
     )
     f.add(
         "byte-order-mark",
@@ -39,6 +48,7 @@ def add_cases(book: Book) -> None:
         "json-rules",
         {"hex": (b"\xef\xbb\xbf" + b"[[1,5],[],[7]]").hex()},
         ok(mask(ISSUE_ROWS)),
+        since="1.0",
     )
     f.add(
         "maximal-int32-id",
@@ -46,6 +56,7 @@ def add_cases(book: Book) -> None:
         "json",
         {"text": "[[2147483647,0]]"},
         ok(mask([[0, 2147483647]])),
+        since="1.0",
     )
     f.add(
         "trailing-empty-rows",
@@ -53,6 +64,7 @@ def add_cases(book: Book) -> None:
         "json",
         {"text": "[[3],[],[]]"},
         ok(mask([[3], [], []])),
+        since="1.0",
     )
     f.add(
         "same-id-in-different-rows",
@@ -60,6 +72,7 @@ def add_cases(book: Book) -> None:
         "json",
         {"text": "[[4],[4]]"},
         ok(mask([[4], [4]])),
+        since="1.0",
     )
     f.add(
         "ties-wider-than-top-k",
@@ -67,6 +80,7 @@ def add_cases(book: Book) -> None:
         "json",
         {"text": "[[17,3,13,5,11,7]]"},
         ok(mask([[3, 5, 7, 11, 13, 17]])),
+        since="1.0",
     )
     picks = [str(i) for i in range(6)]
     rows = [src["rows"][i] for i in picks]
@@ -76,6 +90,7 @@ def add_cases(book: Book) -> None:
         "json",
         {"text": json.dumps(rows, separators=(", ", ": "))},
         ok(mask(rows)),
+        since="1.0",
     )
     e = book.file("json-rows/encode.json", "json-rows", "Encoding a mask as bare JSON nested lists.")
     e.add(
@@ -85,6 +100,7 @@ def add_cases(book: Book) -> None:
         model([[1, 5], [], [7]]),
         {"roundtrip": True},
         op="encode",
+        since="1.0",
     )
     e.add(
         "encode-zero-rows",
@@ -93,6 +109,7 @@ def add_cases(book: Book) -> None:
         model([]),
         {"roundtrip": True},
         op="encode",
+        since="1.0",
     )
 
     bad = book.file("invalid/json-rows.json", "json-rows", "JSON nested lists that a reader must reject.")
@@ -117,13 +134,14 @@ def add_cases(book: Book) -> None:
         ("huge-integer", "[[123456789012345678901234567890]]", ("E_RANGE",), "An integer beyond int64."),
         ("duplicate-id", "[[3,3]]", ("E_DUPLICATE",), "Rows are sets."),
     ):
-        bad.add(slug, why, "json", {"text": text}, err(*codes))
+        bad.add(slug, why, "json", {"text": text}, err(*codes), since="1.0")
     bad.add(
         "invalid-utf8",
         "The bytes are not UTF-8.",
         "json",
         {"hex": b"[[1,\xff]]".hex()},
         err("E_ENCODING"),
+        since="1.0",
     )
     bad.add(
         "deep-nesting",
@@ -132,6 +150,7 @@ def add_cases(book: Book) -> None:
         "json-rules",
         {"text": "[" * 5000 + "]" * 5000},
         err("E_LIMIT", "E_DTYPE"),
+        since="1.0",
     )
     bad.add(
         "rows-over-limit",
@@ -140,6 +159,7 @@ def add_cases(book: Book) -> None:
         {"text": "[[1],[2],[3]]"},
         err("E_LIMIT"),
         limits={"max_rows": 2},
+        since="1.0",
     )
 
     declares_unsorted_rows(e, "json", model(UNSORTED_ROWS), {"detected": "json-rows"})
@@ -152,6 +172,7 @@ def add_cases(book: Book) -> None:
         "json-rules",
         {"text": "[" * 16 + "1" + "]" * 16},
         err("E_LIMIT", "E_DTYPE"),
+        since="1.0",
     )
     for slug, lossy in (
         ("encode-would-lose-vocab-size", model([[1]], vocab_size=10)),
@@ -165,6 +186,7 @@ def add_cases(book: Book) -> None:
             lossy,
             err("E_SCHEMA"),
             op="encode",
+            since="1.0",
         )
 
     refuses_zero_segments(bad)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import ISSUE_ROWS, SPEC_1_4, Book, err, f32_mask_bytes, mask, model, ok, roundtrip_model
+from .common import ISSUE_ROWS, Book, err, f32_mask_bytes, mask, model, ok, roundtrip_model
 
 
 def add_cases(book: Book) -> None:
@@ -23,6 +23,7 @@ def add_cases(book: Book) -> None:
         "segments",
         model([[5, 1], [], [7]], cu_seqlens=[0, 2, 3], vocab_size=10),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     f.add(
         "unsorted-rows-with-support-logprobs",
@@ -30,14 +31,16 @@ def add_cases(book: Book) -> None:
         "companions",
         model([[9, 2, 5]], support_logprobs=[[-0.5, -2.0, -1.0]], sampled_token_ids=[5]),
         ok(mask([[2, 5, 9]], support_logprobs=[[-2.0, -1.0, -0.5]], sampled_token_ids=[5])),
+        since="1.0",
     )
-    f.add("zero-rows", "An empty mask.", "model", model([]), ok(mask([])))
+    f.add("zero-rows", "An empty mask.", "model", model([]), ok(mask([])), since="1.0")
     f.add(
         "non-finite-as-strings",
         'Non-finite float companions are spelled "-Infinity", "Infinity", "NaN".',
         "companions",
         model([[1], []], sampled_logprobs=["-Infinity", 0.0]),
         ok(mask([[1], []], sampled_logprobs=["-Infinity", 0.0])),
+        since="1.0",
     )
     v = book.file("model/validate.json", "model", "validate: is this a valid mask?")
     v.add(
@@ -55,6 +58,7 @@ def add_cases(book: Book) -> None:
         ),
         {"valid": True},
         op="validate",
+        since="1.0",
     )
     v.add(
         "validate-empty-segments",
@@ -63,6 +67,7 @@ def add_cases(book: Book) -> None:
         model([[2]], cu_seqlens=[0, 0, 1, 1]),
         {"valid": True},
         op="validate",
+        since="1.0",
     )
 
     bad = book.file("invalid/model.json", "model", "Model masks that break an invariant of the logical model.")
@@ -132,7 +137,7 @@ def add_cases(book: Book) -> None:
         ),
     ]
     for slug, why, spec, payload, codes, limits in cases:
-        bad.add(slug, why, spec, payload, err(*codes), op="validate", limits=limits)
+        bad.add(slug, why, spec, payload, err(*codes), op="validate", limits=limits, since="1.0")
 
     # The optional operations of 3.6, for implementations that offer them (class "model operations").
     ops = book.file("model/operations.json", "model", "Concatenation, row slices and take (SPEC 3.6).")
@@ -145,6 +150,7 @@ def add_cases(book: Book) -> None:
         {"masks": [a, b]},
         ok(mask([[1], [2, 3], [4]], cu=[0, 1, 2, 3], vocab=10)),
         op="concatenate",
+        since="1.1",
     )
     ops.add(
         "concatenate-adopts-vocab-size",
@@ -153,6 +159,7 @@ def add_cases(book: Book) -> None:
         {"masks": [a, model([[5]])]},
         ok(mask([[1], [2, 3], [5]], cu=[0, 1, 2, 3], vocab=10)),
         op="concatenate",
+        since="1.1",
     )
     four_with_logprobs = model(
         [[1], [2], [3], [4]], cu_seqlens=[0, 2, 2, 4], support_logprobs=[[-1.0], [-2.0], [-3.0], [-4.0]]
@@ -164,6 +171,7 @@ def add_cases(book: Book) -> None:
         {"mask": four_with_logprobs, "start": 1, "stop": 3},
         ok(mask([[2], [3]], cu=[0, 1, 1, 2], support_logprobs=[[-2.0], [-3.0]])),
         op="slice",
+        since="1.1",
     )
     ops.add(
         "slice-whole-mask",
@@ -172,6 +180,7 @@ def add_cases(book: Book) -> None:
         {"mask": four_with_logprobs, "start": 0, "stop": 4},
         ok(mask([[1], [2], [3], [4]], cu=[0, 2, 2, 4], support_logprobs=[[-1.0], [-2.0], [-3.0], [-4.0]])),
         op="slice",
+        since="1.1",
     )
     ops.add(
         "slice-empty-keeps-empty-segments-at-its-position",
@@ -180,6 +189,7 @@ def add_cases(book: Book) -> None:
         {"mask": four_with_logprobs, "start": 2, "stop": 2},
         ok(mask([], cu=[0, 0], support_logprobs=[])),
         op="slice",
+        since="1.1",
     )
     ops.add(
         "take-reorders-and-repeats",
@@ -194,6 +204,7 @@ def add_cases(book: Book) -> None:
             )
         ),
         op="take",
+        since="1.1",
     )
     ops.add(
         "take-negative-index",
@@ -202,6 +213,7 @@ def add_cases(book: Book) -> None:
         {"mask": four_with_logprobs, "segments": [-1]},
         ok(mask([[3], [4]], cu=[0, 2], support_logprobs=[[-3.0], [-4.0]])),
         op="take",
+        since="1.1",
     )
     op_cases: list[tuple[str, str, dict[str, Any], tuple[str, ...], str]] = [
         (
@@ -248,7 +260,7 @@ def add_cases(book: Book) -> None:
         ),
     ]
     for slug, op, payload, codes, why in op_cases:
-        bad.add(slug, why, "3.6", payload, err(*codes), op=op)
+        bad.add(slug, why, "3.6", payload, err(*codes), op=op, since="1.1")
 
     # A null among integers is E_DTYPE, never a crash (section 7, 4.6).
     bad.add(
@@ -258,6 +270,7 @@ def add_cases(book: Book) -> None:
         {"rows": [], "cu_seqlens": [None, 0]},
         err("E_DTYPE"),
         op="validate",
+        since="1.2",
     )
     bad.add(
         "sampled-id-null",
@@ -266,6 +279,7 @@ def add_cases(book: Book) -> None:
         model([[1]], sampled_token_ids=[None]),
         err("E_DTYPE"),
         op="validate",
+        since="1.2",
     )
 
     # 3.6: slice bounds, zero masks, "the same metadata" (3.5), take of no segment.
@@ -275,7 +289,7 @@ def add_cases(book: Book) -> None:
         ("slice-reversed-bounds", 3, 1, "start > stop is E_RANGE: never an empty slice."),
         ("slice-stop-beyond-rows", 2, 5, "A bound beyond T is E_RANGE: it is not clipped."),
     ):
-        bad.add(slug, why, "3.6", {"mask": four, "start": start, "stop": stop}, err("E_RANGE"), op="slice")
+        bad.add(slug, why, "3.6", {"mask": four, "start": start, "stop": stop}, err("E_RANGE"), op="slice", since="1.2")
     bad.add(
         "concatenate-zero-masks",
         "Concatenating no mask at all is E_SCHEMA: nothing gives the result its V, companions, metadata.",
@@ -283,6 +297,7 @@ def add_cases(book: Book) -> None:
         {"masks": []},
         err("E_SCHEMA"),
         op="concatenate",
+        since="1.2",
     )
     bad.add(
         "concatenate-boolean-against-integer-metadata",
@@ -291,6 +306,7 @@ def add_cases(book: Book) -> None:
         {"masks": [model([[1]], metadata={"flag": 1}), model([[2]], metadata={"flag": True})]},
         err("E_SCHEMA"),
         op="concatenate",
+        since="1.2",
     )
     ops.add(
         "concatenate-metadata-equal-by-value",
@@ -299,6 +315,7 @@ def add_cases(book: Book) -> None:
         {"masks": [model([[1]], metadata={"seed": 4}), model([[2]], metadata={"seed": 4.0})]},
         ok(mask([[1], [2]], cu=[0, 1, 2], metadata={"seed": 4})),
         op="concatenate",
+        since="1.2",
     )
     ops.add(
         "concatenate-one-mask",
@@ -307,6 +324,7 @@ def add_cases(book: Book) -> None:
         {"masks": [four]},
         ok(mask([[1], [2], [3], [4]], cu=[0, 2, 2, 4], vocab=10)),
         op="concatenate",
+        since="1.2",
     )
     ops.add(
         "take-no-segment",
@@ -315,6 +333,7 @@ def add_cases(book: Book) -> None:
         {"mask": four, "segments": []},
         ok(mask([], cu=[0], vocab=10)),
         op="take",
+        since="1.2",
     )
     ops.add(
         "slice-at-the-end",
@@ -323,6 +342,7 @@ def add_cases(book: Book) -> None:
         {"mask": four, "start": 4, "stop": 4},
         ok(mask([], cu=[0], vocab=10)),
         op="slice",
+        since="1.2",
     )
 
     # 8.1: the bytes a mask takes, 4 per companion value.
@@ -337,6 +357,7 @@ def add_cases(book: Book) -> None:
         err("E_LIMIT"),
         op="validate",
         limits={"max_bytes": every_bytes - 1},
+        since="1.2",
     )
     v.add(
         "companions-at-max-bytes",
@@ -346,6 +367,7 @@ def add_cases(book: Book) -> None:
         {"valid": True},
         op="validate",
         limits={"max_bytes": every_bytes},
+        since="1.2",
     )
 
     # 3.6 concatenation: V, companions and segments, from a second angle each; take repeats and counts
@@ -357,6 +379,7 @@ def add_cases(book: Book) -> None:
         {"masks": [model([[1]]), model([[2]], vocab_size=10), model([[3]], vocab_size=12)]},
         err("E_SCHEMA"),
         op="concatenate",
+        since="1.2",
     )
     bad.add(
         "concatenate-adopted-vocab-size-first-mask-without",
@@ -365,6 +388,7 @@ def add_cases(book: Book) -> None:
         {"masks": [model([[7]]), model([[1]], vocab_size=5)]},
         err("E_RANGE"),
         op="concatenate",
+        since="1.2",
     )
     ops.add(
         "concatenate-adopts-vocab-size-first-without",
@@ -373,6 +397,7 @@ def add_cases(book: Book) -> None:
         {"masks": [model([[2]]), model([[1]], vocab_size=10)]},
         ok(mask([[2], [1]], cu=[0, 1, 2], vocab=10)),
         op="concatenate",
+        since="1.2",
     )
     bad.add(
         "concatenate-companions-same-count-different-names",
@@ -381,6 +406,7 @@ def add_cases(book: Book) -> None:
         {"masks": [model([[1]], temperature=[1.0]), model([[2]], sampled_logprobs=[-0.5])]},
         err("E_SCHEMA"),
         op="concatenate",
+        since="1.2",
     )
     ops.add(
         "concatenate-with-empty-parts",
@@ -396,6 +422,7 @@ def add_cases(book: Book) -> None:
         },
         ok(mask([[1], [2, 3], [4]], cu=[0, 1, 2, 2, 3], vocab=10)),
         op="concatenate",
+        since="1.2",
     )
     ops.add(
         "take-repeats-one-segment",
@@ -404,6 +431,7 @@ def add_cases(book: Book) -> None:
         {"mask": four, "segments": [2, 2]},
         ok(mask([[3], [4], [3], [4]], cu=[0, 2, 4], vocab=10)),
         op="take",
+        since="1.2",
     )
     ops.add(
         "take-negative-and-positive",
@@ -412,6 +440,7 @@ def add_cases(book: Book) -> None:
         {"mask": four, "segments": [-1, 0]},
         ok(mask([[3], [4], [1], [2]], cu=[0, 2, 4], vocab=10)),
         op="take",
+        since="1.2",
     )
 
     # 8.1: a size at its limit is within it.
@@ -423,6 +452,7 @@ def add_cases(book: Book) -> None:
         {"valid": True},
         op="validate",
         limits={"max_rows": 2},
+        since="1.2",
     )
 
     # 3.6: the result keeps the first mask's metadata values, kinds included; NaN equals NaN (3.5).
@@ -434,6 +464,7 @@ def add_cases(book: Book) -> None:
         {"masks": [model([[1]], metadata={"seed": 4.0}), model([[2]], metadata={"seed": 4})]},
         ok(mask([[1], [2]], cu=[0, 1, 2], metadata={"seed": 4.0})),
         op="concatenate",
+        since="1.3",
     )
     ops.add(
         "concatenate-keeps-first-metadata-of-three",
@@ -448,6 +479,7 @@ def add_cases(book: Book) -> None:
         },
         ok(mask([[1], [2], [3]], cu=[0, 1, 2, 3], metadata={"seed": 1})),
         op="concatenate",
+        since="1.3",
     )
     nan = {"float": "NaN"}
     ops.add(
@@ -457,6 +489,7 @@ def add_cases(book: Book) -> None:
         {"masks": [model([[1]], metadata={"x": nan}), model([[2]], metadata={"x": nan})]},
         ok(mask([[1], [2]], cu=[0, 1, 2], metadata={"x": nan})),
         op="concatenate",
+        since="1.3",
     )
     bad.add(
         "concatenate-metadata-nan-against-number",
@@ -465,6 +498,7 @@ def add_cases(book: Book) -> None:
         {"masks": [model([[1]], metadata={"x": nan}), model([[2]], metadata={"x": 1.0})]},
         err("E_SCHEMA"),
         op="concatenate",
+        since="1.3",
     )
 
     # 3.6: both bounds given; negative bounds are never counted from the end; empty slices keep only the
@@ -474,7 +508,7 @@ def add_cases(book: Book) -> None:
         ("slice-start-omitted", {"stop": 2}, "The start bound omitted: E_SCHEMA, never 0."),
         ("slice-stop-null", {"start": 0, "stop": None}, "A null bound is no integer: E_SCHEMA."),
     ):
-        bad.add(slug, why, "3.6", {"mask": four, **bounds}, err("E_SCHEMA"), op="slice")
+        bad.add(slug, why, "3.6", {"mask": four, **bounds}, err("E_SCHEMA"), op="slice", since="1.3")
     for slug, start, stop, why in (
         (
             "slice-negative-start-valid-from-the-end",
@@ -484,7 +518,7 @@ def add_cases(book: Book) -> None:
         ),
         ("slice-negative-stop", 0, -1, "M[0:-1] is E_RANGE: counted from the end it would be M[0:3]."),
     ):
-        bad.add(slug, why, "3.6", {"mask": four, "start": start, "stop": stop}, err("E_RANGE"), op="slice")
+        bad.add(slug, why, "3.6", {"mask": four, "start": start, "stop": stop}, err("E_RANGE"), op="slice", since="1.3")
     ops.add(
         "slice-empty-between-segments",
         "M[2:2] where segments [0, 2) and [2, 4) touch 2 and [2, 2) is empty at 2: only the empty one is kept.",
@@ -492,6 +526,7 @@ def add_cases(book: Book) -> None:
         {"mask": four, "start": 2, "stop": 2},
         ok(mask([], cu=[0, 0], vocab=10)),
         op="slice",
+        since="1.3",
     )
     ops.add(
         "slice-empty-inside-a-segment",
@@ -500,6 +535,7 @@ def add_cases(book: Book) -> None:
         {"mask": four, "start": 1, "stop": 1},
         ok(mask([], cu=[0], vocab=10)),
         op="slice",
+        since="1.3",
     )
 
     # 3.6 take: k = 0 keeps V, companions (empty) and metadata.
@@ -529,6 +565,7 @@ def add_cases(book: Book) -> None:
             )
         ),
         op="take",
+        since="1.3",
     )
     v.add(
         "empty-segments-under-max-rows-zero",
@@ -538,6 +575,7 @@ def add_cases(book: Book) -> None:
         {"valid": True},
         op="validate",
         limits={"max_rows": 0},
+        since="1.3",
     )
 
     # 3.6, 5.2: the metadata string "NaN" is a string, never the float NaN.
@@ -548,7 +586,7 @@ def add_cases(book: Book) -> None:
         {"masks": [model([[1]], metadata={"note": "NaN"}), model([[2]], metadata={"note": "NaN"})]},
         ok(mask([[1], [2]], cu=[0, 1, 2], metadata={"note": "NaN"})),
         op="concatenate",
-        since=SPEC_1_4,
+        since="1.4",
     )
     bad.add(
         "concatenate-metadata-string-nan-against-float-nan",
@@ -557,5 +595,5 @@ def add_cases(book: Book) -> None:
         {"masks": [model([[1]], metadata={"note": "NaN"}), model([[2]], metadata={"note": {"float": "NaN"}})]},
         err("E_SCHEMA"),
         op="concatenate",
-        since=SPEC_1_4,
+        since="1.4",
     )

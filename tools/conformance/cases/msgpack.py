@@ -9,7 +9,6 @@ import numpy as np
 
 from .common import (
     ISSUE_ROWS,
-    SPEC_1_4,
     Book,
     compact_bytes,
     companions_mask,
@@ -61,6 +60,7 @@ def add_cases(book: Book) -> None:
         "msgpack",
         _mhex({**ragged, "cu_seqlens": _marray([0, 2, 3], "int64")}),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     f.add(
         "ragged-int32-offsets",
@@ -68,6 +68,7 @@ def add_cases(book: Book) -> None:
         "msgpack",
         _mhex({**ragged, "offsets": _marray([0, 2, 2, 3], "int32"), "cu_seqlens": _marray([0, 2, 3], "int32")}),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     no_offsets = {k: v for k, v in ragged.items() if k != "offsets"}
     for dtype in ("uint8", "uint16", "int32"):
@@ -78,6 +79,7 @@ def add_cases(book: Book) -> None:
             "msgpack",
             _mhex({**no_offsets, "counts": _marray([2, 0, 1], dtype), "cu_seqlens": _marray([0, 2, 3], "int32")}),
             ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+            since="1.1",
         )
     f.add(
         "minimal",
@@ -85,6 +87,7 @@ def add_cases(book: Book) -> None:
         "msgpack",
         _mhex({"ids": _marray([7, 3], "int32"), "offsets": _marray([0, 2], "int64")}),
         ok(mask([[3, 7]])),
+        since="1.0",
     )
     f.add(
         "dense-layout",
@@ -92,6 +95,7 @@ def add_cases(book: Book) -> None:
         "msgpack",
         _mhex({"layout": "dense", "vocab_size": 10, "dense": _marray([[5, 1], [-1, -1], [7, -1]], "int32")}),
         ok(mask(ISSUE_ROWS, vocab=10)),
+        since="1.0",
     )
     f.add(
         "zero-rows",
@@ -101,6 +105,7 @@ def add_cases(book: Book) -> None:
             {"layout": "ragged", "num_rows": 0, "nnz": 0, "ids": _marray([], "int32"), "offsets": _marray([0], "int64")}
         ),
         ok(mask([])),
+        since="1.0",
     )
     f.add(
         "companions-and-metadata",
@@ -121,6 +126,7 @@ def add_cases(book: Book) -> None:
             }
         ),
         ok(companions_mask(metadata={"top_k": 3, "top_p": 0.5, "producer": "vllm-0.32"})),
+        since="1.0",
     )
     f.add(
         "unknown-keys-ignored",
@@ -128,6 +134,7 @@ def add_cases(book: Book) -> None:
         "versioning",
         _mhex({**ragged, "x-trace": {"span": 7, "tags": ["a"]}}),
         ok(mask(ISSUE_ROWS, vocab=10)),
+        since="1.0",
     )
     ids = _marray([1, 5, 7], "int32")
     f.add(
@@ -143,6 +150,7 @@ def add_cases(book: Book) -> None:
             }
         ),
         ok(mask(ISSUE_ROWS, vocab=10)),
+        since="1.1",
     )
     f.add(
         "dense-layout-support-logprobs",
@@ -156,6 +164,7 @@ def add_cases(book: Book) -> None:
             }
         ),
         ok(mask([[3, 9], [], [4]], support_logprobs=[[-1.0, -3.0], [], [-0.5]])),
+        since="1.0",
     )
     f.add(
         "compact-layout",
@@ -173,6 +182,7 @@ def add_cases(book: Book) -> None:
             }
         ),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     e = book.file("msgpack/encode.json", "msgpack", "Encoding a mask as the msgpack envelope.")
     for layout in ("ragged", "dense", "compact"):
@@ -184,16 +194,18 @@ def add_cases(book: Book) -> None:
             {"roundtrip": True},
             op="encode",
             options={"layout": layout},
+            since="1.0",
         )
     bad = book.file("invalid/msgpack.json", "msgpack", "Envelopes that a reader must reject.")
     good = _envelope_bytes(ragged)
-    cases: list[tuple[str, dict[str, str], tuple[str, ...], str, str]] = [
+    cases: list[tuple[str, dict[str, str], tuple[str, ...], str, str, str]] = [
         (
             "unknown-major-version",
             _mhex(ragged, version=2),
             ("E_VERSION",),
             "versioning",
             "Major version 2 is unknown.",
+            "1.0",
         ),
         (
             "version-missing",
@@ -201,24 +213,34 @@ def add_cases(book: Book) -> None:
             ("E_SCHEMA",),
             "versioning",
             "The envelope names its version.",
+            "1.0",
         ),
-        ("version-not-integer", _mhex(ragged, version="1"), ("E_SCHEMA",), "versioning", "The version is an integer."),
+        (
+            "version-not-integer",
+            _mhex(ragged, version="1"),
+            ("E_SCHEMA",),
+            "versioning",
+            "The version is an integer.",
+            "1.0",
+        ),
         (
             "truncated",
             {"hex": good[: len(good) // 2].hex()},
             ("E_ENCODING",),
             "msgpack",
             "The first half of a valid envelope.",
+            "1.0",
         ),
-        ("not-msgpack", {"hex": "c1c1c1"}, ("E_ENCODING",), "msgpack", "0xc1 is never used in msgpack."),
-        ("trailing-bytes", {"hex": (good + b"\x00").hex()}, ("E_ENCODING",), "msgpack", "Bytes after the map."),
-        ("not-a-map", {"hex": "93010203"}, ("E_SCHEMA",), "msgpack", "The envelope is a map."),
+        ("not-msgpack", {"hex": "c1c1c1"}, ("E_ENCODING",), "msgpack", "0xc1 is never used in msgpack.", "1.0"),
+        ("trailing-bytes", {"hex": (good + b"\x00").hex()}, ("E_ENCODING",), "msgpack", "Bytes after the map.", "1.0"),
+        ("not-a-map", {"hex": "93010203"}, ("E_SCHEMA",), "msgpack", "The envelope is a map.", "1.0"),
         (
             "unknown-layout",
             _mhex({**ragged, "layout": "csr"}),
             ("E_SCHEMA",),
             "msgpack",
             "layout is ragged, dense or compact.",
+            "1.0",
         ),
         (
             "offsets-and-counts",
@@ -226,6 +248,7 @@ def add_cases(book: Book) -> None:
             ("E_SCHEMA",),
             "msgpack",
             "A ragged envelope gives offsets or counts, not both.",
+            "1.1",
         ),
         (
             "counts-sum-not-nnz",
@@ -233,6 +256,7 @@ def add_cases(book: Book) -> None:
             ("E_OFFSETS",),
             "msgpack",
             "counts sum to 4 but there are 3 ids.",
+            "1.1",
         ),
         (
             "counts-int64",
@@ -240,14 +264,23 @@ def add_cases(book: Book) -> None:
             ("E_DTYPE",),
             "msgpack",
             "counts are uint8, uint16 or int32.",
+            "1.1",
         ),
-        ("ids-int64", _mhex({**ragged, "ids": _marray([1, 5, 7], "int64")}), ("E_DTYPE",), "msgpack", "ids are int32."),
+        (
+            "ids-int64",
+            _mhex({**ragged, "ids": _marray([1, 5, 7], "int64")}),
+            ("E_DTYPE",),
+            "msgpack",
+            "ids are int32.",
+            "1.0",
+        ),
         (
             "ids-float32",
             _mhex({**ragged, "ids": _marray([1, 5, 7], "float32")}),
             ("E_DTYPE",),
             "msgpack",
             "ids are integers.",
+            "1.0",
         ),
         (
             "data-not-bin",
@@ -255,6 +288,7 @@ def add_cases(book: Book) -> None:
             ("E_SCHEMA",),
             "msgpack",
             "Array data is a msgpack bin, not a string.",
+            "1.0",
         ),
         (
             "bytes-mismatch",
@@ -262,6 +296,7 @@ def add_cases(book: Book) -> None:
             ("E_BYTES",),
             "msgpack",
             "Shape [3] int32 needs 12 bytes; 8 are given.",
+            "1.0",
         ),
         (
             "forged-shape",
@@ -269,6 +304,7 @@ def add_cases(book: Book) -> None:
             ("E_LIMIT",),
             "limits",
             "A 12-byte bin declaring 2**40 ids.",
+            "1.0",
         ),
         (
             "offsets-end-beyond-ids",
@@ -276,6 +312,7 @@ def add_cases(book: Book) -> None:
             ("E_OFFSETS",),
             "layouts",
             "offsets[T] = 4 with 3 ids (nnz left out: it would be a second fault).",
+            "1.0",
         ),
         (
             "num-rows-disagrees",
@@ -283,14 +320,16 @@ def add_cases(book: Book) -> None:
             ("E_SHAPE",),
             "msgpack",
             "num_rows says 4, the offsets hold 3 rows.",
+            "1.0",
         ),
-        ("nnz-disagrees", _mhex({**ragged, "nnz": 2}), ("E_SHAPE",), "msgpack", "nnz says 2, ids holds 3."),
+        ("nnz-disagrees", _mhex({**ragged, "nnz": 2}), ("E_SHAPE",), "msgpack", "nnz says 2, ids holds 3.", "1.0"),
         (
             "dense-padding-between-ids",
             _mhex({"layout": "dense", "dense": _marray([[5, -1, 1]], "int32")}),
             ("E_PADDING",),
             "layouts",
             "-1 between ids in the dense layout.",
+            "1.0",
         ),
         (
             "id-order-violated",
@@ -298,6 +337,7 @@ def add_cases(book: Book) -> None:
             ("E_SCHEMA",),
             "msgpack",
             "Declared ascending, row 0 is not.",
+            "1.0",
         ),
         (
             "id-beyond-vocab",
@@ -305,6 +345,7 @@ def add_cases(book: Book) -> None:
             ("E_RANGE",),
             "model",
             "Id 10 with vocab_size 10.",
+            "1.0",
         ),
         (
             "sampled-id-not-in-row",
@@ -312,6 +353,7 @@ def add_cases(book: Book) -> None:
             ("E_MISSING_SAMPLED",),
             "companions",
             "A non-empty row contains its sampled id.",
+            "1.0",
         ),
         (
             "nesting-too-deep",
@@ -319,6 +361,7 @@ def add_cases(book: Book) -> None:
             ("E_LIMIT",),
             "limits",
             "Containers nested beyond max_json_depth, even under an unknown key.",
+            "1.0",
         ),
     ]
     import msgpack
@@ -339,6 +382,7 @@ def add_cases(book: Book) -> None:
             ("E_SCHEMA",),
             "msgpack",
             "Layout compact requires num_rows and nnz.",
+            "1.0",
         ),
         (
             "unknown-major-version-checked-first",
@@ -346,6 +390,7 @@ def add_cases(book: Book) -> None:
             ("E_VERSION",),
             "versioning",
             "The version is checked before any other key (the layout is bad too).",
+            "1.0",
         ),
         (
             "ext-type",
@@ -353,6 +398,7 @@ def add_cases(book: Book) -> None:
             ("E_ENCODING",),
             "msgpack",
             "ext types are never used, even under an unknown key.",
+            "1.0",
         ),
         (
             "duplicate-key",
@@ -360,18 +406,27 @@ def add_cases(book: Book) -> None:
             ("E_SCHEMA",),
             "msgpack",
             "Map keys are unique.",
+            "1.0",
         ),
-        ("non-string-key", raw_map([*head, (pk(7), pk("seven"))]), ("E_SCHEMA",), "msgpack", "Map keys are strings."),
+        (
+            "non-string-key",
+            raw_map([*head, (pk(7), pk("seven"))]),
+            ("E_SCHEMA",),
+            "msgpack",
+            "Map keys are strings.",
+            "1.0",
+        ),
         (
             "invalid-utf8",
             raw_map([*head, (pk("x-note"), b"\xa2\xff\xfe")]),
             ("E_ENCODING",),
             "msgpack",
             "A str that is not UTF-8.",
+            "1.0",
         ),
     ]
-    for slug, payload, codes, spec, why in cases:
-        bad.add(slug, why, spec, {"hex": payload["hex"]}, err(*codes))
+    for slug, payload, codes, spec, why, since in cases:
+        bad.add(slug, why, spec, {"hex": payload["hex"]}, err(*codes), since=since)
 
     # nil under an optional key, or under an ARRAY key the reader does not know, reads as absent (10.1);
     # offsets of either width are valid default output.
@@ -393,6 +448,7 @@ def add_cases(book: Book) -> None:
             }
         ),
         ok(mask(ISSUE_ROWS)),
+        since="1.0",
     )
     bare_ragged = {"layout": "ragged", "vocab_size": 10, "offsets": _marray([0, 2, 2, 3], "int64")}
     unsorted_ids = _marray([5, 1, 7], "int32")
@@ -402,6 +458,7 @@ def add_cases(book: Book) -> None:
         "msgpack",
         _mhex({**bare_ragged, "ids": {"dtype": "int32", "shape": [3], "pad": None, "data": unsorted_ids["data"]}}),
         ok(mask(ISSUE_ROWS, vocab=10)),
+        since="1.2",
     )
     f.add(
         "ragged-int64-offsets-that-fit-int32",
@@ -409,6 +466,7 @@ def add_cases(book: Book) -> None:
         "msgpack",
         _mhex({**bare_ragged, "ids": unsorted_ids, "cu_seqlens": _marray([0, 2, 3], "int64")}),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.3",
     )
 
     declares_unsorted_rows(e, "msgpack", unsorted_model(), {"detected": "msgpack", "first_key": "sampling_mask"})
@@ -423,6 +481,7 @@ def add_cases(book: Book) -> None:
         "msgpack",
         _mhex({"layout": "ragged", "offsets": _marray([0], "int64")}),
         err("E_SCHEMA"),
+        since="1.2",
     )
     for entry, code in (("dtype", "E_DTYPE"), ("data", "E_SCHEMA")):
         bad.add(
@@ -431,6 +490,7 @@ def add_cases(book: Book) -> None:
             "msgpack",
             _mhex({**bare_ragged, "ids": {**unsorted_ids, entry: None}}),
             err(code),
+            since="1.2",
         )
     bad.add(
         "array-shape-nil",
@@ -438,6 +498,7 @@ def add_cases(book: Book) -> None:
         "msgpack",
         _mhex({**bare_ragged, "ids": {**unsorted_ids, "shape": None}}),
         err("E_SHAPE"),
+        since="1.3",
     )
     for entry, code in (("dtype", "E_DTYPE"), ("shape", "E_SHAPE"), ("data", "E_SCHEMA")):
         bad.add(
@@ -446,6 +507,7 @@ def add_cases(book: Book) -> None:
             "msgpack",
             _mhex({**bare_ragged, "ids": {k: v for k, v in unsorted_ids.items() if k != entry}}),
             err(code),
+            since="1.3",
         )
     bad.add(
         "offsets-and-counts-missing",
@@ -454,6 +516,7 @@ def add_cases(book: Book) -> None:
         "msgpack",
         _mhex({"layout": "ragged", "vocab_size": 10, "ids": unsorted_ids}),
         err("E_SCHEMA"),
+        since="1.3",
     )
     bad.add(
         "offsets-nil-counts-missing",
@@ -461,6 +524,7 @@ def add_cases(book: Book) -> None:
         "msgpack",
         _mhex({"layout": "ragged", "vocab_size": 10, "ids": unsorted_ids, "offsets": None}),
         err("E_SCHEMA"),
+        since="1.3",
     )
 
     # 5.2: an integral float is no integer.
@@ -470,6 +534,7 @@ def add_cases(book: Book) -> None:
         "metadata",
         _mhex({**bare_ragged, "ids": unsorted_ids, "metadata": {"top_k": 4.0}}),
         err("E_SCHEMA"),
+        since="1.3",
     )
 
     # 8.5: a declared array is compared with max_bytes, its bytes present or not.
@@ -483,5 +548,5 @@ def add_cases(book: Book) -> None:
         _mhex({"layout": "dense", "dense": padding}),
         err("E_LIMIT"),
         limits={"max_bytes": 1000},
-        since=SPEC_1_4,
+        since="1.4",
     )

@@ -16,6 +16,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr(d), "cu_seqlens": arr([0, 2, 3])},
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3])),
+        since="1.0",
     )
     f.add(
         "cu-seqlens-int64",
@@ -23,6 +24,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr(d), "cu_seqlens": arr([0, 2, 3], "int64"), "vocab_size": 10},
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     f.add(
         "empty-sequence-between",
@@ -30,6 +32,7 @@ def add_cases(book: Book) -> None:
         "segments",
         {"dense": arr(d), "cu_seqlens": arr([0, 1, 1, 3])},
         ok(mask(ISSUE_ROWS, cu=[0, 1, 1, 3])),
+        since="1.0",
     )
     f.add(
         "empty-sequences-at-both-ends",
@@ -37,6 +40,7 @@ def add_cases(book: Book) -> None:
         "segments",
         {"dense": arr(d), "cu_seqlens": arr([0, 0, 3, 3])},
         ok(mask(ISSUE_ROWS, cu=[0, 0, 3, 3])),
+        since="1.0",
     )
     f.add(
         "all-empty-sequences",
@@ -44,6 +48,7 @@ def add_cases(book: Book) -> None:
         "segments",
         {"dense": arr([], shape=[0, 3]), "cu_seqlens": arr([0, 0, 0, 0])},
         ok(mask([], cu=[0, 0, 0, 0])),
+        since="1.0",
     )
     f.add(
         "observation-rows",
@@ -54,6 +59,7 @@ def add_cases(book: Book) -> None:
             "cu_seqlens": arr([0, 5, 6]),
         },
         ok(mask([[1, 3], [2], [], [], [8, 9], [6]], cu=[0, 5, 6])),
+        since="1.0",
     )
     f.add(
         "one-row-per-sequence",
@@ -61,6 +67,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr(d), "cu_seqlens": arr([0, 1, 2, 3])},
         ok(mask(ISSUE_ROWS, cu=[0, 1, 2, 3])),
+        since="1.0",
     )
     e = book.file("packed/encode.json", "packed", "Encoding a segmented mask as packed dense + cu_seqlens.")
     e.add(
@@ -70,23 +77,27 @@ def add_cases(book: Book) -> None:
         model([[1, 5], [], [7]], cu_seqlens=[0, 2, 3]),
         {"payload": {"dense": arr(dense_rows(ISSUE_ROWS, 2))}},
         op="encode",
+        since="1.0",
     )
 
     bad = book.file("invalid/packed.json", "packed", "Packed payloads with a bad cu_seqlens.")
-    bad.add("cu-seqlens-missing", "Packed requires cu_seqlens.", "layouts", {"dense": arr(d)}, err("E_SCHEMA"))
+    bad.add(
+        "cu-seqlens-missing", "Packed requires cu_seqlens.", "layouts", {"dense": arr(d)}, err("E_SCHEMA"), since="1.0"
+    )
     for slug, cu, why in (
         ("cu-seqlens-short-of-rows", [0, 2], "cu[B] = 2 but T = 3"),
         ("cu-seqlens-past-rows", [0, 4], "cu[B] = 4 but T = 3"),
         ("cu-seqlens-decreasing", [0, 2, 1, 3], "cu_seqlens decrease"),
         ("cu-seqlens-not-starting-at-zero", [1, 3], "cu[0] must be 0"),
     ):
-        bad.add(slug, f"{why}.", "model", {"dense": arr(d), "cu_seqlens": arr(cu)}, err("E_SEGMENTS"))
+        bad.add(slug, f"{why}.", "model", {"dense": arr(d), "cu_seqlens": arr(cu)}, err("E_SEGMENTS"), since="1.0")
     bad.add(
         "cu-seqlens-empty",
         "cu_seqlens holds B + 1 >= 1 entries.",
         "segments",
         {"dense": arr(d), "cu_seqlens": arr([], shape=[0])},
         err("E_SEGMENTS"),
+        since="1.0",
     )
     bad.add(
         "cu-seqlens-float",
@@ -94,6 +105,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr(d), "cu_seqlens": arr([0.0, 3.0], "float32")},
         err("E_DTYPE"),
+        since="1.0",
     )
     bad.add(
         "cu-seqlens-two-dimensional",
@@ -101,6 +113,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr(d), "cu_seqlens": arr([[0, 3]])},
         err("E_SHAPE"),
+        since="1.0",
     )
     bad.add(
         "segments-over-limit",
@@ -109,6 +122,7 @@ def add_cases(book: Book) -> None:
         {"dense": arr(d), "cu_seqlens": arr([0, 1, 2, 3])},
         err("E_LIMIT"),
         limits={"max_segments": 2},
+        since="1.0",
     )
     bad.add(
         "padding-between-ids-second-sequence",
@@ -116,6 +130,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"dense": arr([[1, -1], [-1, 4]]), "cu_seqlens": arr([0, 1, 2])},
         err("E_PADDING"),
+        since="1.0",
     )
 
     keeps_stored_order(e, model(UNSORTED_ROWS, cu_seqlens=[0, 2, 3]), {"dense": arr([[5, 1], [-1, -1], [7, -1]])})

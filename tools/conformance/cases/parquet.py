@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import arrow_shared
 from .arrow_payloads import HALF_EMPTY_ROWS, MANY_EMPTY_ROWS, ZERO_BLOB_BYTES, binaries, hx
-from .common import ISSUE_ROWS, SPEC_1_4, Book, companions_mask, err, mask, ok
+from .common import ISSUE_ROWS, Book, companions_mask, err, mask, ok
 from .shared import canonicalizes_compact
 
 
@@ -19,6 +19,7 @@ def add_cases(book: Book) -> None:
         "arrow",
         hx("parquet.issue-example"),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     f.add(
         "companions-and-metadata",
@@ -26,6 +27,7 @@ def add_cases(book: Book) -> None:
         "arrow",
         hx("parquet.companions"),
         ok(companions_mask(metadata={"top_k": 3, "producer": "vllm-0.32"})),
+        since="1.0",
     )
     f.add(
         "two-row-groups",
@@ -33,6 +35,7 @@ def add_cases(book: Book) -> None:
         "arrow-batches",
         hx("parquet.two-row-groups"),
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     e = arrow_shared.encode_file(book, "parquet")
     pq_bytes = bins["parquet.issue-example"]
@@ -43,6 +46,7 @@ def add_cases(book: Book) -> None:
         "versioning",
         hx("parquet.unknown-major-version"),
         err("E_VERSION"),
+        since="1.0",
     )
     bad.add(
         "truncated",
@@ -50,6 +54,7 @@ def add_cases(book: Book) -> None:
         "arrow",
         {"hex": pq_bytes[: len(pq_bytes) // 2].hex()},
         err("E_ENCODING"),
+        since="1.0",
     )
     bad.add(
         "not-parquet",
@@ -57,6 +62,7 @@ def add_cases(book: Book) -> None:
         "arrow",
         {"hex": (b"PAR1" + b"\x00" * 8 + b"PAR1").hex()},
         err("E_ENCODING"),
+        since="1.0",
     )
 
     canonicalizes_compact(e, "9.4")
@@ -77,6 +83,7 @@ def add_cases(book: Book) -> None:
         "8.4",
         {"hex": bins["parquet.issue-example"].replace(needle, b"\x58\x0d\x80ampling_mask").hex()},
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.3",
     )
     bad.add(
         "many-empty-rows-over-max-bytes",
@@ -86,6 +93,7 @@ def add_cases(book: Book) -> None:
         {"hex": bins["parquet.many-empty-rows"].hex()},
         err("E_LIMIT"),
         limits={"max_bytes": produced // 2},
+        since="1.3",
     )
     bad.add(
         "path-in-schema-wrong-name-still-bounded",
@@ -95,6 +103,7 @@ def add_cases(book: Book) -> None:
         {"hex": bins["parquet.many-empty-rows"].replace(needle, b"\x58\x0dxampling_mask").hex()},
         err("E_LIMIT"),
         limits={"max_bytes": produced // 2},
+        since="1.3",
     )
 
     # 9.3: a file of no row is the empty mask, its V from the schema.
@@ -104,6 +113,7 @@ def add_cases(book: Book) -> None:
         "arrow-batches",
         {"hex": bins["parquet.no-rows"].hex()},
         ok(mask([], cu=[0], vocab=10)),
+        since="1.3",
     )
 
     # 8.5, 8.5.7: one count per decode: every row group adds to it and to the limits; in the compact
@@ -119,7 +129,7 @@ def add_cases(book: Book) -> None:
         {"hex": bins["parquet.two-row-groups-of-empty-rows"].hex()},
         err("E_LIMIT"),
         limits={"max_bytes": 900_000},
-        since=SPEC_1_4,
+        since="1.4",
     )
     bad.add(
         "pages-of-row-groups-count-together",
@@ -130,7 +140,7 @@ def add_cases(book: Book) -> None:
         {"hex": bins["parquet.two-row-groups-compressed-blob"].hex()},
         err("E_LIMIT"),
         limits={"max_bytes": 150_000},
-        since=SPEC_1_4,
+        since="1.4",
     )
     bad.add(
         "batches-together-over-max-rows",
@@ -140,7 +150,7 @@ def add_cases(book: Book) -> None:
         {"hex": bins["parquet.two-row-groups"].hex()},
         err("E_LIMIT"),
         limits={"max_rows": 2},
-        since=SPEC_1_4,
+        since="1.4",
     )
     compact_rows = 8 * (many + 1) + 8 * 2
     bad.add(
@@ -152,7 +162,7 @@ def add_cases(book: Book) -> None:
         {"hex": bins["parquet.compact-many-empty-rows"].hex()},
         err("E_LIMIT"),
         limits={"max_bytes": 850_000},
-        since=SPEC_1_4,
+        since="1.4",
     )
 
     # 8.5.7 step 1: a Parquet file starts with PAR1 as it ends with it.
@@ -168,7 +178,7 @@ def add_cases(book: Book) -> None:
             "8.5.7",
             {"hex": (lead + data[4:]).hex()},
             err("E_ENCODING"),
-            since=SPEC_1_4,
+            since="1.4",
         )
     arrow_shared.metadata_kind(bad, "parquet")
     arrow_shared.no_batches_keep_the_schema(f, "A Parquet file of no row", "parquet.no-rows-companions")

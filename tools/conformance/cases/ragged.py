@@ -40,6 +40,7 @@ def add_cases(book: Book) -> None:
             "vocab_size": 10,
         },
         ok(mask(ISSUE_ROWS, cu=[0, 2, 3], vocab=10)),
+        since="1.0",
     )
     f.add(
         "issue-example-hex",
@@ -47,6 +48,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": hexarr([5, 1, 7], "int32"), "offsets": hexarr([0, 2, 2, 3], "int64"), "vocab_size": 10},
         ok(mask(ISSUE_ROWS, vocab=10)),
+        since="1.0",
     )
     f.add(
         "zero-rows",
@@ -54,6 +56,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([], shape=[0]), "offsets": arr([0], "int64")},
         ok(mask([])),
+        since="1.0",
     )
     f.add(
         "all-empty-rows",
@@ -61,6 +64,7 @@ def add_cases(book: Book) -> None:
         "empty",
         {"ids": arr([], shape=[0]), "offsets": arr([0, 0, 0], "int64")},
         ok(mask([[], []])),
+        since="1.0",
     )
     f.add(
         "trailing-empty-rows",
@@ -68,6 +72,7 @@ def add_cases(book: Book) -> None:
         "empty",
         {"ids": arr([3]), "offsets": arr([0, 1, 1, 1], "int64")},
         ok(mask([[3], [], []])),
+        since="1.0",
     )
     f.add(
         "unsorted-rows",
@@ -75,6 +80,7 @@ def add_cases(book: Book) -> None:
         "order",
         {"ids": arr([9, 2, 5, 1, 0]), "offsets": arr([0, 3, 5], "int64")},
         ok(mask([[2, 5, 9], [0, 1]])),
+        since="1.0",
     )
     f.add(
         "same-id-in-different-rows",
@@ -82,6 +88,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"ids": arr([4, 4, 4]), "offsets": arr([0, 1, 2, 3], "int64")},
         ok(mask([[4], [4], [4]])),
+        since="1.0",
     )
     f.add(
         "maximal-int32-id",
@@ -89,6 +96,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"ids": arr([2147483647]), "offsets": arr([0, 1], "int64")},
         ok(mask([[2147483647]])),
+        since="1.0",
     )
     f.add(
         "vocab-boundary",
@@ -96,6 +104,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"ids": arr([15, 0]), "offsets": arr([0, 2], "int64"), "vocab_size": 16},
         ok(mask([[0, 15]], vocab=16)),
+        since="1.0",
     )
     full = [11, 3, 0, 7, 15, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14]
     f.add(
@@ -104,6 +113,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"ids": arr([*full, 2]), "offsets": arr([0, 16, 17], "int64"), "vocab_size": 16},
         ok(mask([list(range(16)), [2]], vocab=16)),
+        since="1.0",
     )
     f.add(
         "ties-wider-than-top-k",
@@ -111,6 +121,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"ids": arr([8, 2, 6, 4, 1]), "offsets": arr([0, 4, 5], "int64"), "metadata": {"top_k": 3}},
         ok(mask([[2, 4, 6, 8], [1]], metadata={"top_k": 3})),
+        since="1.0",
     )
     f.add(
         "all-empty-segments",
@@ -118,6 +129,7 @@ def add_cases(book: Book) -> None:
         "segments",
         {"ids": arr([], shape=[0]), "offsets": arr([0], "int64"), "cu_seqlens": arr([0, 0, 0], "int64")},
         ok(mask([], cu=[0, 0, 0])),
+        since="1.0",
     )
     f.add(
         "zero-segments",
@@ -125,6 +137,7 @@ def add_cases(book: Book) -> None:
         "segments",
         {"ids": arr([], shape=[0]), "offsets": arr([0], "int64"), "cu_seqlens": arr([0], "int64")},
         ok(mask([], cu=[0])),
+        since="1.0",
     )
     f.add(
         "empty-segments-around-rows",
@@ -132,6 +145,7 @@ def add_cases(book: Book) -> None:
         "segments",
         {"ids": arr([1, 2]), "offsets": arr([0, 1, 2], "int64"), "cu_seqlens": arr([0, 0, 2, 2], "int64")},
         ok(mask([[1], [2]], cu=[0, 0, 2, 2])),
+        since="1.0",
     )
     f.add(
         "all-companions-unsorted",
@@ -147,6 +161,7 @@ def add_cases(book: Book) -> None:
             "support_logprobs": arr([-3.0, -1.25, -0.5], "float32"),
         },
         ok(companions_mask()),
+        since="1.0",
     )
     f.add(
         "sampled-id-on-empty-row",
@@ -154,6 +169,7 @@ def add_cases(book: Book) -> None:
         "companions",
         {"ids": arr([2]), "offsets": arr([0, 1, 1], "int64"), "sampled_token_ids": arr([2, 4])},
         ok(mask([[2], []], sampled_token_ids=[2, 4])),
+        since="1.0",
     )
     sampler_metadata = {
         "temperature": 0.7,
@@ -169,6 +185,7 @@ def add_cases(book: Book) -> None:
         "metadata",
         {"ids": arr([1]), "offsets": arr([0, 1], "int64"), "metadata": sampler_metadata},
         ok(mask([[1]], metadata=sampler_metadata)),
+        since="1.0",
     )
     f.add(
         "nan-temperature-is-unknown",
@@ -181,6 +198,7 @@ def add_cases(book: Book) -> None:
         },
         ok(mask([[1]], temperature=["NaN"])),
         level=REC,
+        since="1.0",
     )
     f.add(
         "non-finite-sampled-logprob",
@@ -192,6 +210,7 @@ def add_cases(book: Book) -> None:
             "sampled_logprobs": hexarr([-math.inf], "float32"),
         },
         ok(mask([[1]], sampled_logprobs=["-Infinity"])),
+        since="1.0",
     )
     picks = ["0", "1", "2", "3"]
     rows = [src["rows"][i] for i in picks]
@@ -207,6 +226,7 @@ def add_cases(book: Book) -> None:
             "sampled_token_ids": arr([src["sampled_token_ids"][i] for i in picks]),
         },
         ok(mask(rows, vocab=src["vocab_size"], sampled_token_ids=[src["sampled_token_ids"][i] for i in picks])),
+        since="1.0",
     )
 
     e = book.file("ragged/encode.json", "ragged", "Encoding a mask as ragged ids + offsets.")
@@ -217,6 +237,7 @@ def add_cases(book: Book) -> None:
         model([[1, 5], [], [7]], vocab_size=10),
         {"payload": {"ids": arr([1, 5, 7]), "offsets": arr([0, 2, 2, 3], "int64")}},
         op="encode",
+        since="1.0",
     )
     e.add(
         "encode-zero-rows",
@@ -225,6 +246,7 @@ def add_cases(book: Book) -> None:
         model([]),
         {"payload": {"ids": arr([], shape=[0]), "offsets": arr([0], "int64")}},
         op="encode",
+        since="1.0",
     )
     e.add(
         "encode-companions",
@@ -242,6 +264,7 @@ def add_cases(book: Book) -> None:
         ),
         {"roundtrip": True},
         op="encode",
+        since="1.0",
     )
 
     bad = book.file("invalid/ragged.json", "ragged", "Ragged payloads that a reader must reject.")
@@ -251,13 +274,16 @@ def add_cases(book: Book) -> None:
         ("offsets-end-before-nnz", [1, 2, 3], [0, 1, 2], "offsets[T] = 2 leaves an id outside every row."),
         ("offsets-end-past-nnz", [1, 2], [0, 1, 3], "offsets[T] = 3 points past the 2 ids (off by one)."),
     ):
-        bad.add(slug, why, "layouts", {"ids": arr(ids), "offsets": arr(offsets, "int64")}, err("E_OFFSETS"))
+        bad.add(
+            slug, why, "layouts", {"ids": arr(ids), "offsets": arr(offsets, "int64")}, err("E_OFFSETS"), since="1.0"
+        )
     bad.add(
         "offsets-empty",
         "offsets holds T + 1 >= 1 entries.",
         "layouts",
         {"ids": arr([], shape=[0]), "offsets": arr([], "int64", shape=[0])},
         err("E_OFFSETS"),
+        since="1.0",
     )
     bad.add(
         "offsets-int64-not-truncated",
@@ -265,6 +291,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([3]), "offsets": hexarr([0, (1 << 32) + 1], "int64")},
         err("E_OFFSETS"),
+        since="1.0",
     )
     bad.add(
         "minus-one-id",
@@ -272,6 +299,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"ids": arr([4, -1]), "offsets": arr([0, 2], "int64")},
         err("E_RANGE"),
+        since="1.0",
     )
     bad.add(
         "id-equals-vocab-size",
@@ -279,6 +307,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"ids": arr([10]), "offsets": arr([0, 1], "int64"), "vocab_size": 10},
         err("E_RANGE"),
+        since="1.0",
     )
     bad.add(
         "duplicate-id-unsorted",
@@ -286,6 +315,7 @@ def add_cases(book: Book) -> None:
         "order",
         {"ids": arr([3, 1, 3]), "offsets": arr([0, 3], "int64")},
         err("E_DUPLICATE"),
+        since="1.0",
     )
     bad.add(
         "duplicate-id-adjacent",
@@ -293,6 +323,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"ids": arr([1, 2, 2]), "offsets": arr([0, 1, 3], "int64")},
         err("E_DUPLICATE"),
+        since="1.0",
     )
     bad.add(
         "float-ids",
@@ -300,6 +331,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([1.0], "float32"), "offsets": arr([0, 1], "int64")},
         err("E_DTYPE"),
+        since="1.0",
     )
     bad.add(
         "float-offsets",
@@ -307,6 +339,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([1]), "offsets": arr([0.0, 1.0], "float64")},
         err("E_DTYPE"),
+        since="1.0",
     )
     bad.add(
         "unknown-dtype",
@@ -314,6 +347,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": {"dtype": "int33", "shape": [1], "values": [1]}, "offsets": arr([0, 1], "int64")},
         err("E_DTYPE"),
+        since="1.0",
     )
     bad.add(
         "two-dimensional-ids",
@@ -321,6 +355,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([[1, 2]]), "offsets": arr([0, 2], "int64")},
         err("E_SHAPE"),
+        since="1.0",
     )
     bad.add(
         "int64-id-beyond-int32",
@@ -329,6 +364,7 @@ def add_cases(book: Book) -> None:
         "model",
         {"ids": arr([1 << 31], "int64"), "offsets": arr([0, 1], "int64")},
         err("E_RANGE", "E_DTYPE"),
+        since="1.0",
     )
     bad.add(
         "offsets-bytes-short",
@@ -336,6 +372,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([1]), "offsets": rawarr("int64", [2], bytes(12))},
         err("E_BYTES"),
+        since="1.0",
     )
     bad.add(
         "forged-shape",
@@ -343,6 +380,7 @@ def add_cases(book: Book) -> None:
         "limits",
         {"ids": rawarr("int32", [1 << 40], bytes(4)), "offsets": arr([0, 1], "int64")},
         err("E_LIMIT"),
+        since="1.0",
     )
     bad.add(
         "ids-missing",
@@ -350,6 +388,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"offsets": arr([0], "int64")},
         err("E_SCHEMA"),
+        since="1.0",
     )
     one = {"ids": arr([1]), "offsets": arr([0, 1], "int64")}
     bad.add(
@@ -358,19 +397,32 @@ def add_cases(book: Book) -> None:
         "model",
         {**one, "vocab_size": 0},
         err("E_RANGE"),
+        since="1.0",
     )
-    bad.add("vocab-size-negative", "A negative vocab_size.", "model", {**one, "vocab_size": -5}, err("E_RANGE"))
-    bad.add("vocab-size-string", "vocab_size is an integer.", "model", {**one, "vocab_size": "10"}, err("E_SCHEMA"))
+    bad.add(
+        "vocab-size-negative", "A negative vocab_size.", "model", {**one, "vocab_size": -5}, err("E_RANGE"), since="1.0"
+    )
+    bad.add(
+        "vocab-size-string",
+        "vocab_size is an integer.",
+        "model",
+        {**one, "vocab_size": "10"},
+        err("E_SCHEMA"),
+        since="1.0",
+    )
     bad.add(
         "vocab-size-over-limit",
         "vocab_size above max_vocab (default 2**24).",
         "limits",
         {**one, "vocab_size": (1 << 24) + 1},
         err("E_LIMIT"),
+        since="1.0",
     )
     three = {"ids": arr([1, 2, 3]), "offsets": arr([0, 1, 2, 3], "int64")}
-    bad.add("nnz-over-limit", "nnz above max_nnz.", "limits", three, err("E_LIMIT"), limits={"max_nnz": 2})
-    bad.add("rows-over-limit", "T above max_rows.", "limits", three, err("E_LIMIT"), limits={"max_rows": 2})
+    bad.add("nnz-over-limit", "nnz above max_nnz.", "limits", three, err("E_LIMIT"), limits={"max_nnz": 2}, since="1.0")
+    bad.add(
+        "rows-over-limit", "T above max_rows.", "limits", three, err("E_LIMIT"), limits={"max_rows": 2}, since="1.0"
+    )
     bad.add(
         "row-width-over-limit",
         "A row wider than max_width.",
@@ -378,6 +430,7 @@ def add_cases(book: Book) -> None:
         {"ids": arr([1, 2, 3]), "offsets": arr([0, 3], "int64")},
         err("E_LIMIT"),
         limits={"max_width": 2},
+        since="1.0",
     )
     two = {"ids": arr([5, 1]), "offsets": arr([0, 2, 2], "int64"), "vocab_size": 10}
     bad.add(
@@ -386,6 +439,7 @@ def add_cases(book: Book) -> None:
         "companions",
         {**two, "sampled_token_ids": arr([5])},
         err("E_SHAPE"),
+        since="1.0",
     )
     bad.add(
         "support-logprobs-wrong-length",
@@ -393,6 +447,7 @@ def add_cases(book: Book) -> None:
         "companions",
         {**two, "support_logprobs": arr([-0.5, -1.0, -2.0], "float32")},
         err("E_SHAPE"),
+        since="1.0",
     )
     bad.add(
         "temperature-wrong-length",
@@ -400,6 +455,7 @@ def add_cases(book: Book) -> None:
         "companions",
         {**two, "temperature": arr([1.0], "float32")},
         err("E_SHAPE"),
+        since="1.0",
     )
     bad.add(
         "temperature-zero",
@@ -407,6 +463,7 @@ def add_cases(book: Book) -> None:
         "companions",
         {**two, "temperature": arr([1.0, 0.0], "float32")},
         err("E_RANGE"),
+        since="1.0",
     )
     bad.add(
         "temperature-negative",
@@ -414,6 +471,7 @@ def add_cases(book: Book) -> None:
         "companions",
         {**two, "temperature": arr([-0.5, 1.0], "float32")},
         err("E_RANGE"),
+        since="1.0",
     )
     bad.add(
         "temperature-infinite",
@@ -421,6 +479,7 @@ def add_cases(book: Book) -> None:
         "companions",
         {**two, "temperature": hexarr([1.0, math.inf], "float32")},
         err("E_RANGE"),
+        since="1.0",
     )
     bad.add(
         "temperature-integer-dtype",
@@ -428,6 +487,7 @@ def add_cases(book: Book) -> None:
         "companions",
         {**two, "temperature": arr([1, 1])},
         err("E_DTYPE"),
+        since="1.0",
     )
     bad.add(
         "sampled-id-not-in-row",
@@ -435,6 +495,7 @@ def add_cases(book: Book) -> None:
         "companions",
         {**two, "sampled_token_ids": arr([7, -1])},
         err("E_MISSING_SAMPLED"),
+        since="1.0",
     )
     bad.add(
         "sampled-minus-one-on-non-empty-row",
@@ -442,6 +503,7 @@ def add_cases(book: Book) -> None:
         "companions",
         {**two, "sampled_token_ids": arr([-1, -1])},
         err("E_RANGE"),
+        since="1.0",
     )
     bad.add(
         "sampled-id-beyond-vocab-on-empty-row",
@@ -449,6 +511,7 @@ def add_cases(book: Book) -> None:
         "companions",
         {**two, "sampled_token_ids": arr([5, 10])},
         err("E_RANGE"),
+        since="1.0",
     )
     bad.add(
         "sampled-ids-float",
@@ -456,14 +519,23 @@ def add_cases(book: Book) -> None:
         "companions",
         {**two, "sampled_token_ids": arr([5.0, -1.0], "float32")},
         err("E_DTYPE"),
+        since="1.0",
     )
-    bad.add("metadata-not-object", "metadata is an object.", "companions", {**one, "metadata": [1, 2]}, err("E_SCHEMA"))
+    bad.add(
+        "metadata-not-object",
+        "metadata is an object.",
+        "companions",
+        {**one, "metadata": [1, 2]},
+        err("E_SCHEMA"),
+        since="1.0",
+    )
     bad.add(
         "metadata-nested-value",
         "metadata values are scalars.",
         "metadata",
         {**one, "metadata": {"x-run": {"seed": 1}}},
         err("E_SCHEMA"),
+        since="1.0",
     )
     bad.add(
         "metadata-top-k-string",
@@ -471,6 +543,7 @@ def add_cases(book: Book) -> None:
         "metadata",
         {**one, "metadata": {"top_k": "50"}},
         err("E_SCHEMA"),
+        since="1.0",
     )
     bad.add(
         "metadata-top-p-boolean",
@@ -478,6 +551,7 @@ def add_cases(book: Book) -> None:
         "metadata",
         {**one, "metadata": {"top_p": True}},
         err("E_SCHEMA"),
+        since="1.0",
     )
     bad.add(
         "cu-seqlens-not-tiling",
@@ -485,6 +559,7 @@ def add_cases(book: Book) -> None:
         "segments",
         {**three, "cu_seqlens": arr([0, 2], "int64")},
         err("E_SEGMENTS"),
+        since="1.0",
     )
 
     # Limits are inclusive maxima (8.1).
@@ -495,6 +570,7 @@ def add_cases(book: Book) -> None:
         {"ids": arr([1, 5, 7]), "offsets": arr([0, 2, 2, 3], "int64")},
         ok(mask(ISSUE_ROWS)),
         limits={"max_nnz": 3, "max_width": 2},
+        since="1.2",
     )
 
     keeps_stored_order(e, model(UNSORTED_ROWS), {"ids": arr([5, 1, 7]), "offsets": arr([0, 2, 2, 3], "int64")})
@@ -506,6 +582,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": {"dtype": "int32", "shape": [2], "values": [1, None]}, "offsets": arr([0, 2], "int64")},
         err("E_DTYPE"),
+        since="1.2",
     )
 
     # 8.1: the bytes a mask takes, 4 per companion value.
@@ -517,6 +594,7 @@ def add_cases(book: Book) -> None:
         {"ids": arr([5, 1, 7]), "offsets": arr([0, 2, 2, 3], "int64"), "cu_seqlens": arr([0, 2, 3], "int64")},
         err("E_LIMIT"),
         limits={"max_bytes": plain - 1},
+        since="1.2",
     )
     with_companions = f32_mask_bytes([[3, 5, 9], []], 1, 1, True)
     bad.add(
@@ -532,6 +610,7 @@ def add_cases(book: Book) -> None:
         },
         err("E_LIMIT"),
         limits={"max_bytes": with_companions - 1},
+        since="1.2",
     )
 
     # 4: a missing required array is E_SCHEMA, never E_OFFSETS; a sampled id is never wrapped to int32.
@@ -541,6 +620,7 @@ def add_cases(book: Book) -> None:
         "layouts",
         {"ids": arr([5, 1, 7])},
         err("E_SCHEMA"),
+        since="1.3",
     )
     bad.add(
         "sampled-id-int64-beyond-int32",
@@ -549,4 +629,5 @@ def add_cases(book: Book) -> None:
         "companions",
         {"ids": arr([5]), "offsets": arr([0, 1], "int64"), "sampled_token_ids": arr([2**32 + 5], "int64")},
         err("E_RANGE", "E_DTYPE"),
+        since="1.3",
     )

@@ -36,6 +36,7 @@ def add_cases(book: Book) -> None:
         tolerance: float = tol,
         spec: str = "scoring",
         vocab_size: int | None = None,
+        since: str,
     ) -> None:
         payload: dict[str, Any] = {
             "mask": model(rows, vocab_size=vocab_size),
@@ -50,13 +51,15 @@ def add_cases(book: Book) -> None:
         expected = stable_scores(
             float64_scores(logits, rows, targets, temperature, empty_rows, missing_target or "error")
         )
-        f.add(slug, why, spec, payload, {"scores": expected, "tolerance": tolerance}, op="score", level=level)
+        f.add(
+            slug, why, spec, payload, {"scores": expected, "tolerance": tolerance}, op="score", level=level, since=since
+        )
 
     def logits_of(t: int, v: int, scale: float = 3.0) -> np.ndarray:
         return np.round(rng.normal(0.0, scale, size=(t, v)), 3)
 
     z = logits_of(3, 6)
-    add("basic", "Three rows, temperature 1.", z, [[0, 2, 5], [1, 3], [4]], [2, 1, 4])
+    add("basic", "Three rows, temperature 1.", z, [[0, 2, 5], [1, 3], [4]], [2, 1, 4], since="1.0")
     add(
         "temperature-scalar",
         "One temperature for every row: logits are divided by it before the logsumexp.",
@@ -64,6 +67,7 @@ def add_cases(book: Book) -> None:
         [[0, 2, 5], [1, 3], [4, 5]],
         [5, 3, 4],
         0.7,
+        since="1.0",
     )
     add(
         "temperature-per-row",
@@ -72,6 +76,7 @@ def add_cases(book: Book) -> None:
         [[0, 2, 5], [1, 3], [4, 5]],
         [0, 1, 5],
         [0.5, 1.0, 2.0],
+        since="1.0",
     )
     z2 = logits_of(2, 5)
     add(
@@ -81,8 +86,9 @@ def add_cases(book: Book) -> None:
         [[0, 1, 2, 3, 4], [4, 3, 2, 1, 0]],
         [3, 0],
         1.3,
+        since="1.0",
     )
-    add("singleton-rows", "A one-id support: log-prob 0, entropy 0.", z2, [[3], [1]], [3, 1], 0.9)
+    add("singleton-rows", "A one-id support: log-prob 0, entropy 0.", z2, [[3], [1]], [3, 1], 0.9, since="1.0")
     add(
         "empty-row-full-vocabulary",
         "An empty row (no support recorded) is scored against the full vocabulary by default.",
@@ -90,6 +96,7 @@ def add_cases(book: Book) -> None:
         [[1, 2], []],
         [2, 4],
         spec="scoring-policies",
+        since="1.0",
     )
     add(
         "empty-row-excluded",
@@ -99,6 +106,7 @@ def add_cases(book: Book) -> None:
         [2, 4],
         empty_rows="exclude",
         spec="scoring-policies",
+        since="1.0",
     )
     inf = -math.inf
     add(
@@ -108,6 +116,7 @@ def add_cases(book: Book) -> None:
         [[1, 2], []],
         [2, -1],
         spec="scoring-policies",
+        since="1.0",
     )
     add(
         "missing-target-full",
@@ -118,6 +127,7 @@ def add_cases(book: Book) -> None:
         missing_target="full",
         spec="scoring-policies",
         level=REC,
+        since="1.0",
     )
     add(
         "missing-target-neg-inf",
@@ -128,6 +138,7 @@ def add_cases(book: Book) -> None:
         missing_target="neg_inf",
         spec="scoring-policies",
         level=REC,
+        since="1.0",
     )
     add(
         "minus-inf-logit-in-support",
@@ -136,6 +147,7 @@ def add_cases(book: Book) -> None:
         [[0, 1, 2], [0, 1, 3]],
         [2, 3],
         0.8,
+        since="1.0",
     )
     add(
         "target-logit-minus-inf",
@@ -143,6 +155,7 @@ def add_cases(book: Book) -> None:
         np.array([[0.5, inf, 1.5, -0.25]]),
         [[0, 1, 2]],
         [1],
+        since="1.0",
     )
     add(
         "support-all-minus-inf",
@@ -150,6 +163,7 @@ def add_cases(book: Book) -> None:
         np.array([[inf, inf, 1.5, -0.25], [0.0, 1.0, 2.0, 3.0]]),
         [[0, 1], [1, 2]],
         [0, 2],
+        since="1.0",
     )
     padded = np.concatenate([logits_of(2, 5), np.full((2, 3), inf)], axis=1)
     add(
@@ -161,6 +175,7 @@ def add_cases(book: Book) -> None:
         1.2,
         vocab_size=5,
         spec="scoring-policies",
+        since="1.0",
     )
     add(
         "unsorted-support",
@@ -169,6 +184,7 @@ def add_cases(book: Book) -> None:
         [[5, 0, 2], [3, 1], [5, 4]],
         [0, 3, 5],
         0.8,
+        since="1.0",
     )
     hidden = np.round(rng.normal(0.0, 1.0, size=(3, 4)), 3)
     weight = np.round(rng.normal(0.0, 1.0, size=(7, 4)), 3)
@@ -181,6 +197,7 @@ def add_cases(book: Book) -> None:
         [6, 2, 1],
         0.9,
         extra={"hidden": arr(hidden.tolist(), "float64"), "weight": arr(weight.tolist(), "float64")},
+        since="1.0",
     )
     add(
         "hidden-weight-bias",
@@ -194,6 +211,7 @@ def add_cases(book: Book) -> None:
             "weight": arr(weight.tolist(), "float64"),
             "bias": arr(bias.tolist(), "float64"),
         },
+        since="1.0",
     )
     big = np.array([[1000.0, 999.0, -1000.0, 998.5], [-5000.0, -5001.0, -4999.0, 0.0]])
     add(
@@ -202,6 +220,7 @@ def add_cases(book: Book) -> None:
         big,
         [[0, 1, 3], [0, 1, 2]],
         [1, 2],
+        since="1.0",
     )
     add(
         "tied-logits",
@@ -210,6 +229,7 @@ def add_cases(book: Book) -> None:
         [[0, 1, 2, 3], [5, 7]],
         [2, 7],
         0.6,
+        since="1.0",
     )
     add(
         "zero-rows",
@@ -217,6 +237,7 @@ def add_cases(book: Book) -> None:
         np.zeros((0, 4)),
         [],
         [],
+        since="1.0",
     )
     src = vllm_source()
     picks = ["17", "18"]
@@ -244,6 +265,7 @@ def add_cases(book: Book) -> None:
             "hex": logits32.astype("<f4").tobytes().hex(),
         },
         tolerance=1e-5,
+        since="1.0",
     )
 
     rng11 = np.random.default_rng(20261130)  # its own generator: the cases above keep their inputs
@@ -257,6 +279,7 @@ def add_cases(book: Book) -> None:
         [3, 2],
         spec="scoring-policies",
         vocab_size=5,
+        since="1.1",
     )
 
     add(
@@ -267,6 +290,7 @@ def add_cases(book: Book) -> None:
         [2, -1],
         [0.5, "NaN"],
         spec="scoring-policies",
+        since="1.1",
     )
 
     bad = book.file("invalid/scorer.json", "scorer", "Scoring requests that must be refused.")
@@ -290,6 +314,7 @@ def add_cases(book: Book) -> None:
         payload([[0, 1], [2, 3]], [0, -1]),
         err("E_RANGE"),
         op="score",
+        since="1.1",
     )
     bad.add(
         "nan-temperature-on-scored-row",
@@ -298,6 +323,7 @@ def add_cases(book: Book) -> None:
         payload([[0, 1], [2, 3]], [0, 2], temperature=arr(["NaN", 1.0], "float64")),
         err("E_RANGE"),
         op="score",
+        since="1.1",
     )
     bad.add(
         "target-not-in-support",
@@ -306,6 +332,7 @@ def add_cases(book: Book) -> None:
         payload([[0, 1], [2, 3]], [0, 4]),
         err("E_MISSING_SAMPLED"),
         op="score",
+        since="1.1",
     )
     bad.add(
         "temperature-zero",
@@ -314,6 +341,7 @@ def add_cases(book: Book) -> None:
         payload([[0, 1], [2, 3]], [0, 2], 0.0),
         err("E_RANGE"),
         op="score",
+        since="1.1",
     )
     bad.add(
         "logits-rows-mismatch",
@@ -322,6 +350,7 @@ def add_cases(book: Book) -> None:
         payload([[0, 1], [2, 3], [4]], [0, 2, 4]),
         err("E_SHAPE"),
         op="score",
+        since="1.1",
     )
     bad.add(
         "target-beyond-logits",
@@ -330,6 +359,7 @@ def add_cases(book: Book) -> None:
         payload([[0, 1], []], [0, 5]),
         err("E_RANGE"),
         op="score",
+        since="1.1",
     )
     bad.add(
         "support-id-beyond-logits",
@@ -338,6 +368,7 @@ def add_cases(book: Book) -> None:
         payload([[0, 7], [2, 3]], [0, 2]),
         err("E_RANGE"),
         op="score",
+        since="1.1",
     )
 
     # 13.1 / 13.2: the caller's temperature replaces the companion; a NaN that reaches a scored row is E_RANGE.
@@ -352,6 +383,7 @@ def add_cases(book: Book) -> None:
         {"mask": model(rows, temperature=[0.5, 2.0]), **base},
         {"scores": stable_scores(float64_scores(z, rows, targets, [0.5, 2.0])), "tolerance": 1e-6},
         op="score",
+        since="1.2",
     )
     f.add(
         "caller-temperature-replaces-nan-companion",
@@ -360,6 +392,7 @@ def add_cases(book: Book) -> None:
         {"mask": model(rows, temperature=["NaN", 2.0]), **base, "temperature": 0.75},
         {"scores": stable_scores(float64_scores(z, rows, targets, 0.75)), "tolerance": 1e-6},
         op="score",
+        since="1.2",
     )
     bad.add(
         "nan-companion-temperature-without-caller-value",
@@ -368,6 +401,7 @@ def add_cases(book: Book) -> None:
         {"mask": model(rows, temperature=["NaN", 2.0]), **base},
         err("E_RANGE"),
         op="score",
+        since="1.2",
     )
 
     # 13.2: a second angle on each policy.
@@ -380,6 +414,7 @@ def add_cases(book: Book) -> None:
         {"mask": model([[0, 1], []]), "targets": arr([-1, 2], "int64"), "empty_rows": "exclude", "logits": logits},
         err("E_RANGE"),
         op="score",
+        since="1.2",
     )
     h = np.round(np.random.default_rng(20261203).normal(0.0, 1.0, size=(2, 3)), 3)
     w = np.round(np.random.default_rng(20261204).normal(0.0, 1.0, size=(6, 3)), 3)
@@ -391,6 +426,7 @@ def add_cases(book: Book) -> None:
         {"mask": model([[0, 1], [2, 3]]), "targets": arr([0, 5], "int64"), "temperature": 1.0, **hidden_payload},
         err("E_MISSING_SAMPLED"),
         op="score",
+        since="1.2",
     )
     bad.add(
         "support-id-beyond-weight-rows",
@@ -405,6 +441,7 @@ def add_cases(book: Book) -> None:
         },
         err("E_RANGE"),
         op="score",
+        since="1.2",
     )
     padded = np.concatenate([z, np.full((2, 2), 0.25)], axis=1)  # V' = 8 > V = 6, finite padding
     rows, targets = [[0, 3], [1, 2]], [3, 5]
@@ -426,6 +463,7 @@ def add_cases(book: Book) -> None:
         },
         op="score",
         level=REC,
+        since="1.2",
     )
     zh = h @ w.T
     f.add(
@@ -445,4 +483,5 @@ def add_cases(book: Book) -> None:
         },
         op="score",
         level=REC,
+        since="1.2",
     )

@@ -18,6 +18,7 @@ def keeps_stored_order(e: File, stored: dict[str, Any], payload: dict[str, Any])
         stored,
         {"payload": payload},
         op="encode",
+        since="1.0",
     )
 
 
@@ -32,6 +33,7 @@ def declares_unsorted_rows(e: File, spec: str, stored: dict[str, Any], propertie
         stored,
         {"roundtrip": True, "properties": properties},
         op="encode",
+        since="1.0",
     )
 
 
@@ -46,6 +48,7 @@ def canonicalizes_compact(e: File, spec: str) -> None:
         {"roundtrip": True, "properties": {"id_order": "ascending", "layout": "compact"}},
         op="encode",
         options={"layout": "compact"},
+        since="1.0",
     )
 
 
@@ -59,4 +62,5 @@ def refuses_zero_segments(bad: File) -> None:
         model([], cu_seqlens=[0]),
         err("E_SCHEMA"),
         op="encode",
+        since="1.2",
     )
