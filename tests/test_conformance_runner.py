@@ -512,6 +512,72 @@ def test_generated_cases_find_a_bug_and_print_a_pasteable_minimal_vector(monkeyp
     assert "OK: 1 class(es), 60 generated cases per kind" in out.getvalue()
 
 
+#: Prints what generated mode draws for a seed, as JSON text (run in a fresh process).
+_DRAWN_ELSEWHERE = """
+import io, json, sys
+from sampling_mask.conformance.generated import run_generated
+from sampling_mask.conformance.reference import ReferenceImplementation
+
+seen = []
+
+class Recording(ReferenceImplementation):
+    def handle(self, request):
+        seen.append(request)
+        return super().handle(request)
+
+for name in sys.argv[1].split(","):
+    run_generated(Recording(), int(sys.argv[2]), seed=int(sys.argv[3]), classes=[name], out=io.StringIO())
+print(json.dumps(seen, sort_keys=True))
+"""
+
+
+def _drawn(classes: tuple[str, ...], n: int, seed: int) -> str:
+    """Every request `--generated n --seed seed` sends for ``classes``, as JSON text (NaN and all)."""
+    import json
+
+    from sampling_mask.conformance.generated import run_generated
+
+    seen: list[dict[str, Any]] = []
+
+    class Recording(ReferenceImplementation):
+        def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+            seen.append(request)
+            return super().handle(request)
+
+    for name in classes:
+        assert run_generated(Recording(), n, seed=seed, classes=[name], out=io.StringIO()) == 0
+    return json.dumps(seen, sort_keys=True)
+
+
+def test_a_seed_draws_the_same_cases_whatever_ran_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--generated N --seed S` draws the same cases twice in one process, with other draws between and
+    a module of new constants imported (hypothesis would otherwise draw constants read from it), and in
+    a fresh process started in another directory without the tests' hypothesis profile."""
+    import importlib
+
+    classes = ("ragged reader", "model operations", "scorer")
+    first = _drawn(classes, 20, 11)
+    assert first.count('"op": ') == 20 * (3 + 1 + 2)  # three kinds of reader requests, two of scorer ones
+    _drawn(classes, 10, 12)
+    source = "VALUES = [" + ", ".join(str(v) for v in range(3, 4000, 7)) + "]\n"
+    source += "FLOATS = [-12.375, -0.8125, 0.3125, 1.6875]\nWORDS = ['vllm', 'top_k', 'seed']\n"
+    (tmp_path / "constants_elsewhere.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("constants_elsewhere")
+    assert _drawn(classes, 20, 11) == first
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run(
+        [sys.executable, "-c", _DRAWN_ELSEWHERE, ",".join(classes), "20", "11"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == first
+
+
 def test_the_cli_subcommand_gives_one_line_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     from sampling_mask.cli import main as cli_main
 

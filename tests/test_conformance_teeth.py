@@ -860,21 +860,15 @@ def test_each_must_has_two_cases_that_fail_its_planted_bug(
 def test_generated_cases_catch_planted_bugs_of_3_6_8_1_and_13_2(
     broken: type[ReferenceImplementation], name: str, kind: str
 ) -> None:
-    """The generated strategies of model operations, limits and scoring rows find these bugs too,
-    and agree with the reference itself."""
+    """The generated strategies of model operations, limits and scoring rows find these bugs too, under
+    one seed (a seed draws the same cases in every process), and agree with the reference itself."""
     import io
 
     from sampling_mask.conformance.generated import run_generated
 
     n = 200 if name == "model operations" else 60
-    # What hypothesis draws for one seed can depend on what ran before it in the process, so the bug
-    # must be found under one of a few seeds (each run alone finds it under the first).
-    for seed in (3, 4, 5, 6, 7):
-        out = io.StringIO()
-        if run_generated(broken(), n, seed=seed, classes=[name], out=out) == 1:
-            break
-    else:
-        pytest.fail(f"{broken.__name__}: no disagreement under seeds 3-7")
+    out = io.StringIO()
+    assert run_generated(broken(), n, seed=3, classes=[name], out=out) == 1, out.getvalue()[-2000:]
     assert f"FAIL        {name}: {kind}:" in out.getvalue()
     out = io.StringIO()
     assert run_generated(ReferenceImplementation(), n, seed=3, classes=[name], out=out) == 0, out.getvalue()
