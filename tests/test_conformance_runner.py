@@ -620,7 +620,7 @@ def test_generated_cases_agree_with_the_reference_over_the_protocol_for_seeds_1_
 
 
 def test_runner_and_generated_share_run_stopped_without_an_import_circle() -> None:
-    """`RunStopped` lives in the protocol module: `generated` never imports `runner` (issue 35)."""
+    """`RunStopped` lives in the protocol module: `generated` never imports `runner` (no import circle)."""
     import ast
     import inspect
 

@@ -308,12 +308,13 @@ def _check_kind(name: str, strategy: Any, implementation: Implementation, n: int
     try:
         with _no_local_constants():
             check()
-    except Exception as exc:  # noqa: BLE001 - a Disagreement, or hypothesis' group of several
+    except Disagreement:  # one, shrunk (report_multiple_bugs is off); the last one raised is it
         if stopped:
             raise stopped[0] from None
-        group = getattr(exc, "exceptions", None)
-        if isinstance(exc, Disagreement) or (group and all(isinstance(e, Disagreement) for e in group)):
-            return last[0]
+        return last[0]
+    except Exception:
+        if stopped:
+            raise stopped[0] from None
         raise
     if stopped:
         raise stopped[0]
