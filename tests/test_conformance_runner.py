@@ -167,7 +167,9 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
         (["-k", "nomatch*"], "no case selected"),
         (["--form", "dense", "--class", "ragged reader"], "no case selected of the classes ['ragged reader']"),
         (["--class", "json-rows reeder"], "unknown class 'json-rows reeder'; did you mean 'json-rows reader'?"),
-        (["--list", "-k", "nomatch*"], "no case selected: check --form, -k, --level, --class and --release"),
+        (["--list", "-k", "nomatch*"], "no case selected: check --form, -k, --level, --class, --release and --since"),
+        (["--list", "--since", "1.3", "--release", "1.0"], "no case selected"),
+        (["--since", "1.x"], "--since takes a spec release such as 1.3, not '1.x'"),
         (["--list", "--form", "dense", "--class", "ragged reader"], "no case selected"),
         (["--profile-1.0", "x.msgpack", "--form", "dense"], "unknown form 'dense'"),
     ):
@@ -372,8 +374,64 @@ def test_list_with_class_lists_only_that_class() -> None:
     out = io.StringIO()
     assert runner.main(["--list", "--class", "model *", "--form", "model"], out=out) == 0
     listed = [line.split("\t") for line in out.getvalue().splitlines()]
-    assert {c for _, _, _, c, _ in listed} == {"model reader", "model operations"}
-    assert {op for _, op, _, _, _ in listed} >= {"validate", "concatenate", "slice", "take"}
+    assert {c for _, _, _, c, _, _ in listed} == {"model reader", "model operations"}
+    assert {op for _, op, _, _, _, _ in listed} >= {"validate", "concatenate", "slice", "take"}
+
+
+def test_list_since_a_release_lists_the_cases_that_release_and_later_ones_added() -> None:
+    """`--list --since 1.3` lists exactly the cases whose `since` is 1.3 or later, each with its release in
+    the fifth column; a release is compared as numbers (1.10 would come after 1.4)."""
+    every = load_cases()
+    assert {c.since for c in every} == {"1.0", "1.1", "1.2", "1.3", "1.4"}
+    out = io.StringIO()
+    assert runner.main(["--list", "--since", "1.3"], out=out) == 0
+    listed = {line.split("\t")[0]: line.split("\t")[4] for line in out.getvalue().splitlines()}
+    assert listed == {c.id: c.since for c in every if c.since in ("1.3", "1.4")}
+    assert "model.slice-stop-omitted" in listed and "dense.issue-example" not in listed
+    out = io.StringIO()
+    assert runner.main(["--list", "--since", "1.4", "--form", "parquet"], out=out) == 0
+    assert {line.split("\t")[4] for line in out.getvalue().splitlines()} == {"1.4"}
+    assert runner.select(every, since="1.10") == []  # not "1.10" < "1.4" as text
+    assert len(runner.select(every, since="1.0")) == len(every)
+
+
+def test_since_runs_only_the_later_cases() -> None:
+    """`--since` selects what a run checks too, not only what `--list` prints."""
+    out = io.StringIO()
+    assert runner.main(["--since", "1.4", "--form", "parquet", "-q"], out=out) == 0, out.getvalue()[-2000:]
+    total = next(line for line in out.getvalue().splitlines() if line.startswith("total"))
+    expected = [c for c in load_cases() if c.form == "parquet" and c.since == "1.4"]
+    assert int(total.split()[1]) == len(expected) >= 5
+
+
+def test_a_case_file_without_since_or_with_keys_unknown_to_the_runner_still_runs(tmp_path: Path) -> None:
+    """Readers ignore what they do not know: a suite written before `since` and `requirements` (no such
+    keys), and one with a key this runner does not know, load and run as before; `since` and
+    `requirements` never reach the implementation and change no frozen digest."""
+    import json
+    import shutil
+
+    from sampling_mask.conformance.suite import frozen_cases, vectors_dir
+
+    root = tmp_path / "suite"
+    shutil.copytree(vectors_dir(), root, ignore=shutil.ignore_patterns("examples"))
+    path = root / "v1" / "bitmask" / "decode.json"
+    doc = json.loads(path.read_text())
+    for case in doc["cases"]:
+        case.pop("since")
+        case.pop("requirements", None)
+        case["x-later-field"] = {"anything": [1]}
+    path.write_text(json.dumps(doc))
+    cases = [c for c in load_cases(root) if c.file == "v1/bitmask/decode.json"]
+    assert cases and all(c.since is None and c.requirements == () for c in cases)
+    out = io.StringIO()
+    assert runner.main(["--vectors", str(root), "--form", "bitmask", "-q"], out=out) == 0, out.getvalue()[-2000:]
+    out = io.StringIO()
+    assert runner.main(["--vectors", str(root), "--list", "--form", "bitmask"], out=out) == 0
+    assert any(line.split("\t")[4] == "-" for line in out.getvalue().splitlines())
+    assert not any({"since", "requirements"} & set(c.request()) for c in load_cases())
+    frozen = frozen_cases("1.0")
+    assert all(c.digest == frozen[c.id] for c in load_cases() if c.id in frozen)
 
 
 def test_pytest_pyargs_entry_point_runs_the_cases() -> None:
@@ -454,6 +512,72 @@ def test_generated_cases_find_a_bug_and_print_a_pasteable_minimal_vector(monkeyp
     assert "OK: 1 class(es), 60 generated cases per kind" in out.getvalue()
 
 
+#: Prints what generated mode draws for a seed, as JSON text (run in a fresh process).
+_DRAWN_ELSEWHERE = """
+import io, json, sys
+from sampling_mask.conformance.generated import run_generated
+from sampling_mask.conformance.reference import ReferenceImplementation
+
+seen = []
+
+class Recording(ReferenceImplementation):
+    def handle(self, request):
+        seen.append(request)
+        return super().handle(request)
+
+for name in sys.argv[1].split(","):
+    run_generated(Recording(), int(sys.argv[2]), seed=int(sys.argv[3]), classes=[name], out=io.StringIO())
+print(json.dumps(seen, sort_keys=True))
+"""
+
+
+def _drawn(classes: tuple[str, ...], n: int, seed: int) -> str:
+    """Every request `--generated n --seed seed` sends for ``classes``, as JSON text (NaN and all)."""
+    import json
+
+    from sampling_mask.conformance.generated import run_generated
+
+    seen: list[dict[str, Any]] = []
+
+    class Recording(ReferenceImplementation):
+        def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+            seen.append(request)
+            return super().handle(request)
+
+    for name in classes:
+        assert run_generated(Recording(), n, seed=seed, classes=[name], out=io.StringIO()) == 0
+    return json.dumps(seen, sort_keys=True)
+
+
+def test_a_seed_draws_the_same_cases_whatever_ran_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--generated N --seed S` draws the same cases twice in one process, with other draws between and
+    a module of new constants imported (hypothesis would otherwise draw constants read from it), and in
+    a fresh process started in another directory without the tests' hypothesis profile."""
+    import importlib
+
+    classes = ("ragged reader", "model operations", "scorer")
+    first = _drawn(classes, 20, 11)
+    assert first.count('"op": ') == 20 * (3 + 1 + 2)  # three kinds of reader requests, two of scorer ones
+    _drawn(classes, 10, 12)
+    source = "VALUES = [" + ", ".join(str(v) for v in range(3, 4000, 7)) + "]\n"
+    source += "FLOATS = [-12.375, -0.8125, 0.3125, 1.6875]\nWORDS = ['vllm', 'top_k', 'seed']\n"
+    (tmp_path / "constants_elsewhere.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("constants_elsewhere")
+    assert _drawn(classes, 20, 11) == first
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run(
+        [sys.executable, "-c", _DRAWN_ELSEWHERE, ",".join(classes), "20", "11"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == first
+
+
 def test_the_cli_subcommand_gives_one_line_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     from sampling_mask.cli import main as cli_main
 
@@ -496,7 +620,7 @@ def test_generated_cases_agree_with_the_reference_over_the_protocol_for_seeds_1_
 
 
 def test_runner_and_generated_share_run_stopped_without_an_import_circle() -> None:
-    """`RunStopped` lives in the protocol module: `generated` never imports `runner` (issue 35)."""
+    """`RunStopped` lives in the protocol module: `generated` never imports `runner` (no import circle)."""
     import ast
     import inspect
 

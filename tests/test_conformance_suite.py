@@ -192,6 +192,47 @@ def test_lint_catches_misfiled_cases_and_malformed_arrays(suite_copy: Path) -> N
     assert "expected mask: row 0 is not strictly ascending" in text
 
 
+def test_every_case_says_when_it_came_and_which_requirements_it_holds() -> None:
+    """Every case carries ``since``: the frozen 1.0 set is exactly the cases of 1.0, and each later
+    release has cases of its own; ``requirements`` are the Appendix A rows that name the case."""
+    from sampling_mask.conformance.suite import frozen_cases
+
+    cases = load_cases()
+    frozen = frozen_cases("1.0")
+    assert all(c.since is not None for c in cases)
+    assert {c.id for c in cases if c.since == "1.0"} == set(frozen)
+    counts = {release: sum(c.since == release for c in cases) for release in ("1.1", "1.2", "1.3", "1.4")}
+    assert all(n >= 20 for n in counts.values()), counts
+    by_id = {c.id: c for c in cases}
+    assert by_id["model.slice-stop-omitted"].since == "1.3"
+    assert by_id["parquet.leading-magic-damaged"].since == "1.4"
+    assert by_id["msgpack.ragged-counts-uint8"].since == "1.1"
+    assert "R-3.6-8" in by_id["model.slice-stop-omitted"].requirements
+    assert by_id["model.slice-whole-mask"].requirements == ("R-3.6-1", "R-3.6-8", "R-3.6-9")
+    assert sum(bool(c.requirements) for c in cases) >= 300
+
+
+def test_lint_checks_since_and_requirements(suite_copy: Path) -> None:
+    """A case marked 1.0 that the frozen set does not list (or the converse), one later than the spec,
+    and requirements other than the appendix's rows are each a problem; a case without since breaks the
+    schema."""
+    _edit_case(suite_copy, "v1/dense/decode.json", 0, since="1.2")  # dense.issue-example is frozen
+    _edit_case(suite_copy, "v1/model/operations.json", 0, since="1.0")  # not in the frozen set
+    _edit_case(suite_copy, "v1/invalid/model.json", 0, since="1.9")
+    _edit_case(suite_copy, "v1/ragged/decode.json", 0, requirements=["R-3.2-1"])
+    path = suite_copy / "v1/counts/decode.json"
+    doc = json.loads(path.read_text())
+    del doc["cases"][0]["since"]
+    path.write_text(json.dumps(doc))
+    problems, _ = lint.lint(suite_copy)
+    text = "\n".join(problems)
+    assert "dense.issue-example: since 1.2, but the frozen 1.0 set lists it" in text
+    assert "model.concatenate: since 1.0, but the frozen 1.0 set does not list it" in text
+    assert "since 1.9, later than spec/v1/SPEC.md's revision 1.4" in text
+    assert "requirements ['R-3.2-1'] are not the Appendix A rows that name the case" in text
+    assert "v1/counts/decode.json: schema: cases/0: 'since' is a required property" in text
+
+
 def test_vectors_ship_with_the_package() -> None:
     """The package finds its vectors at sampling_mask/conformance/vectors, the same files as <repo>/conformance."""
     root = vectors_dir()

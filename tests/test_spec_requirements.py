@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from sampling_mask.conformance.lint import requirement_rows
 from sampling_mask.conformance.suite import load_cases
 
 SPEC = Path(__file__).resolve().parents[1] / "spec" / "v1" / "SPEC.md"
-_ROW = re.compile(r"^\| (R-[0-9.]+-\d+) \| ([0-9.]+) \| (.+?) \| (.+) \|$")
-_CASE = re.compile(r"`([a-z0-9-]+\.[a-z0-9.-]+)`")
 _UNOBSERVABLE = "not observable through the protocol"
 #: An unobservable requirement says why: the phrase, then the reason in parentheses.
 _UNOBSERVABLE_WHY = re.compile(re.escape(_UNOBSERVABLE) + r" \(.{12,}\)")
@@ -43,18 +42,6 @@ def sections(text: str) -> dict[str, list[str]]:
         elif current is not None:
             out[current].append(line)
     return out
-
-
-def requirement_rows(text: str) -> list[tuple[str, str, str, list[str], str]]:
-    """``(id, section, quote, case ids, cases cell)`` of each row of Appendix A."""
-    appendix = text.split("## Appendix A.", 1)[1]
-    rows = []
-    for line in appendix.splitlines():
-        match = _ROW.match(line)
-        if match:
-            rid, section, quote, cases = match.groups()
-            rows.append((rid, section, quote.strip(), _CASE.findall(cases), cases))
-    return rows
 
 
 def units(lines: list[str]) -> list[tuple[int, int]]:
@@ -125,6 +112,17 @@ def test_every_must_of_a_covered_section_lies_in_a_quote(section: str) -> None:
     quotes = [quote for _, sec, quote, *_ in ROWS if sec == section]
     missing = uncovered(SECTIONS[section], quotes)
     assert not missing, f"section {section}: no Appendix A row quotes {missing}"
+
+
+def test_every_case_carries_the_requirements_that_name_it() -> None:
+    """The vectors' ``requirements`` are this appendix read back: a case carries exactly the ids of the
+    rows that name it, in their order (the generator writes them, the lint compares them)."""
+    named: dict[str, list[str]] = {}
+    for rid, _, _, cases, _ in ROWS:
+        for cid in dict.fromkeys(cases):  # a row that names a case twice holds it once
+            named.setdefault(cid, []).append(rid)
+    carried = {case.id: list(case.requirements) for case in load_cases() if case.requirements}
+    assert carried == named
 
 
 def test_every_case_named_exists_and_every_row_names_one() -> None:

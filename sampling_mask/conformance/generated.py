@@ -17,13 +17,20 @@ classes when it declares none), hypothesis draws N cases with the exported strat
 
 A disagreement is shrunk by hypothesis to a minimal case, printed with the seed as a vector ready to
 paste into a case file. Needs ``hypothesis`` (the ``test`` extra).
+
+The same ``--generated N --seed S`` draws the same cases in any process, whatever ran before it,
+with the same versions of hypothesis and of this package: every kind is drawn by a fresh run seeded
+with ``S``, under hypothesis's built-in settings (never a loaded profile), with no example database,
+and without hypothesis's pool of constants read from the modules a process has imported (which
+would make the draws depend on what was imported before, and from where).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 from .payloads import array_from_json, compare_masks, mask_to_json, metadata_kinds_differ, render
@@ -191,6 +198,18 @@ def _input_mask(request: dict[str, Any]) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ running
+#: What a kind of request is called in the report: ``kind`` -> the plural a PASS line counts.
+_PLURALS = {
+    "payload": "payloads",
+    "edge-row payload": "edge-row payloads",
+    "operation": "operations",
+    "mask": "masks",
+    "valid payload": "valid payloads",
+    "mutated payload": "mutated payloads",
+    "payload at its limits": "payloads at their limits",
+}
+
+
 def _strategies(name: str) -> list[tuple[str, Any]]:
     """``(kind, strategy of requests)`` for one class."""
     from .strategies import (
@@ -223,8 +242,36 @@ def _strategies(name: str) -> list[tuple[str, Any]]:
     ]
 
 
+@contextlib.contextmanager
+def _no_local_constants() -> Iterator[None]:
+    """Hypothesis (6.131 and later) draws, now and then, a constant it read from the source of the
+    modules the process has imported from outside site-packages: what a seed draws would change with
+    what ran before, the working directory and the implementation under test. Within this block that
+    pool is empty, and the cache of the constants it allowed is cleared before and after (hypothesis's
+    own constants, the same in every process, stay). Not thread-safe: generated runs are sequential."""
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # a hypothesis without that module has no such pool
+        yield
+        return
+    pool = getattr(providers, "_get_local_constants", None)
+    cache = getattr(providers, "CONSTANTS_CACHE", None)
+    if pool is None or cache is None:  # a hypothesis without the pool
+        yield
+        return
+    empty = providers.Constants()
+    providers._get_local_constants = lambda: empty  # noqa: SLF001 - no public switch exists
+    cache.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = pool  # noqa: SLF001
+        cache.cache.clear()
+
+
 def _check_kind(name: str, strategy: Any, implementation: Implementation, n: int, seed: int) -> Disagreement | None:
-    """Run ``n`` requests drawn from ``strategy``; the shrunk disagreement, or ``None``."""
+    """Run ``n`` requests drawn from ``strategy`` by a fresh hypothesis run seeded with ``seed``; the
+    shrunk disagreement, or ``None``."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
@@ -235,9 +282,12 @@ def _check_kind(name: str, strategy: Any, implementation: Implementation, n: int
 
     @hypothesis_seed(seed)
     @settings(
+        settings.get_profile("default"),  # hypothesis's own defaults, never a profile loaded elsewhere
         max_examples=n,
         deadline=None,
         database=None,
+        derandomize=False,
+        report_multiple_bugs=False,
         suppress_health_check=list(HealthCheck),
         phases=[Phase.generate, Phase.shrink],
     )
@@ -256,13 +306,15 @@ def _check_kind(name: str, strategy: Any, implementation: Implementation, n: int
             raise
 
     try:
-        check()
-    except Exception as exc:  # noqa: BLE001 - a Disagreement, or hypothesis' group of several
+        with _no_local_constants():
+            check()
+    except Disagreement:  # one, shrunk (report_multiple_bugs is off); the last one raised is it
         if stopped:
             raise stopped[0] from None
-        group = getattr(exc, "exceptions", None)
-        if isinstance(exc, Disagreement) or (group and all(isinstance(e, Disagreement) for e in group)):
-            return last[0]
+        return last[0]
+    except Exception:
+        if stopped:
+            raise stopped[0] from None
         raise
     if stopped:
         raise stopped[0]
@@ -276,7 +328,7 @@ def _check_class(
     for kind, strategy in _strategies(name):
         failure = _check_kind(name, strategy, implementation, n, seed)
         if failure is None:
-            report(f"PASS        {name}: {n} generated {kind}s agree with the reference")
+            report(f"PASS        {name}: {n} generated {_PLURALS[kind]} agree with the reference")
         else:
             failures.append(failure)
             report(f"FAIL        {name}: {kind}: {failure.why}")

@@ -6,7 +6,9 @@ form folders and invalid ones in ``invalid/``; every error code and every form o
 is covered (each code as the sole expected answer of at least one case, each form by valid and
 invalid cases); at least :data:`MIN_VALID` valid and :data:`MIN_INVALID` invalid cases; typed
 arrays are well formed (in valid cases also their bytes); expected masks are canonical and
-consistent; every ``spec`` reference names a section of spec/v1/SPEC.md (in a checkout); and, with
+consistent; every ``spec`` reference names a section of spec/v1/SPEC.md (in a checkout); every
+case's ``since`` is 1.0 exactly for the cases of the frozen 1.0 set and never later than SPEC.md's
+revision, and its ``requirements`` are the Appendix A rows that name it (in a checkout); and, with
 the JSON Schemas beside SPEC.md, that valid json / msgpack payloads follow them and that an invalid
 one breaks them only where its one expected fault can (one fault per invalid case).
 Needs ``jsonschema`` (the ``test`` extra).
@@ -25,9 +27,21 @@ from typing import Any, TextIO
 
 from ..core.errors import ErrorCode, SamplingMaskError
 from .payloads import array_from_json, limits_from_json, wire_array
-from .suite import FORMS, RELEASES, SUITE_VERSION, case_files, frozen_cases, load_cases, vectors_dir
+from .suite import FORMS, RELEASES, SUITE_VERSION, case_files, frozen_cases, load_cases, release_key, vectors_dir
 
-__all__ = ["MIN_INVALID", "MIN_VALID", "SPEC_SCHEMAS", "lint", "main", "schema_instance", "spec_schema_validators"]
+__all__ = [
+    "MIN_INVALID",
+    "MIN_VALID",
+    "SPEC_SCHEMAS",
+    "case_requirements",
+    "lint",
+    "main",
+    "requirement_rows",
+    "schema_instance",
+    "spec_schema_validators",
+    "spec_text",
+    "spec_version",
+]
 
 MIN_VALID = 60
 MIN_INVALID = 60
@@ -68,15 +82,53 @@ def _check_mask(m: dict[str, Any]) -> str | None:
     return None
 
 
-def _spec_sections(root: Path) -> set[str] | None:
-    """Section names of spec/v1/SPEC.md: ``<!-- section: x -->`` markers and heading numbers (``4.3``)."""
+def spec_text(root: Path) -> str | None:
+    """spec/v1/SPEC.md beside the suite at ``root`` (a checkout), or ``None`` (installed vectors)."""
     spec = root.resolve().parent / "spec" / SUITE_VERSION / "SPEC.md"
-    if not spec.is_file():
-        return None
-    text = spec.read_text(encoding="utf-8")
+    return spec.read_text(encoding="utf-8") if spec.is_file() else None
+
+
+def _spec_sections(text: str) -> set[str]:
+    """Section names of SPEC.md: ``<!-- section: x -->`` markers and heading numbers (``4.3``)."""
     names = set(re.findall(r"<!--\s*section:\s*([a-z0-9-]+)\s*-->", text))
     names.update(re.findall(r"^#{2,4}\s+(\d+(?:\.\d+)*)\.?\s", text, flags=re.M))
     return names
+
+
+def spec_version(text: str) -> str:
+    """The revision SPEC.md states in its title (``# sampling-mask format, version 1.4``)."""
+    match = re.search(r"^# .*version (\d+(?:\.\d+)?)\s*$", text, flags=re.M)
+    if match is None:
+        raise ValueError("SPEC.md states no version in its title")
+    return match.group(1) if "." in match.group(1) else match.group(1) + ".0"
+
+
+#: A row of SPEC.md's Appendix A: ``| R-8.5-1 | 8.5 | the requirement's words | the cases |``.
+_REQUIREMENT_ROW = re.compile(r"^\| (R-[0-9.]+-\d+) \| ([0-9.]+) \| (.+?) \| (.+) \|$")
+_CASE_ID = re.compile(r"`([a-z0-9-]+\.[a-z0-9.-]+)`")
+
+
+def requirement_rows(text: str) -> list[tuple[str, str, str, list[str], str]]:
+    """``(id, section, quote, case ids, cases cell)`` of each row of SPEC.md's Appendix A, in order."""
+    appendix = text.split("## Appendix A.", 1)[1]
+    rows = []
+    for line in appendix.splitlines():
+        match = _REQUIREMENT_ROW.match(line)
+        if match:
+            rid, section, quote, cell = match.groups()
+            rows.append((rid, section, quote.strip(), _CASE_ID.findall(cell), cell))
+    return rows
+
+
+def case_requirements(text: str) -> dict[str, list[str]]:
+    """The ids of the Appendix A requirements whose row names each case (in the appendix's order): what a
+    case carries as ``requirements``."""
+    out: dict[str, list[str]] = {}
+    for rid, _, _, cases, _ in requirement_rows(text):
+        for cid in cases:
+            if rid not in out.setdefault(cid, []):
+                out[cid].append(rid)
+    return out
 
 
 #: The spec's JSON Schemas (spec/v1/, beside SPEC.md), by the form whose payloads they describe.
@@ -202,7 +254,14 @@ def lint(root: Path | None = None) -> tuple[list[str], dict[str, Any]]:
 
     schema = json.loads((root / "test-schema.json").read_text(encoding="utf-8"))
     validator = jsonschema.Draft202012Validator(schema)
-    sections = _spec_sections(root)
+    spec_md = spec_text(root)
+    sections = _spec_sections(spec_md) if spec_md is not None else None
+    appendix = case_requirements(spec_md) if spec_md is not None else None
+    revision = spec_version(spec_md) if spec_md is not None else None
+    try:
+        first_release = set(frozen_cases(RELEASES[0], root))
+    except OSError:
+        first_release = set()  # _frozen_problems says why
     spec_validators = spec_schema_validators(root)
     ids: Counter[str] = Counter()
     sole_codes: Counter[str] = Counter()
@@ -267,6 +326,7 @@ def lint(root: Path | None = None) -> tuple[list[str], dict[str, Any]]:
                 problems.append(f"{rel}: {cid}: {why}")
             if sections is not None and case["spec"].split("#", 1)[1] not in sections:
                 problems.append(f"{rel}: {cid}: {case['spec']} names no section of spec/v1/SPEC.md")
+            problems += [f"{rel}: {cid}: {why}" for why in _origin_problems(case, first_release, revision, appendix)]
         for text, n in descriptions.items():
             if n > 1:
                 problems.append(f"{rel}: the description {text!r} is used by {n} cases")
@@ -296,6 +356,27 @@ def lint(root: Path | None = None) -> tuple[list[str], dict[str, Any]]:
         "schemas_checked": sorted(spec_validators),
     }
     return problems, stats
+
+
+def _origin_problems(
+    case: dict[str, Any], first_release: set[str], revision: str | None, appendix: dict[str, list[str]] | None
+) -> list[str]:
+    """What is wrong with a case's ``since`` and ``requirements``: ``since`` is the first release exactly
+    for the cases of its frozen set and never later than SPEC.md's revision; ``requirements`` are the
+    Appendix A rows that name the case, in the appendix's order (checked where SPEC.md is at hand)."""
+    problems = []
+    since = case["since"]
+    if (since == RELEASES[0]) != (case["id"] in first_release):
+        listed = "lists it" if case["id"] in first_release else "does not list it"
+        problems.append(f"since {since}, but the frozen {RELEASES[0]} set {listed}")
+    if revision is not None and release_key(since) > release_key(revision):
+        problems.append(f"since {since}, later than spec/v1/SPEC.md's revision {revision}")
+    if appendix is not None and case.get("requirements", []) != appendix.get(case["id"], []):
+        problems.append(
+            f"requirements {case.get('requirements', [])} are not the Appendix A rows that name the case "
+            f"({appendix.get(case['id'], [])})"
+        )
+    return problems
 
 
 def _frozen_problems(root: Path) -> list[str]:

@@ -51,6 +51,7 @@ from .suite import (
     conformance_classes,
     frozen_cases,
     load_cases,
+    release_key,
     vectors_dir,
 )
 
@@ -365,9 +366,16 @@ def declared_classes(implementation: Implementation) -> list[str] | None:
 
 
 def select(
-    cases: Iterable[Case], *, forms: Sequence[str] = (), patterns: Sequence[str] = (), level: str | None = None
+    cases: Iterable[Case],
+    *,
+    forms: Sequence[str] = (),
+    patterns: Sequence[str] = (),
+    level: str | None = None,
+    since: str | None = None,
 ) -> list[Case]:
-    """Cases of the given forms, matching any of the id globs, at the given level (all when empty)."""
+    """Cases of the given forms, matching any of the id globs, at the given level, and first held by the
+    suite of release ``since`` or a later one (all when empty; ``since`` leaves out a case that does not
+    say when it came, as a suite older than the field does not)."""
     out = []
     for case in cases:
         if forms and case.form not in forms:
@@ -375,6 +383,8 @@ def select(
         if patterns and not any(fnmatch.fnmatchcase(case.id, p) for p in patterns):
             continue
         if level is not None and case.level != level:
+            continue
+        if since is not None and (case.since is None or release_key(case.since) < release_key(since)):
             continue
         out.append(case)
     return out
@@ -424,6 +434,11 @@ def _parser() -> argparse.ArgumentParser:
         "--release",
         choices=RELEASES,
         help="run only the cases frozen at this spec release (1.0: what a reader of exactly 1.0 passes)",
+    )
+    parser.add_argument(
+        "--since",
+        metavar="RELEASE",
+        help="run only the cases the suite gained in spec release RELEASE or later (1.3: those of 1.3 and 1.4)",
     )
     parser.add_argument(
         "--timeout",
@@ -528,7 +543,12 @@ def _main(argv: Sequence[str] | None, out: TextIO) -> int:
     except (OSError, ValueError, KeyError) as exc:
         raise _UsageError(f"cannot read the vectors: {exc}") from None
     _check_names("class", args.classes, conformance_classes(every))
-    cases = select(every, forms=args.form, patterns=args.case, level=args.level)
+    if args.since is not None:
+        try:
+            release_key(args.since)
+        except ValueError:
+            raise _UsageError(f"--since takes a spec release such as 1.3, not {args.since!r}") from None
+    cases = select(every, forms=args.form, patterns=args.case, level=args.level, since=args.since)
     if args.release:
         frozen = frozen_cases(args.release, args.vectors)
         cases = [c for c in cases if c.id in frozen]
@@ -536,9 +556,10 @@ def _main(argv: Sequence[str] | None, out: TextIO) -> int:
         if args.classes:
             cases = [c for c in cases if class_matches(c.conformance_class, args.classes)]
         if not cases:
-            raise _UsageError("no case selected: check --form, -k, --level, --class and --release")
+            raise _UsageError("no case selected: check --form, -k, --level, --class, --release and --since")
         for case in cases:
-            out.write(f"{case.id}\t{case.op}\t{case.level}\t{case.conformance_class}\t{case.description}\n")
+            since = case.since or "-"
+            out.write(f"{case.id}\t{case.op}\t{case.level}\t{case.conformance_class}\t{since}\t{case.description}\n")
         return 0
     try:
         expected = ExpectedFailures.read(args.expected_failures) if args.expected_failures else ExpectedFailures()
@@ -555,7 +576,7 @@ def _main(argv: Sequence[str] | None, out: TextIO) -> int:
             cases = [c for c in cases if class_matches(c.conformance_class, claimed)]
         if not cases:
             what = f" of the classes {claimed}" if claimed is not None else ""
-            raise _UsageError(f"no case selected{what}: check --form, -k, --level and --class")
+            raise _UsageError(f"no case selected{what}: check --form, -k, --level, --class, --release and --since")
         report = run(
             implementation,
             cases,

@@ -343,7 +343,8 @@ def scorer_edge_inputs(draw: Any) -> dict[str, Any]:
     """A :func:`scorer_inputs` payload with one of the rows 13.2 covers: a target of -1 (on an empty or
     a non-empty row), a target outside its row's support under a drawn ``missing_target`` policy, a
     NaN, zero or negative temperature on one row, the ``exclude`` policy, an id or target at or
-    beyond the logits' width, or a temperature companion in the mask instead of the caller's."""
+    beyond the logits' width (under any ``missing_target`` policy), or a temperature companion in the
+    mask instead of the caller's."""
     payload = draw(scorer_inputs(hidden=False))
     rows = payload["mask"]["rows"]
     targets = list(payload["targets"]["values"])
@@ -366,8 +367,14 @@ def scorer_edge_inputs(draw: Any) -> dict[str, Any]:
             values: list[Any] = [1.0] * len(rows)
             values[t] = draw(st.sampled_from(["NaN", 0.0, -1.0, 0.5]))
             payload["temperature"] = {"dtype": "float64", "shape": [len(rows)], "values": values}
-        elif how == "beyond":
-            targets[t] = vocab + draw(st.integers(0, 2))
+        elif how == "beyond":  # E_RANGE under every missing_target policy
+            beyond = vocab + draw(st.integers(0, 2))
+            if draw(st.booleans()):
+                targets[t] = beyond
+            else:
+                rows = [sorted({*row, beyond}) if i == t else row for i, row in enumerate(rows)]
+                payload["mask"] = {**payload["mask"], "rows": rows}
+            payload["missing_target"] = draw(st.sampled_from(["error", "full", "neg_inf"]))
         else:
             payload.pop("temperature")
             companion: list[Any] = [1.0] * len(rows)

@@ -28,6 +28,7 @@ __all__ = [
     "conformance_classes",
     "frozen_cases",
     "load_cases",
+    "release_key",
     "vectors_dir",
 ]
 
@@ -95,6 +96,11 @@ class Case:
     file: str
     options: dict[str, Any] | None = None
     limits: dict[str, int] | None = None
+    #: The spec release whose suite first held the case (``"1.0"`` ... ); ``None`` in a suite older than
+    #: the field. Neither it nor ``requirements`` is part of what the case asks (:attr:`digest`).
+    since: str | None = None
+    #: The ids of the SPEC Appendix A requirements the case holds (``R-8.5-1``), where any names it.
+    requirements: tuple[str, ...] = ()
 
     @property
     def expects_error(self) -> bool:
@@ -152,7 +158,8 @@ def case_files(root: Path | None = None) -> list[Path]:
 
 
 def load_file(path: Path, root: Path) -> list[Case]:
-    """The cases of one file (no schema check: see :mod:`sampling_mask.conformance.lint`)."""
+    """The cases of one file (no schema check: see :mod:`sampling_mask.conformance.lint`). A key of a case
+    that is not read here is ignored: a later suite may add optional ones, and this reader keeps working."""
     doc = json.loads(path.read_text(encoding="utf-8"))
     rel = path.relative_to(root).as_posix()
     out = []
@@ -170,6 +177,8 @@ def load_file(path: Path, root: Path) -> list[Case]:
                 file=rel,
                 options=raw.get("options"),
                 limits=raw.get("limits"),
+                since=raw.get("since"),
+                requirements=tuple(raw.get("requirements", ())),
             )
         )
     return out
@@ -183,6 +192,14 @@ def load_cases(root: Path | None = None) -> list[Case]:
 
 #: Frozen case sets, by spec release: ``<root>/v1-<release>.txt`` lists ``id digest`` per line.
 RELEASES = ("1.0",)
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    """``"1.10"`` as ``(1, 10)``: spec releases compared as numbers, never as text (``ValueError`` for
+    anything but dot-separated decimal numbers)."""
+    if not release or not all(part.isdigit() and part.isascii() for part in release.split(".")):
+        raise ValueError(f"not a spec release: {release!r}")
+    return tuple(int(part) for part in release.split("."))
 
 
 def frozen_cases(release: str, root: Path | None = None) -> dict[str, str]:
