@@ -3,7 +3,7 @@
 E_BYTES, E_VERSION and E_ENCODING come from decoding bytes, which the core never does. They are
 covered elsewhere: E_BYTES, E_VERSION and E_ENCODING in tests/test_codecs_arrow.py,
 tests/test_codecs_json.py and tests/test_codecs_msgpack.py; E_BYTES and E_ENCODING also in
-tests/test_compact.py and tests/test_limits_forged.py; all three in conformance/v1/invalid/.
+tests/test_codecs_compact.py and tests/test_limits_forged_sizes.py; all three in conformance/v1/invalid/.
 The last tests here keep the spec's error table and limits table in step with the code.
 """
 

@@ -50,7 +50,7 @@ import builtins, io, os, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[4])
 import sampling_mask
-from test_atomic_save import NEW
+from test_codecs_files import NEW
 
 path, fmt, stop = sys.argv[1], sys.argv[2], sys.argv[3]
 
@@ -282,7 +282,7 @@ _STREAM_CHILD = r"""
 import sys, time
 sys.path.insert(0, sys.argv[2])
 from sampling_mask.codecs import open_writer
-from test_atomic_save import BATCHES
+from test_codecs_files import BATCHES
 writer = open_writer(sys.argv[1], format="arrows")
 writer.write(BATCHES[0])
 writer.write(BATCHES[1])
