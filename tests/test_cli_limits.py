@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import io
 import json
@@ -31,12 +30,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+from cli_run import run_module  # noqa: E402
 from memory_probe import child_main, child_results, untrusted_bound_mb  # noqa: E402
 
 import sampling_mask as sm  # noqa: E402
 from sampling_mask.cli import main  # noqa: E402
 
 MiB = 1 << 20
+posix = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX: FIFOs and symlinks")
 
 
 # ---------------------------------------------------------------------------------------------- memory
@@ -244,55 +245,6 @@ def test_side_files_are_bounded_like_masks(results: dict[str, dict[str, Any]], l
     assert event["rss"] <= bound, f"{label}: peak RSS grew {event['rss']} MiB, bound {bound:.0f} MiB"
 
 
-def test_per_segment_figures_are_exact_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks of 7 segments / 50 rows (one long segment from its histogram), kept, spooled or both,
-    give every segment's figures as a per-segment reference computes them."""
-    from sampling_mask.data import stats
-
-    monkeypatch.setattr(stats, "_CHUNK_SEGMENTS", 7)
-    monkeypatch.setattr(stats, "_CHUNK_ROWS", 50)
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(0, 6, 300) * (rng.random(300) < 0.7)
-    rows = [list(range(int(n))) for n in lengths]
-    cu = [0, *sorted(rng.integers(0, 300, 30).tolist()), 120, 120, 300]  # an empty segment, a long one
-    mask = sm.SamplingMask.from_rows(rows, cu_seqlens=sorted(cu))
-    reference: dict[str, list[Any]] = {k: [] for k in stats.SEGMENT_FIELDS}
-    for b in range(mask.num_segments):
-        seg = np.diff(mask.segment(b).offsets)
-        have = seg[seg > 0]
-        reference["rows"].append(seg.size)
-        reference["empty_rows"].append(int((seg == 0).sum()))
-        reference["ids"].append(int(seg.sum()))
-        reference["mean_support"].append(float(have.mean()) if have.size else None)
-        reference["median_support"].append(float(np.median(have)) if have.size else None)
-        reference["max_support"].append(int(have.max()) if have.size else 0)
-    for options in ({}, {"spool": True}, {"keep": 0, "spool": True}):
-        summary = stats.SupportSummary(**options)  # type: ignore[arg-type]
-        summary.add(mask)
-        assert summary.to_dict()["per_segment"] == reference, options
-    head = stats.SupportSummary(keep=5)
-    head.add(mask)
-    assert {k: v.tolist() for k, v in head.per_segment().items()}["rows"] == reference["rows"][:5]
-    assert head.segment_rows() == {
-        "min": 0,
-        "median": float(np.median(reference["rows"])),
-        "max": max(reference["rows"]),
-    }
-
-
-def test_stats_json_per_segment_is_written_in_chunks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``stats --json`` of 70,000 segments (more than one chunk): every value, NaN as null."""
-    from sampling_mask.data import stats
-
-    cu = np.concatenate(([0], np.repeat(np.arange(1, 35_001), 2)))  # 70,000 segments, every other empty
-    mask = sm.SamplingMask.from_rows([[i % 7] if i % 3 else [] for i in range(35_000)], cu_seqlens=cu)
-    sm.save(mask, tmp_path / "m.msgpack")
-    assert main(["stats", str(tmp_path / "m.msgpack"), "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    expected = stats.summarize(mask).to_dict()
-    assert report["per_segment"] == expected["per_segment"] and len(report["per_segment"]["rows"]) == 70_000
-
-
 # ---------------------------------------------------------------------------------------------- side files
 def _npy(path: Path, descr: str, shape: tuple[int, ...], payload: bytes = b"") -> Path:
     """A version 1.0 .npy file whose header declares ``descr`` and ``shape`` (numpy would refuse to write it)."""
@@ -349,130 +301,62 @@ def test_forged_safetensors_logits_are_refused_with_a_code(
 
 
 # ---------------------------------------------------------------------------------------------- terminal
-HOSTILE = "x\x1b[2J\x07\nvalid: forged.arrow (1 row) \u202e"
 
 
-def _no_terminal_control(text: str) -> None:
-    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, text
-    assert not any(line.startswith("valid: forged") for line in text.splitlines()), text
-
-
-@pytest.mark.skipif(sys.platform == "win32", reason="newlines and ESC in file names")
-def test_file_derived_text_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Row 4: ``inspect``, ``validate DIR`` and ``stats DIR`` print names and metadata escaped (one
-    line per file, ``\\x1b`` / ``\\n`` as text); ``--json`` still carries them exactly."""
-    folder = tmp_path / "d"
-    folder.mkdir()
-    mask = sm.SamplingMask.from_rows([[1]], vocab_size=8, metadata={HOSTILE: HOSTILE})
-    hostile = folder / f"{HOSTILE}.arrow"
-    sm.save(mask, hostile)
-    sm.save(mask, folder / "plain.arrow")
-    assert main(["inspect", str(hostile)]) == 0
-    text = capsys.readouterr().out
-    _no_terminal_control(text)
-    assert "\\x1b[2J\\x07\\nvalid: forged" in text
-    for command in ("validate", "stats"):
-        assert main([command, str(folder)]) == 0
-        text = capsys.readouterr().out
-        _no_terminal_control(text)
-        assert len(text.splitlines()) == (3 if command == "validate" else 5), text
-    assert main(["validate", str(folder), "--json"]) == 0
-    assert str(hostile) in [f["file"] for f in json.loads(capsys.readouterr().out)["files"]]
-
-
-def test_escaping_is_one_function() -> None:
-    from sampling_mask.cli._common import SHOWN_CHARS, shown
-
-    assert shown("a\x1bb\x07c\nd\\e") == "a\\x1bb\\x07c\\nd\\\\e"
-    assert shown("é \u202e \udcff") == "é \\u202e \\udcff"
-    assert shown("plain text: 1,234") == "plain text: 1,234"
-    assert shown("\n" * 1_000_000) == "\\n" * SHOWN_CHARS + "... (1,000,000 characters)"
-
-
-FORGED = "x\nvalid: forged.msgpack (msgpack, 9 rows, 1 segment, 9 ids; checked every invariant of the spec)\n.msgpack"
-
-
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs and symlinks")
-@pytest.mark.parametrize("entry", ["dangling symlink", "FIFO", "directory symlink"])
-def test_entries_not_read_cannot_forge_a_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str) -> None:
-    """Row "not read": a dangling symlink, a FIFO or a symlink to a directory whose name holds a
-    newline and a ``valid: ...`` line is listed on one line of its own through ``validate DIR``,
-    ``validate GLOB`` and ``stats DIR``; the forged line never starts a line."""
-    folder = tmp_path / "d"
-    folder.mkdir()
-    sm.save(sm.SamplingMask.from_rows([[1]], vocab_size=8), folder / "plain.msgpack")
-    forged = folder / FORGED
-    if entry == "dangling symlink":
-        forged.symlink_to(tmp_path / "missing.msgpack")
-    elif entry == "FIFO":
-        os.mkfifo(forged)
-    else:
-        forged.symlink_to(tmp_path)
-    for argv, lines in (
-        (["validate", str(folder)], 3),  # not read, valid, the total
-        (["validate", str(folder / "*.msgpack")], 3),
-        (["stats", str(folder)], 4 + 1),  # not read, the file, the total, support sizes, one histogram bucket
-    ):
-        assert main(argv) == 1, argv
-        text = capsys.readouterr().out
-        _no_terminal_control(text)
-        assert len(text.splitlines()) == lines, text
-        assert sum("forged.msgpack" in line for line in text.splitlines()) == 1, text
-
-
-def test_a_long_value_from_a_file_is_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Row "text output": a 1 MB metadata value is shown cut at ``SHOWN_CHARS`` on one line that says
-    how long it was; ``--json`` still carries all of it."""
-    from sampling_mask.cli._common import SHOWN_CHARS
-
-    value = "v" * 1_000_000
-    sm.save(sm.SamplingMask.from_rows([[1]], vocab_size=8, metadata={"note": value}), tmp_path / "m.msgpack")
-    assert main(["inspect", str(tmp_path / "m.msgpack")]) == 0
-    text = capsys.readouterr().out
-    assert max(map(len, text.splitlines())) < SHOWN_CHARS + 100, max(map(len, text.splitlines()))
-    assert "note='" + "v" * SHOWN_CHARS + "... (1,000,000 characters)'" in text
-    assert main(["inspect", str(tmp_path / "m.msgpack"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["metadata"]["note"] == value
-
-
-def _calls(tree: ast.AST) -> list[tuple[str, ast.Call]]:
-    """Every call in ``tree`` with the name of the function it is made in."""
-    found = []
-    for scope in ast.walk(tree):
-        if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
-            found += [(scope.name, n) for n in ast.walk(scope) if isinstance(n, ast.Call)]
-    return found
-
-
-def test_the_command_line_prints_through_one_function() -> None:
-    """No text reaches stdout or stderr but through ``cli._common.out``, whose template is always a
-    literal (the command line's own words) and which escapes and cuts every value it is given: no
-    ``print``, and ``sys.stdout`` / ``sys.stderr`` are written only by ``out``, the JSON writer
-    (JSON escapes as it encodes) and the progress line (counts only). The delegated commands
-    (``conformance``, ``bench``) run other tools' reports and are not read here."""
+def test_local_limits_flag_reads_under_local_file_limits(
+    cli_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In-process, with the defaults shrunk below the file's 40 rows: refused with a hint, then read
+    # under LOCAL_FILE_LIMITS with --local-limits (before or after the command).
     from sampling_mask import cli
+    from sampling_mask.cli import _source
 
-    allowed_writers = {"out", "print_json", "_draw", "close"}
-    folder = Path(cli.__file__).parent
-    checked = 0
-    for path in sorted(folder.glob("*.py")):
-        if path.stem in cli.DELEGATED:
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for function, call in _calls(tree):
-            where = f"{path.name}:{call.lineno} in {function}"
-            func = call.func
-            assert not (isinstance(func, ast.Name) and func.id == "print"), f"print() at {where}"
-            if isinstance(func, ast.Attribute) and func.attr == "write":
-                receiver = ast.unparse(func.value)
-                if "sys.stdout" in receiver or "sys.stderr" in receiver:
-                    assert path.name == "_common.py" and function in allowed_writers, f"a write at {where}"
-            if isinstance(func, ast.Name) and func.id == "out":
-                checked += 1
-                assert not call.args or (
-                    isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)
-                ), f"out() with a template that is not a literal at {where}"
-    assert checked > 30
+    monkeypatch.setattr(_source, "DEFAULT_LIMITS", sm.DEFAULT_LIMITS.replace(max_rows=10))
+    for path in (cli_files["arrows"], cli_files["json"]):
+        assert cli.main(["inspect", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("sampling-mask: error: E_LIMIT: ") and "--local-limits" in err
+        assert cli.main(["--local-limits", "inspect", str(path)]) == 0
+        assert cli.main(["inspect", str(path), "--local-limits"]) == 0
+        assert "rows          40 in 5 segments" in capsys.readouterr().out
+
+
+def test_dense_shape_past_numpy_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dense shape ``[2**64 - 1, 0]``: ``validate`` and ``inspect`` exit 1 or 2 naming ``E_LIMIT``,
+    never 3 (``E_INTERNAL``)."""
+    msgpack = pytest.importorskip("msgpack")
+    dense = {"dtype": "int32", "shape": [(1 << 64) - 1, 0], "data": b""}
+    path = tmp_path / "shape.msgpack"
+    path.write_bytes(msgpack.packb({"sampling_mask": 1, "layout": "dense", "dense": dense}, use_bin_type=True))
+    for command in ("validate", "inspect"):
+        assert main([command, str(path)]) in (1, 2), command
+        output = capsys.readouterr()
+        assert "E_LIMIT" in output.out + output.err and "E_INTERNAL" not in output.out + output.err
+
+
+@posix
+@pytest.mark.slow
+def test_cli_side_files_never_block_or_recurse(tmp_path: Path) -> None:
+    """Row 17: ``--sampled`` FIFO ``.npy``, ``audit --logits`` FIFO ``.npy`` / ``.safetensors``, and a
+    deeply nested ``--sampled`` JSON: E_ENCODING / E_LIMIT at once, exit 1 or 2, a JSON error."""
+    pytest.importorskip("torch")
+    mask_file = tmp_path / "m.json"
+    sm.save(sm.SamplingMask.from_rows([[1], [2, 3], [4], []], vocab_size=10), mask_file)
+    for name in ("s.npy", "z.npy", "z.safetensors"):
+        os.mkfifo(tmp_path / name)
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    cases = [
+        (["validate", mask_file, "--sampled", tmp_path / "s.npy", "--json"], "E_ENCODING"),
+        (["validate", mask_file, "--sampled", tmp_path / "deep.json", "--json"], "E_LIMIT"),
+        (["audit", mask_file, "--logits", tmp_path / "z.npy", "--json"], "E_ENCODING"),
+        (["audit", mask_file, "--logits", tmp_path / "z.safetensors", "--json"], "E_ENCODING"),
+    ]
+    for args, code in cases:
+        proc = run_module(*args)
+        assert proc.returncode in (1, 2), (args, proc.returncode, proc.stderr[-500:])
+        doc = json.loads(proc.stdout)
+        error = doc.get("error", {})
+        assert error.get("code") == code, (args, doc)
 
 
 if __name__ == "__main__":

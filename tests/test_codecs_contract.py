@@ -168,16 +168,6 @@ def test_a_missing_package_is_unavailable_naming_the_extra(monkeypatch: pytest.M
             call()
 
 
-def test_msgpack_needs_no_msgpack_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The envelope is written by our own writer and read by our own reader (issue 37); a fresh
-    interpreter with ``import msgpack`` refused: tests/test_msgpack_writer.py."""
-    data = sm.encode(_mask(), "msgpack")
-    monkeypatch.setitem(sys.modules, "msgpack", None)  # import of it now fails
-    assert registry.CODECS["msgpack"].packages == ()
-    assert sm.encode(_mask(), "msgpack") == data and sm.decode(data) == _mask()
-    assert b"".join(bytes(f) for f in sm.codecs.encode_frames(_mask(), offsets_dtype=None)) == data
-
-
 def test_the_command_line_reports_a_missing_package_in_one_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: object, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,29 +1,38 @@
-"""Nothing lost: a failed ``save`` never leaves a truncated file where a good one was, and a cut Arrow
-stream gives back every complete batch before its error, which says how many there were.
+"""Files: ``load`` reads only regular files and at most ``max_bytes + 1`` bytes; ``save``,
+``open_writer`` and every other writer go through one atomic writer (``codecs.files.atomic_path``), so
+a target that is a FIFO or a device is refused before anything is replaced, a save through a symlink
+replaces the file it points to, and a failed, interrupted or killed write never leaves a truncated file
+where a good one was, nor a temporary file once the next save has run. Below a destination root no
+symlink is written, replaced or deleted through.
 
 Kill tests run ``save`` in a child process that stops at a chosen point (half of the bytes written,
 or the whole temporary file written but not yet renamed) and is then killed with SIGKILL: the
 target path must still hold the old file, byte for byte. Error tests inject an exception into
-the write in-process: the old file stays and no temporary file is left behind.
+the write in-process: the old file stays and no temporary file is left behind. POSIX only where
+FIFOs, symlinks and ``flock`` are needed.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
+from file_checks import code_of, listing, raised_code, read_until_error, within
+from mask_examples import random_mask
 
 import sampling_mask
-from sampling_mask import SamplingMask, SamplingMaskError
-from sampling_mask.codecs import iter_masks, open_writer
+import sampling_mask as sm
+from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
+from sampling_mask.codecs import files, open_writer
 
-pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
+slow = pytest.mark.slow  # forks or spawns processes, or runs for seconds
 
 pytest.importorskip("pyarrow")
 
@@ -31,16 +40,123 @@ ROOT = Path(__file__).resolve().parent.parent
 FORMATS = {"arrow": ".arrow", "arrows": ".arrows", "parquet": ".parquet", "msgpack": ".msgpack", "json": ".json"}
 
 
-def _mask(seed: int, rows: int = 400) -> SamplingMask:
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(0, 6, size=rows)
-    ids = [rng.choice(1000, size=int(k), replace=False).tolist() for k in lengths]
-    return SamplingMask.from_rows(ids, vocab_size=1000, cu_seqlens=[0, rows // 2, rows])
+OLD = random_mask(0)
+NEW = random_mask(1, rows=20_000)  # large enough that half of it is clearly a truncated file
+BATCHES = [random_mask(seed, rows=60 + seed) for seed in range(3)]
+MASK = SamplingMask.from_rows([[3, 7], [], [5]], vocab_size=10)
+OTHER = SamplingMask.from_rows([[1], [2, 4]], vocab_size=10)
+posix = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX: FIFOs, symlinks and flock")
 
 
-OLD = _mask(0)
-NEW = _mask(1, rows=20_000)  # large enough that half of it is clearly a truncated file
+# ---------------------------------------------------------------------------------------------- load
+@posix
+@pytest.mark.parametrize("name", ["mask.json", "mask.msgpack", "mask.bin", "mask.arrow", "mask.parquet"])
+def test_load_refuses_a_fifo_without_blocking(tmp_path: Path, name: str) -> None:
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    assert code_of(within(lambda: sampling_mask.load(fifo))) == "E_ENCODING"
+    assert code_of(within(lambda: list(sampling_mask.codecs.iter_masks(fifo)))) == "E_ENCODING"
 
+
+@pytest.mark.parametrize("name", ["mask.json", "mask.msgpack", "mask.bin", "mask.arrows"])
+def test_load_refuses_a_directory(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).mkdir()
+    assert raised_code(lambda: sampling_mask.load(tmp_path / name)) == "E_ENCODING"
+
+
+@posix
+@pytest.mark.parametrize("name", ["mask.json", "mask.msgpack"])
+def test_load_refuses_a_device_before_reading(tmp_path: Path, name: str) -> None:
+    """A ``.json`` path to /dev/zero used to end in MemoryError; now it is refused before any read."""
+    link = tmp_path / name
+    link.symlink_to("/dev/zero")
+    assert code_of(within(lambda: sampling_mask.load(link))) == "E_ENCODING"
+
+
+def test_load_reads_at_most_the_limit_plus_one_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file that grows after its size was checked (simulated: the check sees 10 bytes) is cut at
+    ``max_bytes + 1`` and refused; a file over the limit is refused from its size."""
+    path = tmp_path / "mask.json"
+    path.write_bytes(sampling_mask.encode(MASK, "json") + b" " * 4096)
+    limits = sampling_mask.DEFAULT_LIMITS.replace(max_bytes=1024)
+    assert raised_code(lambda: sampling_mask.load(path, limits=limits)) == "E_LIMIT"
+    real_stat = os.stat(path)
+    fake = os.stat_result((real_stat.st_mode, *real_stat[1:6], 10, *real_stat[7:]))
+    monkeypatch.setattr(files, "check_regular", lambda _: fake)
+    reads: list[int] = []
+    real_read = files.read_head
+
+    def read_head(p: object, size: int) -> bytes:
+        reads.append(size)
+        return real_read(p, size)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(files, "read_head", read_head)
+    assert raised_code(lambda: files.read_bounded(path, 1024)) == "E_LIMIT"
+    assert reads == [1025]
+
+
+# ---------------------------------------------------------------------------------------------- save
+@posix
+def test_save_refuses_special_targets_and_leaves_them(tmp_path: Path) -> None:
+    fifo = tmp_path / "mask.json"
+    os.mkfifo(fifo)
+    assert code_of(within(lambda: sampling_mask.save(MASK, fifo))) == "E_ENCODING"
+    assert fifo.is_fifo()
+    link = tmp_path / "link.arrow"
+    link.symlink_to(fifo)
+    assert code_of(within(lambda: sampling_mask.save(MASK, link, format="json"))) == "E_ENCODING"
+    assert fifo.is_fifo() and link.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.arrow", "mask.json"]
+
+
+@posix
+@pytest.mark.parametrize("name", ["mask.json", "mask.arrow", "mask.parquet"])
+def test_save_writes_through_a_symlink_atomically(tmp_path: Path, name: str) -> None:
+    real = tmp_path / "store" / name
+    real.parent.mkdir()
+    sampling_mask.save(MASK, real)
+    link = tmp_path / name
+    link.symlink_to(real)
+    sampling_mask.save(OTHER, link)
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert sampling_mask.load(real) == OTHER
+    assert sorted(p.name for p in real.parent.iterdir()) == [name]  # no temporary left in either folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name, "store"]
+
+
+@posix
+def test_save_removes_stale_temporaries_and_nothing_else(tmp_path: Path) -> None:
+    target = tmp_path / "mask.json"
+    stale = tmp_path / ".mask.json.0123456789abcdef.tmp"  # a killed save's leftover: nobody holds it
+    live = tmp_path / ".mask.json.fedcba9876543210.tmp"  # a save in progress holds its lock
+    untouched = [
+        tmp_path / ".mask.json.notatempfile.tmp",
+        tmp_path / ".other.json.0123456789abcdef.tmp",
+        tmp_path / "mask.json.0123456789abcdef.tmp",
+    ]
+    for path in (stale, live, *untouched):
+        path.write_bytes(b"partial")
+    holder = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        sampling_mask.save(MASK, target)
+        assert not stale.exists() and live.exists()
+        assert all(path.read_bytes() == b"partial" for path in untouched)
+        assert sampling_mask.load(target) == MASK
+    finally:
+        os.close(holder)
+
+
+def test_temporary_names_are_unique(tmp_path: Path) -> None:
+    names = set()
+    for _ in range(50):
+        with files.atomic_path(tmp_path / "mask.json") as tmp:
+            names.add(os.path.basename(tmp))
+            Path(tmp).write_bytes(b"{}")
+    assert len(names) == 50
+
+
+# ---------------------------------------------------------------------------------------------- save, failed or killed
 # The child saves NEW over the file at argv[1] and stops at argv[3]: "half" (half of the bytes are
 # on disk: byte formats write half and stop; Arrow formats stop before the footer / end marker) or
 # "rename" (the temporary file is complete, the rename has not happened). It prints STOPPED, then
@@ -110,6 +226,7 @@ def _leftovers(directory: Path, keep: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p != keep)
 
 
+@slow
 @pytest.mark.parametrize("stop", ["half", "rename"])
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_killed_save_leaves_the_old_file_intact(tmp_path: Path, fmt: str, stop: str) -> None:
@@ -145,6 +262,7 @@ class _Boom(Exception):
     pass
 
 
+@slow
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("error", [_Boom, KeyboardInterrupt, SamplingMaskError])
 def test_failed_save_keeps_the_old_file_and_cleans_up(
@@ -186,6 +304,7 @@ def test_failed_save_keeps_the_old_file_and_cleans_up(
     assert _leftovers(tmp_path, target) == [], "a failed save left a temporary file"
 
 
+@slow
 def test_save_over_a_directory_or_missing_folder_raises_and_leaves_nothing(tmp_path: Path) -> None:
     missing = tmp_path / "absent" / "mask.json"
     with pytest.raises(OSError):
@@ -199,6 +318,7 @@ def test_save_over_a_directory_or_missing_folder_raises_and_leaves_nothing(tmp_p
     assert folder.is_dir() and _leftovers(tmp_path, folder) == []
 
 
+@slow
 @pytest.mark.parametrize("fmt", ["json", "arrow"])
 def test_save_flushes_to_disk_before_renaming(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
     """The rename must not reach the disk before the data it points at (power loss)."""
@@ -222,6 +342,7 @@ def test_save_flushes_to_disk_before_renaming(tmp_path: Path, monkeypatch: pytes
     assert sampling_mask.load(target) == OLD
 
 
+@slow
 @pytest.mark.skipif(not hasattr(os, "umask") or sys.platform == "win32", reason="POSIX permissions")
 def test_saved_file_has_the_permissions_open_would_give(tmp_path: Path) -> None:
     """A temporary file made by mkstemp is 0600; the saved file must follow the umask like open() does."""
@@ -232,50 +353,37 @@ def test_saved_file_has_the_permissions_open_would_give(tmp_path: Path) -> None:
     assert target.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
 
 
-# ---------------------------------------------------------------------------------------------- streams
-BATCHES = [_mask(seed, rows=60 + seed) for seed in range(3)]
+# ---------------------------------------------------------------------------------------------- open_writer
+@pytest.mark.parametrize("suffix", [".arrow", ".arrows", ".parquet"])
+def test_writer_interrupted_by_an_exception_leaves_the_old_file(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"mask{suffix}"
+    sampling_mask.save(MASK, path)
+    before = path.read_bytes()
+    with pytest.raises(RuntimeError), open_writer(path) as writer:
+        writer.write(OTHER)
+        raise RuntimeError("the producer failed")
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
-def _stream(tmp_path: Path) -> bytes:
-    path = tmp_path / "log.arrows"
-    with open_writer(path) as writer:
-        for mask in BATCHES:
-            writer.write(mask)
-    return path.read_bytes()
+@pytest.mark.parametrize("suffix", [".arrow", ".arrows", ".parquet"])
+def test_writer_that_wrote_nothing_writes_the_empty_mask(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"mask{suffix}"
+    with open_writer(path):
+        assert not path.exists(), "nothing is visible at the path before the writer closes"
+    empty = sampling_mask.load(path)
+    assert empty.num_rows == 0 and empty.num_segments == 0
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
-def _read_until_error(source: object) -> tuple[list[SamplingMask], SamplingMaskError | None]:
-    got: list[SamplingMask] = []
-    try:
-        for mask in iter_masks(source, format="arrows"):  # type: ignore[arg-type]
-            got.append(mask)
-    except SamplingMaskError as exc:
-        return got, exc
-    return got, None
-
-
-@pytest.mark.parametrize("cut_back", [9, 100, 300])
-def test_cut_stream_yields_complete_batches_then_counts_them(tmp_path: Path, cut_back: int) -> None:
-    data = _stream(tmp_path)
-    got, error = _read_until_error(data[: len(data) - cut_back])
-    assert got == BATCHES[: len(got)], "a batch before the cut changed"
-    assert len(got) == 2, f"expected the two batches before the cut, got {len(got)}"
-    assert error is not None, "a batch cut in the middle must be reported"
-    assert f"after {len(got)} complete record batches" in str(error)
-    assert error.value == len(got)
-    path = tmp_path / "cut.arrows"
-    path.write_bytes(data[: len(data) - cut_back])
-    from_file, file_error = _read_until_error(path)
-    assert from_file == got and file_error is not None and file_error.value == len(got)
-
-
-def test_corrupt_batch_is_reported_after_the_good_ones(tmp_path: Path) -> None:
-    data = bytearray(_stream(tmp_path))
-    third = data.rfind(b"\xff\xff\xff\xff", 0, len(data) - 8)  # the last message's continuation marker
-    data[third + 8 : third + 40] = b"\xee" * 32  # garble its metadata
-    got, error = _read_until_error(bytes(data))
-    assert got == BATCHES[:2]
-    assert error is not None and "after 2 complete record batches" in str(error)
+def test_writer_renames_only_on_close(tmp_path: Path) -> None:
+    path = tmp_path / "mask.arrows"
+    writer = open_writer(path)
+    writer.write(MASK)
+    assert not path.exists()
+    writer.close()
+    writer.close()  # closing twice is harmless
+    assert sampling_mask.load(path) == MASK
 
 
 _STREAM_CHILD = r"""
@@ -291,6 +399,7 @@ time.sleep(600)
 """
 
 
+@slow
 def test_killed_stream_writer_leaves_its_complete_batches_readable(tmp_path: Path) -> None:
     """The writer is atomic: the path keeps the old file; the killed writer's temporary holds its
     complete batches (then ``E_ENCODING``: no end-of-stream marker), and the next save removes it."""
@@ -309,8 +418,62 @@ def test_killed_stream_writer_leaves_its_complete_batches_readable(tmp_path: Pat
         _reap(child)
     assert sampling_mask.load(path) == OLD
     (temporary,) = _leftovers(tmp_path, path)
-    got, error = _read_until_error(tmp_path / temporary)
+    got, error = read_until_error(tmp_path / temporary)
     assert got == BATCHES[:2], f"read {len(got)} batches back"
     assert error is not None and error.code == "E_ENCODING" and error.value == 2
     sampling_mask.save(NEW, path, format="arrows")
     assert _leftovers(tmp_path, path) == [] and sampling_mask.load(path) == NEW
+
+
+# ---------------------------------------------------------------------------------------------- atomic_path: special targets, destination roots
+@posix
+def test_atomic_path_refuses_a_fifo_and_replaces_nothing(tmp_path: Path) -> None:
+    fifo = tmp_path / "out.msgpack"
+    os.mkfifo(fifo)
+    with pytest.raises(SamplingMaskError) as info:
+        sm.save(MASK, fifo)
+    assert info.value.code is ErrorCode.E_ENCODING and "FIFO" in info.value.message
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert listing(tmp_path) == ["out.msgpack"]  # no temporary left
+
+
+def test_atomic_path_refuses_a_device() -> None:
+    if not os.path.exists(os.devnull) or not stat.S_ISCHR(os.stat(os.devnull).st_mode):
+        pytest.skip("no character device at os.devnull")
+    with pytest.raises(SamplingMaskError) as info:
+        files.check_target(os.devnull)
+    assert info.value.code is ErrorCode.E_ENCODING and "device" in info.value.message
+
+
+def test_root_refuses_symlinks_below_it(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "lnk").symlink_to(outside)
+    for target in (root / "lnk" / "f.bin", root / "lnk"):
+        with pytest.raises(SamplingMaskError) as info:
+            with files.atomic_path(target, root=root) as tmp:
+                Path(tmp).write_bytes(b"x")
+        assert info.value.code is ErrorCode.E_ENCODING
+    with pytest.raises(SamplingMaskError):
+        files.make_dirs(root, root / "lnk" / "sub")
+    with pytest.raises(SamplingMaskError):
+        files.check_inside(root, root / ".." / "outside" / "f.bin")
+    assert list(outside.iterdir()) == []
+    assert os.path.islink(root / "lnk")
+
+
+def test_root_writer_removes_its_temporary_on_error(tmp_path: Path) -> None:
+    assert files.make_dirs(tmp_path, tmp_path / "a") == [str(tmp_path / "a")]
+    with pytest.raises(RuntimeError), files.atomic_path(tmp_path / "a" / "f.bin", root=tmp_path) as tmp:
+        Path(tmp).write_bytes(b"half")
+        raise RuntimeError("boom")
+    assert listing(tmp_path) == ["a"]
+
+
+def test_remove_file_leaves_folders_and_links_alone(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "f").write_bytes(b"x")
+    assert files.remove_file(tmp_path, tmp_path / "d") is False
+    assert files.remove_file(tmp_path, tmp_path / "f") is True
+    assert listing(tmp_path) == ["d"]

@@ -394,3 +394,15 @@ def _sequence_parallel_checks(rank: int) -> None:
 def test_verl_ulysses_and_openrlhf_ring_attention_on_two_gloo_processes() -> None:
     """One spawn runs both checks; a failing assertion on either rank fails this test with its traceback."""
     spawn(_sequence_parallel_checks, world=WORLD)
+
+
+_BLOCK = re.compile(r"(?:<!-- readme-test: needs (?P<needs>[\w.]+) -->\s*\n)?```python\n(?P<code>.*?)```", re.S)
+
+
+BLOCKS = [(PAGE.count("\n", 0, m.start("code")) + 1, m.group("code"), m.group("needs")) for m in _BLOCK.finditer(PAGE)]
+
+
+def test_the_page_has_one_block_per_trainer() -> None:
+    assert len(BLOCKS) >= 4  # transformers, TRL, verl, OpenRLHF
+    for name in ("trainers.transformers", "trainers.trl", "trainers import verl", "trainers import openrlhf"):
+        assert any(name in code for _, code, _ in BLOCKS), name

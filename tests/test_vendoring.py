@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from file_checks import listing
 
 import sampling_mask as sm
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
@@ -476,3 +477,49 @@ def test_copied_docstrings_name_the_copy_not_the_library(vendored: object) -> No
     for name in ("json", "msgpack"):
         result = doctest.testmod(importlib.import_module(f"{v.__name__}.codecs.{name}"))
         assert result.attempted and not result.failed, name
+
+
+# ---------------------------------------------------------------------------------------------- destinations: symlinks and manifests
+def _vendor(dest: Path, *flags: str) -> int:
+    return main(["-q", "vendor", str(dest), "--package", dest.name, "--codecs", "json", *flags])
+
+
+def test_vendor_refuses_a_codecs_folder_linked_outside(tmp_path: Path) -> None:
+    dest, outside = tmp_path / "pkg", tmp_path / "outside"
+    assert _vendor(dest) == 0
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    for child in (dest / "codecs").iterdir():
+        child.unlink()
+    (dest / "codecs").rmdir()
+    (dest / "codecs").symlink_to(outside)
+    for flags in ((), ("--force",)):
+        assert _vendor(dest, *flags) == 2
+        assert listing(outside) == ["keep.txt"] and (outside / "keep.txt").read_text() == "mine"
+
+
+def test_vendor_never_deletes_through_a_tampered_manifest(tmp_path: Path) -> None:
+    dest, outside = tmp_path / "pkg", tmp_path / "outside"
+    assert _vendor(dest) == 0
+    outside.mkdir()
+    (outside / "victim.txt").write_text("victim")
+    (dest / "lnk").symlink_to(outside)
+    manifest = json.loads((dest / "VENDORED.json").read_text())
+    manifest["files"]["lnk/victim.txt"] = "0" * 64
+    (dest / "VENDORED.json").write_text(json.dumps(manifest))
+    before = {p: p.read_bytes() for p in dest.rglob("*.py")}
+    assert _vendor(dest, "--force") == 2
+    assert (outside / "victim.txt").read_text() == "victim"
+    assert {p: p.read_bytes() for p in dest.rglob("*.py")} == before  # refused before anything was written
+
+
+def test_vendor_with_a_manifest_entry_naming_a_folder_keeps_working(tmp_path: Path) -> None:
+    dest = tmp_path / "pkg"
+    assert _vendor(dest) == 0
+    manifest = json.loads((dest / "VENDORED.json").read_text())
+    manifest["files"]["core"] = "0" * 64
+    (dest / "VENDORED.json").write_text(json.dumps(manifest))
+    assert _vendor(dest) == 0
+    assert _vendor(dest) == 0
+    assert "core" not in json.loads((dest / "VENDORED.json").read_text())["files"]
+    assert (dest / "core" / "model.py").is_file()
