@@ -1,5 +1,6 @@
-"""The core's shared input checks (issue 28): strict integers, float arrays with an explicit integer
-policy, and "raise at the first bad row"; one rule per use in the model."""
+"""The core's shared input checks: strict integers (a boolean is never an id, a target, a count or an
+offset, in the model's constructors and the adapters built on them, as in JSON), float arrays with an
+explicit integer policy, and "raise at the first bad row"; one rule per use in the model."""
 
 from __future__ import annotations
 

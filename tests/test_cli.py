@@ -47,7 +47,7 @@ def test_demo_writes_every_format_reads_each_back_and_scores(tmp_path: Path) -> 
     assert sampling_mask.load(tmp_path / "rollout.arrows").num_rows == 300
     assert "equal to a float64 recomputation: OK; masked >= full: OK" in proc.stdout
     assert "round trips:" in proc.stdout and "FAILED" not in proc.stdout
-    # the table says why its bytes per token exceed the README's (issue 28): companions and headers
+    # the table says why its bytes per token exceed the headline figure's: companions and headers
     assert "3 companions (sampled_token_ids, sampled_logprobs, temperature: 12 B/token)" in proc.stdout
 
 

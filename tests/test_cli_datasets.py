@@ -1,4 +1,5 @@
-"""``sampling-mask stats`` and ``validate`` over a directory or glob of files: one report per file."""
+"""``sampling-mask stats`` and ``validate`` over a directory or glob of files: one report per file,
+and entries that are not regular files (a dangling symlink, a FIFO) listed as not read."""
 
 from __future__ import annotations
 

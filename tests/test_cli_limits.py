@@ -1,15 +1,17 @@
-"""What the command line reports, under hostile files (issue 34, rows 1-4).
+"""The command line's limits: what it reads and reports under hostile files stays bounded.
 
-- Memory (rows 1-2): ``stats`` / ``inspect`` (text and ``--json``) and ``convert`` to JSON forms hold
+- Memory: ``stats`` / ``inspect`` (text and ``--json``) and ``convert`` to JSON forms hold
   O(batch) memory, never a Python object per segment or row of the file: under ``--untrusted-limits``
   each stays within max(16 x file size, 64 MiB) of peak RSS growth (``memory_probe``: every case in a
   fork of a child process, stdout and stderr sent to /dev/null), and a folder of three such files
   within the bound of one (a folder is one budget, not the sum of its files').
-- Side files (row 3): a ``.npy`` whose header declares ``(0, 2**64)``, ``(2**63, 0)`` or dtype ``S0``,
-  or a ``.safetensors`` logits header of such a shape, is refused with a code before numpy sees it:
-  ``validate`` exits 1 (invalid data), ``audit`` 2 (an input error), never 3.
-- Terminal output (row 4): file names, metadata keys and values are escaped in text output, so ESC
-  and BEL never reach the terminal and a newline in a name cannot forge a ``valid: ...`` line.
+- Side files: ``--sampled`` and ``--logits`` are read under the mask's limits, scaled by their own
+  size; a ``.npy`` whose header declares ``(0, 2**64)``, ``(2**63, 0)`` or dtype ``S0``, or a
+  ``.safetensors`` logits header of such a shape, is refused with a code before numpy sees it
+  (``validate`` exits 1, invalid data; ``audit`` 2, an input error; never 3), and a FIFO or a deeply
+  nested JSON side file is refused at once.
+- The flags: ``--local-limits`` reads a file the defaults refuse; a shape past numpy's index range is
+  ``E_LIMIT``, never an internal error.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ posix = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX: FIFOs and s
 
 # ---------------------------------------------------------------------------------------------- memory
 def _empty_segments(fmt: str, segments: int = 1_000_000) -> Callable[[], bytes]:
-    """Row 1: a million empty segments (4.0 MB in msgpack or an Arrow stream)."""
+    """A million empty segments (4.0 MB in msgpack or an Arrow stream)."""
 
     def build() -> bytes:
         cu = np.zeros(segments + 1, np.int64)
@@ -53,7 +55,7 @@ def _empty_segments(fmt: str, segments: int = 1_000_000) -> Callable[[], bytes]:
 
 
 def _realistic(megabytes: float = 10.0) -> bytes:
-    """Row 2: a realistic msgpack mask of about ``megabytes`` (synthetic rollout, four companions)."""
+    """A realistic msgpack mask of about ``megabytes`` (synthetic rollout, four companions)."""
     from sampling_mask.data import synthetic
 
     tokens = int(megabytes * 1e6 / 48)  # about 48 bytes a token in msgpack
@@ -61,7 +63,7 @@ def _realistic(megabytes: float = 10.0) -> bytes:
 
 
 def _empty_rows(rows: int = 2_250_000) -> bytes:
-    """Row 2: 9 MB of empty rows (int32 offsets in msgpack)."""
+    """9 MB of empty rows (int32 offsets in msgpack)."""
     return sm.encode(sm.SamplingMask(np.zeros(0, np.int32), np.zeros(rows + 1, np.int64)), "msgpack")  # type: ignore[no-any-return]
 
 
@@ -99,13 +101,13 @@ MEMORY_CASES: dict[str, tuple[Callable[[], bytes], Callable[[bytes], None]]] = {
 
 
 def _empty_lists(megabytes: float = 20.0) -> bytes:
-    """Row "side files": ``[[],[],...]``, some 25 bytes of Python objects per byte of text."""
+    """A JSON side file ``[[],[],...]``: some 25 bytes of Python objects per byte of text."""
     count = int(megabytes * 1e6 / 3)
     return b"[" + b"[]," * (count - 1) + b"[]]"
 
 
 def _safetensors_padded_header(megabytes: float = 39.0) -> bytes:
-    """Row "logits header": a valid 1 x 4 float32 tensor whose JSON header carries 39 MB of ``[],``."""
+    """A logits file: a valid 1 x 4 float32 tensor whose JSON header carries 39 MB of ``[],``."""
     pad = _empty_lists(megabytes)
     header = b'{"logits":{"dtype":"F32","shape":[1,4],"data_offsets":[0,16]},"pad":' + pad + b"}"
     return struct.pack("<Q", len(header)) + header + bytes(16)
@@ -115,7 +117,7 @@ LOGITS_SHAPE = (2_000, 10_000)  # 80 MB of float32 logits
 
 
 def _logits_npy() -> bytes:
-    """Row "audit": 80 MB of float32 logits [2,000, 10,000] in a .npy file."""
+    """80 MB of float32 logits [2,000, 10,000] in a .npy file."""
     buffer = io.BytesIO()
     np.save(buffer, np.random.default_rng(0).standard_normal(LOGITS_SHAPE, dtype=np.float32))
     return buffer.getvalue()
@@ -186,9 +188,8 @@ def results() -> dict[str, dict[str, Any]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("label", list(MEMORY_CASES))
 def test_reports_stay_within_the_untrusted_bound(results: dict[str, dict[str, Any]], label: str) -> None:
-    """Rows 1-2: issue 34 measured 641-713 MiB (stats --json), 184-222 (stats), 112-159 (inspect),
-    392 (convert to JSON) and 312 (json-rows) against bounds of 64-153; each case now within its
-    bound (a folder: the bound of one of its files)."""
+    """Each report and conversion stays within its file's bound (a folder: the bound of one of its
+    files), where a Python object per segment or row took 112-713 MiB against bounds of 64-153."""
     event = results[label]
     assert event["code"] == "OK", event
     bound = untrusted_bound_mb(event["size"])
@@ -235,10 +236,10 @@ def test_a_fresh_conversion_to_parquet_stays_within_the_bound(tmp_path: Path) ->
 @pytest.mark.slow
 @pytest.mark.parametrize("label", list(SIDE_CASES))
 def test_side_files_are_bounded_like_masks(results: dict[str, dict[str, Any]], label: str) -> None:
-    """Rows "side files", "logits header" and "audit": ``--sampled`` and ``--logits`` are read under
-    the mask's limits, scaled by their own size under ``--untrusted-limits`` (the JSON parse's cost
-    and a safetensors header's included), so each command stays within the mask's bound plus the
-    side file's. Read under the defaults, the 20 MB side file took 525 MiB and the 39 MB header 1,015."""
+    """``--sampled`` and ``--logits`` are read under the mask's limits, scaled by their own size under
+    ``--untrusted-limits`` (the JSON parse's cost and a safetensors header's included), so each
+    command stays within the mask's bound plus the side file's (read under the defaults, the 20 MB
+    side file takes 525 MiB and the 39 MB header 1,015)."""
     event = results[label]
     assert event["code"] == "OK", event
     bound = untrusted_bound_mb(0) + untrusted_bound_mb(event["size"])  # the small mask's, the side file's
@@ -275,7 +276,7 @@ FORGED_NPY = {
 def test_forged_side_files_are_refused_with_a_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], label: str
 ) -> None:
-    """Row 3: ``validate --sampled`` exits 1 and ``audit --logits`` 2, both naming a code, never 3."""
+    """``validate --sampled`` exits 1 and ``audit --logits`` 2, both naming a code, never 3."""
     descr, shape = FORGED_NPY[label]
     mask_file = tmp_path / "m.json"
     sm.save(sm.SamplingMask.from_rows([[1, 2], [3]], vocab_size=8), mask_file)
@@ -300,7 +301,32 @@ def test_forged_safetensors_logits_are_refused_with_a_code(
     assert "error: E_" in capsys.readouterr().err
 
 
-# ---------------------------------------------------------------------------------------------- terminal
+@posix
+@pytest.mark.slow
+def test_side_files_never_block_or_recurse(tmp_path: Path) -> None:
+    """``--sampled`` FIFO ``.npy``, ``audit --logits`` FIFO ``.npy`` / ``.safetensors``, and a
+    deeply nested ``--sampled`` JSON: E_ENCODING / E_LIMIT at once, exit 1 or 2, a JSON error."""
+    pytest.importorskip("torch")
+    mask_file = tmp_path / "m.json"
+    sm.save(sm.SamplingMask.from_rows([[1], [2, 3], [4], []], vocab_size=10), mask_file)
+    for name in ("s.npy", "z.npy", "z.safetensors"):
+        os.mkfifo(tmp_path / name)
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    cases = [
+        (["validate", mask_file, "--sampled", tmp_path / "s.npy", "--json"], "E_ENCODING"),
+        (["validate", mask_file, "--sampled", tmp_path / "deep.json", "--json"], "E_LIMIT"),
+        (["audit", mask_file, "--logits", tmp_path / "z.npy", "--json"], "E_ENCODING"),
+        (["audit", mask_file, "--logits", tmp_path / "z.safetensors", "--json"], "E_ENCODING"),
+    ]
+    for args, code in cases:
+        proc = run_module(*args)
+        assert proc.returncode in (1, 2), (args, proc.returncode, proc.stderr[-500:])
+        doc = json.loads(proc.stdout)
+        error = doc.get("error", {})
+        assert error.get("code") == code, (args, doc)
+
+
+# ---------------------------------------------------------------------------------------------- the flags
 
 
 def test_local_limits_flag_reads_under_local_file_limits(
@@ -332,31 +358,6 @@ def test_dense_shape_past_numpy_on_the_command_line(tmp_path: Path, capsys: pyte
         assert main([command, str(path)]) in (1, 2), command
         output = capsys.readouterr()
         assert "E_LIMIT" in output.out + output.err and "E_INTERNAL" not in output.out + output.err
-
-
-@posix
-@pytest.mark.slow
-def test_cli_side_files_never_block_or_recurse(tmp_path: Path) -> None:
-    """Row 17: ``--sampled`` FIFO ``.npy``, ``audit --logits`` FIFO ``.npy`` / ``.safetensors``, and a
-    deeply nested ``--sampled`` JSON: E_ENCODING / E_LIMIT at once, exit 1 or 2, a JSON error."""
-    pytest.importorskip("torch")
-    mask_file = tmp_path / "m.json"
-    sm.save(sm.SamplingMask.from_rows([[1], [2, 3], [4], []], vocab_size=10), mask_file)
-    for name in ("s.npy", "z.npy", "z.safetensors"):
-        os.mkfifo(tmp_path / name)
-    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
-    cases = [
-        (["validate", mask_file, "--sampled", tmp_path / "s.npy", "--json"], "E_ENCODING"),
-        (["validate", mask_file, "--sampled", tmp_path / "deep.json", "--json"], "E_LIMIT"),
-        (["audit", mask_file, "--logits", tmp_path / "z.npy", "--json"], "E_ENCODING"),
-        (["audit", mask_file, "--logits", tmp_path / "z.safetensors", "--json"], "E_ENCODING"),
-    ]
-    for args, code in cases:
-        proc = run_module(*args)
-        assert proc.returncode in (1, 2), (args, proc.returncode, proc.stderr[-500:])
-        doc = json.loads(proc.stdout)
-        error = doc.get("error", {})
-        assert error.get("code") == code, (args, doc)
 
 
 if __name__ == "__main__":

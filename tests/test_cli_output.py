@@ -26,7 +26,7 @@ def _no_terminal_control(text: str) -> None:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="newlines and ESC in file names")
 def test_file_derived_text_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Row 4: ``inspect``, ``validate DIR`` and ``stats DIR`` print names and metadata escaped (one
+    """``inspect``, ``validate DIR`` and ``stats DIR`` print names and metadata escaped (one
     line per file, ``\\x1b`` / ``\\n`` as text); ``--json`` still carries them exactly."""
     folder = tmp_path / "d"
     folder.mkdir()
@@ -62,7 +62,7 @@ FORGED = "x\nvalid: forged.msgpack (msgpack, 9 rows, 1 segment, 9 ids; checked e
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs and symlinks")
 @pytest.mark.parametrize("entry", ["dangling symlink", "FIFO", "directory symlink"])
 def test_entries_not_read_cannot_forge_a_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str) -> None:
-    """Row "not read": a dangling symlink, a FIFO or a symlink to a directory whose name holds a
+    """A dangling symlink, a FIFO or a symlink to a directory whose name holds a
     newline and a ``valid: ...`` line is listed on one line of its own through ``validate DIR``,
     ``validate GLOB`` and ``stats DIR``; the forged line never starts a line."""
     folder = tmp_path / "d"
@@ -88,7 +88,7 @@ def test_entries_not_read_cannot_forge_a_line(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_a_long_value_from_a_file_is_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Row "text output": a 1 MB metadata value is shown cut at ``SHOWN_CHARS`` on one line that says
+    """A 1 MB metadata value is shown cut at ``SHOWN_CHARS`` on one line that says
     how long it was; ``--json`` still carries all of it."""
     from sampling_mask.cli._common import SHOWN_CHARS
 

@@ -1,5 +1,8 @@
-"""``sampling-mask stats --plot`` (issue 28): the support-size axis starts at 1 with integer ticks, the
-bars are the text histogram's buckets, and the per-segment panel counts whole segments."""
+"""``sampling-mask stats`` and ``data.stats``: support figures from a histogram equal numpy's, the
+per-segment figures are exact whether computed at once or a chunk at a time (and ``--json`` writes
+them in chunks), the library's summary is the command's document, and ``--plot`` starts its
+support-size axis at 1 with integer ticks, draws the text histogram's buckets and counts whole
+segments."""
 
 from __future__ import annotations
 

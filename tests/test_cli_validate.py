@@ -109,7 +109,7 @@ def test_validate_blames_the_sampled_file_for_its_own_faults(cli_files: dict[str
 
 @pytest.mark.slow
 def test_validate_messages_say_what_was_checked_and_that_a_file_is_truncated(tmp_path: Path) -> None:
-    """Issue 28: a valid file's line names the checks; a cut Parquet file says it is truncated and
+    """A valid file's line names the checks; a cut Parquet file says it is truncated and
     names no record batch (the footer is at fault, not a batch)."""
     path = tmp_path / "m.parquet"
     mask = sampling_mask.SamplingMask.from_rows([[1], [2, 3], [4], []], vocab_size=10, cu_seqlens=[0, 1, 2, 3, 4])

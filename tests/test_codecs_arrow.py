@@ -1,4 +1,5 @@
-"""Arrow IPC file / stream and Parquet: schema, zero copy, streaming, compression, validation."""
+"""Arrow IPC file / stream and Parquet: schema, zero copy, streaming, compression, validation; a cut or
+corrupt stream gives back every complete batch before its error, which says how many there were."""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
-"""Issue 24, the read side: datasets, the DataLoader dataset and the command line read only through
-the codecs' one batch reader (``codecs/batch_reader.py``), so every attack the codecs hold is held
-there too. One test per row of the issue's table that the read side owns (1-6, 13, 17) and per
-smaller point. Where a crash or memory is at stake the call runs in a fork (``memory_probe.in_fork``):
+"""The codecs' one batch reader (``codecs/batch_reader.py``): datasets, the DataLoader dataset and the
+command line read Arrow / Parquet only through it, so every attack the codecs hold is held there too.
+Bad user columns are an encoding error naming the column and row, never a crash; FIFOs, symlink loops,
+dangling links and stray files are reported by path while every good sequence is still delivered;
+each batch's cost comes from the metadata and is checked before it is read, so compressed empty rows
+and one-row row groups stay within the untrusted bound. Where a crash or memory is at stake the call
+runs in a fork (``memory_probe.in_fork``):
 a SIGBUS or SIGABRT is a failed test, not a lost worker. Nothing may block on a FIFO or a symlink
 loop: such calls run in a thread (or a subprocess) with a deadline.
 """
@@ -52,7 +55,7 @@ def _bad_offsets_file(path: Path) -> Path:
     return path
 
 
-# ---------------------------------------------------------------------------------------------- row 1
+# ---------------------------------------------------------------------------------------------- user columns
 def _first_error(call: Any) -> dict[str, Any]:
     """``call()`` in a fork: the code, field and segment of the SamplingMaskError it raised."""
 
@@ -68,8 +71,8 @@ def _first_error(call: Any) -> dict[str, Any]:
 
 
 def test_bad_user_column_offsets_are_an_encoding_error_never_a_crash(tmp_path: Path) -> None:
-    """Row 1: every reader rejects the file naming the column and row; none crashes or returns bytes
-    from outside the buffer (each call in its own fork)."""
+    """A user column's offset past its data: every reader rejects the file naming the column and row;
+    none crashes or returns bytes from outside the buffer (each call in its own fork)."""
     torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     path = _bad_offsets_file(tmp_path / "d" / "x.arrow")
     assert path.stat().st_size < 2000
@@ -94,7 +97,7 @@ def test_bad_user_column_offsets_are_an_encoding_error_never_a_crash(tmp_path: P
 
 def test_bad_utf8_in_a_user_column_names_its_row(tmp_path: Path) -> None:
     """A user string column with valid offsets but bad UTF-8 in table row 2: E_ENCODING naming the
-    column and the row, from every reader (the raw UnicodeDecodeError of the issue never escapes)."""
+    column and the row, from every reader (never a raw UnicodeDecodeError)."""
     torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     table = arrow.table_from_mask(MASK)
     offsets = pa.py_buffer(np.array([0, 1, 2, 3, 4], np.int32).tobytes())
@@ -112,11 +115,11 @@ def test_bad_utf8_in_a_user_column_names_its_row(tmp_path: Path) -> None:
         assert err.value.code is sm.ErrorCode.E_ENCODING and err.value.field == "name" and err.value.segment == 2
 
 
-# ---------------------------------------------------------------------------------------------- rows 2, 4
+# ---------------------------------------------------------------------------------------------- special files and links
 @posix
 @pytest.mark.parametrize("fmt", ["arrow", "parquet"])
 def test_sequence_dataset_refuses_a_fifo_at_once(tmp_path: Path, fmt: str) -> None:
-    """Row 2: a FIFO named like a data file is E_ENCODING "not a regular file", at once; with
+    """A FIFO named like a data file is E_ENCODING "not a regular file", at once; with
     ``on_error="report"`` it is listed and the good file still indexed."""
     torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     _good(tmp_path, fmt=fmt)
@@ -130,7 +133,7 @@ def test_sequence_dataset_refuses_a_fifo_at_once(tmp_path: Path, fmt: str) -> No
 
 @posix
 def test_open_dataset_reports_a_fifo_with_a_user_column_filter(tmp_path: Path) -> None:
-    """Row 4: a FIFO in the tree plus a filter on a user column: reported by path, other files delivered."""
+    """A FIFO in the tree plus a filter on a user column: reported by path, other files delivered."""
     _good(tmp_path / "step=1")
     _good(tmp_path / "step=2")
     os.mkfifo(tmp_path / "step=1" / "f.arrow")
@@ -143,10 +146,9 @@ def test_open_dataset_reports_a_fifo_with_a_user_column_filter(tmp_path: Path) -
     assert code_of(within(lambda: sm.codecs.open_dataset(tmp_path).read())) == "E_ENCODING"
 
 
-# ---------------------------------------------------------------------------------------------- row 5
 @posix
 def test_symlink_loops_are_never_followed(tmp_path: Path) -> None:
-    """Row 5: two symlinks ``-> .`` in the tree: a glob over it and ``validate`` of it finish."""
+    """Two symlinks ``-> .`` in the tree: a glob over it and ``validate`` of it finish."""
     data = tmp_path / "d"
     _good(data, fmt="parquet")
     os.symlink(".", data / "l1")
@@ -158,10 +160,9 @@ def test_symlink_loops_are_never_followed(tmp_path: Path) -> None:
     assert "1 file checked, 0 invalid" in proc.stdout
 
 
-# ---------------------------------------------------------------------------------------------- row 6
 @posix
 def test_every_bad_entry_is_recorded_and_every_good_sequence_delivered(tmp_path: Path) -> None:
-    """Row 6 and the smaller points: dangling and self-looping links, a stray non-dataset file, other
+    """Dangling and self-looping links, a stray non-dataset file, other
     partition keys, a ``sampling_mask=7/`` directory, a link to a file outside the root, an ``.arrow``
     file in a Parquet tree: each recorded in ``errors`` by path with a code; every good file read."""
     root = tmp_path / "d"
@@ -196,7 +197,7 @@ def test_every_bad_entry_is_recorded_and_every_good_sequence_delivered(tmp_path:
     assert followed.read(on_error="report").mask.num_segments == 4 * (len(good) + 1)
 
 
-# ---------------------------------------------------------------------------------------------- rows 3, 13
+# ---------------------------------------------------------------------------------------------- costs from the metadata
 def _write_in_fork(write: Any) -> None:
     """Build a file in a fork, so that its allocations stay out of this process (and its forks)."""
     event = in_fork(write)
@@ -217,7 +218,7 @@ def _empty_rows_files(directory: Path, rows: int) -> dict[str, Path]:
 
 @pytest.mark.parametrize("fmt", ["arrow", "parquet"])
 def test_empty_rows_are_refused_before_any_allocation(tmp_path: Path, fmt: str) -> None:
-    """Row 3: a few KB of compressed empty rows under untrusted limits: SequenceDataset, open_dataset
+    """A few KB of compressed empty rows under untrusted limits: SequenceDataset, open_dataset
     and the CLI's reader refuse them before reading a batch, as ``load`` does, growing nothing."""
     torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     path = _empty_rows_files(tmp_path, 1 << 22)[fmt]
@@ -235,7 +236,7 @@ def test_empty_rows_are_refused_before_any_allocation(tmp_path: Path, fmt: str) 
 
 
 def test_one_row_row_groups_are_charged_per_row_group(tmp_path: Path) -> None:
-    """Row 13: a valid Parquet file of one-row row groups (and an IPC file of one-row batches) under
+    """A valid Parquet file of one-row row groups (and an IPC file of one-row batches) under
     1 MB: each row group / batch costs its fixed part, so the untrusted budget refuses the Parquet
     file instead of growing past max(16 x input, 64 MiB); both read under the default limits."""
     n = 3000
@@ -279,10 +280,7 @@ def test_untrusted_reads_of_hostile_files_stay_within_the_bound(tmp_path: Path) 
             assert event["rss"] <= untrusted_bound_mb(path.stat().st_size), (path.name, event)
 
 
-# ---------------------------------------------------------------------------------------------- row 17
-
-
-# ---------------------------------------------------------------------------------------------- smaller points
+# ---------------------------------------------------------------------------------------------- batches and entry points
 
 
 def test_sequence_dataset_rows_come_from_the_metadata(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""One codec contract (issue 28): one table knows every codec; every codec's ``encode`` / ``decode`` has
+"""One codec contract: one table knows every codec; every codec's ``encode`` / ``decode`` has
 the same keyword-only signature and honours ``limits``, ``validate`` and ``copy`` (or refuses a format
 that is not its own); a missing optional package is ``E_UNAVAILABLE`` naming the extra to install.
 """

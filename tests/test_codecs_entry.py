@@ -1,4 +1,5 @@
-"""The one entry point: encode / decode / save / load, detection by content and extension, round trips."""
+"""The one entry point: encode / decode / save / load, detection by content and extension, round trips;
+only bytes-like input is decoded."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""JSON forms: the lossless document, bare nested lists and the SkyRL base64 envelope."""
+"""JSON forms: the lossless document, bare nested lists and the SkyRL base64 envelope; metadata text is
+valid Unicode, numbers past float64 are out of range, base64 padding is canonical."""
 
 from __future__ import annotations
 

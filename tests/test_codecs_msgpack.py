@@ -331,7 +331,7 @@ def test_float32_scalars_and_big_ints() -> None:
     assert _msgpack_reader.read(data, max_depth=2) == {"f": 1.5, "u": (1 << 64) - 1, "n": -(1 << 63)}
 
 
-# ---------------------------------------------------------------------------------------------- frames
+# ---------------------------------------------------------------------------- frames
 @pytest.mark.parametrize(
     "opts",
     [
@@ -475,7 +475,7 @@ def test_msgpack_file_that_is_no_envelope_says_so(tmp_path: Path) -> None:
     assert "trailing" not in info.value.message
 
 
-# ---------------------------------------------------------------------------------------------- the envelope's own writer
+# ---------------------------------------------------------------------------- the envelope's own writer
 #: Integers where msgpack-python changes the width of its encoding, and one past each.
 INT_EDGES = sorted(
     {e + d for e in (0, 127, 255, 65535, 2**32 - 1, 2**63 - 1, 2**64 - 1) for d in (-1, 0, 1) if 0 <= e + d < 2**64}

@@ -1,8 +1,8 @@
-"""``codecs.safetensors`` (issue 34, rows "load_file" and "safetensors header"): float companions in
-BF16 / F16 / F32 / F64 load exactly (BF16 by its bits) or are refused with a code; forged header
-shapes, 70 dimensions, a lone surrogate in ``__metadata__`` and odd ``from_tensors`` inputs are
-``SamplingMaskError``. Files are written by hand (8-byte length, JSON header, raw buffer), so no
-safetensors package is needed."""
+"""``codecs.safetensors``: masks round-trip through the codec's own bounded reader; float companions
+in BF16 / F16 / F32 / F64 load exactly (BF16 by its bits) or are refused with a code; forged header
+shapes, 70 dimensions, a lone surrogate in ``__metadata__``, bad offsets, missing ids and odd
+``from_tensors`` inputs are ``SamplingMaskError``. Most files are written by hand (8-byte length,
+JSON header, raw buffer), so no safetensors package is needed for them."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""Decoding is thread-safe and returns read-only arrays.
+"""Decoding is thread-safe and returns read-only arrays that share nothing writable.
 
 Eight threads decode the same payloads and different payloads, in different orders, many times: every
 result equals the single-threaded decode, the payload bytes are unchanged, and no returned array can
-be written (so a consumer cannot corrupt a buffer another decode shares).
+be written (so a consumer cannot corrupt a buffer another decode shares). A writable input buffer is
+copied once before decoding, so changing it afterwards cannot change a validated mask.
 """
 
 from __future__ import annotations

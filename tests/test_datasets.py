@@ -1,5 +1,6 @@
-"""Datasets of many files (codecs.dataset), safetensors, the torch data pipeline, and the data tools
-people already use (each skipped when its package is absent)."""
+"""Datasets of many files (codecs.dataset), the torch data pipeline, and the data tools people already
+use (each skipped when its package is absent); ``write_dataset`` writes through the one atomic writer,
+never through a planted symlink, and leaves nothing behind when it refuses a partition."""
 
 from __future__ import annotations
 
@@ -186,9 +187,6 @@ def test_partition_strings_are_quoted(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["run=a%2Fb", "run=c%20d"]
     got = sm.codecs.open_dataset(tmp_path).read(filter={"run": "a/b"})
     assert got.mask == mask.segment(0) and got.columns["run"].tolist() == ["a/b"]
-
-
-# ------------------------------------------------------------------------------------------ safetensors
 
 
 # ------------------------------------------------------------------------------------------ torch pipeline
@@ -423,6 +421,7 @@ def test_ray_data_map_batches_rebuilds_masks(parquet_dir, rollout):
     assert sum(r["segments"] for r in out) == mask.num_segments
 
 
+# ------------------------------------------------------------------------------------------ write_dataset: destinations
 def _parts(values: list[object]) -> tuple[SamplingMask, dict[str, list[object]]]:
     mask = SamplingMask.from_rows([[1]] * len(values), cu_seqlens=list(range(len(values) + 1)))
     return mask, {"step": values}

@@ -26,7 +26,7 @@ CODEC_ONLY = {ErrorCode.E_BYTES, ErrorCode.E_VERSION, ErrorCode.E_ENCODING}
 
 
 def base(**kwargs: Any) -> SamplingMask:
-    """The issue's example mask: rows {1, 5}, {}, {7}; vocab 10; segments [0, 2, 3]."""
+    """The README's example mask: rows {1, 5}, {}, {7}; vocab 10; segments [0, 2, 3]."""
     kwargs.setdefault("vocab_size", 10)
     kwargs.setdefault("cu_seqlens", [0, 2, 3])
     return SamplingMask.from_rows([[5, 1], [], [7]], **kwargs)

@@ -1,5 +1,7 @@
-"""Small inputs cannot cost large memory: every input of issue 18's amplification table, and valid
-masks of a few MB in every format, decoded in a fork with their peak RSS growth measured.
+"""Small inputs cannot cost large memory: every amplification payload (``amplification_payloads``:
+compressed empty rows, zero-width envelopes, a footer naming one batch a thousand times, the legacy
+compression key) and valid masks of a few MB in every format, decoded in a fork with their peak RSS
+growth measured.
 
 Each case has the error code it must give and a memory bound: under
 ``Limits.for_untrusted_input(len(payload))`` peak RSS may grow at most max(16 x payload, 64 MiB)

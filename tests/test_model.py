@@ -1,4 +1,5 @@
-"""Unit tests of SamplingMask: constructors, layouts, views, segments, equality, companions."""
+"""Unit tests of SamplingMask: constructors (a row is a sequence of ids, never bytes), layouts, views,
+segments, equality, companions."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ def example(**kwargs: object) -> SamplingMask:
     return SamplingMask.from_rows([[5, 1], [], [7]], vocab_size=10, cu_seqlens=[0, 2, 3], **kwargs)  # type: ignore[arg-type]
 
 
-# ---------------------------------------------------------------- the issue's acceptance examples
-def test_acceptance_round_trips() -> None:
+# ---------------------------------------------------------------- the README's example
+def test_the_example_round_trips_through_every_layout() -> None:
     m = SamplingMask.from_rows([[5, 1], [], [7]], vocab_size=10, cu_seqlens=[0, 2, 3])
     assert SamplingMask.from_dense(m.to_dense(), vocab_size=10, cu_seqlens=m.cu_seqlens) == m
     assert SamplingMask.from_ragged(*m.to_ragged(), vocab_size=10, cu_seqlens=m.cu_seqlens) == m
@@ -37,7 +38,7 @@ def test_acceptance_round_trips() -> None:
     assert dense[0, 2:].tolist() == [-1, -1]
 
 
-def test_acceptance_errors() -> None:
+def test_padding_inside_a_row_and_an_id_past_the_vocabulary_are_refused() -> None:
     with pytest.raises(SamplingMaskError) as info:
         SamplingMask.from_dense(np.array([[5, -1, 1]], dtype=np.int32))
     assert info.value.code is ErrorCode.E_PADDING
