@@ -1,6 +1,7 @@
 """One codec contract: one table knows every codec; every codec's ``encode`` / ``decode`` has
-the same keyword-only signature and honours ``limits``, ``validate`` and ``copy`` (or refuses a format
-that is not its own); a missing optional package is ``E_UNAVAILABLE`` naming the extra to install.
+the same keyword-only signature, decodes only bytes-like input and honours ``limits``, ``validate``
+and ``copy`` (or refuses a format that is not its own); a missing optional package is
+``E_UNAVAILABLE`` naming the extra to install.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ import importlib
 import inspect
 import pickle
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
+from file_checks import raised_code
 
 import sampling_mask as sm
 from sampling_mask import ErrorCode, Limits, SamplingMask, SamplingMaskError, UnavailableError, codecs
@@ -209,3 +212,9 @@ def test_the_command_line_reads_its_format_tables_from_the_registry() -> None:
     assert _common.ROWS_ONLY_FORMATS == ("json-rows", "base64") == registry.ROWS_ONLY_FORMATS
     assert all(fmt in _common.FORMAT_HELP for fmt in codecs.FORMATS)
     assert _common.OPTIONAL_EXTRAS is sm.core.optional.EXTRAS
+
+
+@pytest.mark.parametrize("fmt", ["msgpack", "arrow", "arrows", "parquet", None])
+@pytest.mark.parametrize("data", [[1, 2, 3], 12, None, {"a": 1}])
+def test_only_bytes_like_input_is_decoded(fmt: str | None, data: Any) -> None:
+    assert raised_code(lambda: sm.decode(data, format=fmt)) == "E_ENCODING"

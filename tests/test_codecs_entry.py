@@ -1,5 +1,4 @@
-"""The one entry point: encode / decode / save / load, detection by content and extension, round trips;
-only bytes-like input is decoded."""
+"""The one entry point: encode / decode / save / load, detection by content and extension, round trips."""
 
 from __future__ import annotations
 
@@ -8,12 +7,10 @@ import math
 import os
 import subprocess
 import sys
-from typing import Any
 
 import mask_examples
 import numpy as np
 import pytest
-from file_checks import raised_code
 from hypothesis import given
 from hypothesis import strategies as st
 from mask_examples import SAMPLE_METADATA
@@ -278,9 +275,3 @@ def test_codec_docstring_examples() -> None:
     for module in (codecs, arrow, json, msgpack):
         failed, _ = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert failed == 0, module.__name__
-
-
-@pytest.mark.parametrize("fmt", ["msgpack", "arrow", "arrows", "parquet", None])
-@pytest.mark.parametrize("data", [[1, 2, 3], 12, None, {"a": 1}])
-def test_only_bytes_like_input_is_decoded(fmt: str | None, data: Any) -> None:
-    assert raised_code(lambda: sampling_mask.decode(data, format=fmt)) == "E_ENCODING"
