@@ -1,4 +1,4 @@
-"""The msgpack envelope's own header writer against the ``msgpack.Packer`` path it replaced (issue 37).
+"""The msgpack envelope's own header writer against the ``msgpack.Packer`` path it replaced.
 
     python benchmarks/bench_msgpack_writer.py [--tokens 1000000] [--repeats 15]
 
@@ -8,8 +8,8 @@ maps are written by ``codecs/_msgpack_writer.py``; "msgpack.Packer" is the encod
 (the same envelope, its headers packed by ``msgpack.Packer(use_bin_type=True)``, below), checked to
 give the same bytes first. Both run round-robin after a warm-up (``sampling_mask.cli.bench.race``); the
 figure is the ratio of the medians, own / Packer (target: at most 1.05). The same for
-``encode_frames`` (no array copy, so the header writer is all of the work: an absolute time, issue
-16's target of 0.1 ms). Needs the ``msgpack`` package, for the old path only.
+``encode_frames`` (no array copy, so the header writer is all of the work: an absolute time, whose target
+is 0.1 ms). Needs the ``msgpack`` package, for the old path only.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ ALIGN, PAD_FROM = envelope.ALIGN, envelope.PAD_FROM
 
 
 def packer_frames(env: Mapping[str, Any]) -> list[Any]:
-    """The frames of the envelope as ``codecs/msgpack.py`` wrote them before issue 37 (verbatim but
+    """The frames of the envelope as ``codecs/msgpack.py`` wrote them with ``msgpack.Packer`` (verbatim but
     for names): the headers by ``msgpack.Packer``, every array a memoryview frame."""
     packer = msgpack.Packer(use_bin_type=True, use_single_float=False)
     frames: list[Any] = []

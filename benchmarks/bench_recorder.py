@@ -1,4 +1,4 @@
-"""What recording the sampling mask adds to transformers' ``generate()`` (issue 33, item 5).
+"""What recording the sampling mask adds to transformers' ``generate()``.
 
 ``python benchmarks/bench_recorder.py [--vocab 32000] [--hidden 64] [--layers 2] [--batch 8]
 [--prompt 16] [--new 32] [--repeats 9] [--top-k 50] [--top-p 0.9] [--temperature 0.8] [--threads 1]``

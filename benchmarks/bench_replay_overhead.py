@@ -1,4 +1,4 @@
-"""Replay's overhead inside one trainer step (issue 27, target: time and peak memory <= 1.1x).
+"""Replay's overhead inside one trainer step (target: time and peak memory <= 1.1x).
 
 ``python benchmarks/bench_replay_overhead.py [--tokens 4096] [--vocab 151936] [--dim 256] [--repeats 3]``
 

@@ -1,8 +1,9 @@
 """Reference scorer speed and memory (a script, not a test): ``python benchmarks/bench_scorer.py``.
 
-Default (BENCHMARKS.md section 6, about 70 s on two idle cores):
+Default (BENCHMARKS.md, "Scorer"; about 70 s on two idle cores):
 
-- issue 16, target 6: forward + backward of ``masked_logprobs_from_hidden`` against a naive
+- against a naive pair-gather (target: at most 1.2x its time, and at most 0.1x the full vocabulary's
+  memory): forward + backward of ``masked_logprobs_from_hidden`` against a naive
   pair-gather in plain autograd (:func:`hidden_pair_gather`: gather ``hidden[row]`` and
   ``weight[id]`` for every (row, id) pair of the mask, dot products, a segment log-sum-exp per row;
   pairs extracted beforehand, untimed) at V = 151936, d = 1024, T = 2048 and T = 8192, timed
@@ -10,18 +11,18 @@ Default (BENCHMARKS.md section 6, about 70 s on two idle cores):
   T = 8192, against the full-vocabulary path's, taken as ``2 T V 4`` bytes (fp32 logits plus their
   gradient, a lower bound: ``log_softmax(hidden @ W.T)`` measured 2977 MiB at T = 2048, 1.25x that
   bound), because running it at T = 8192 takes minutes.
-- issue 7, at T = 512 (same V, d): time of ``masked_logprobs_from_hidden`` against the
+- against the full vocabulary, at T = 512 (same V, d; target: at most 0.2x its time): time of ``masked_logprobs_from_hidden`` against the
   full-vocabulary ``log_softmax(hidden @ W.T).gather(targets)``, and of ``masked_logprobs`` on given
   logits against the dense formulation ``logits.masked_fill(~support, -inf)``, gather, logsumexp;
   each baseline runs once.
 
-``--full-vocab`` runs the issue-7 comparisons at T = 2048 (``--small``: V = 32768, d = 256, T = 512)
+``--full-vocab`` runs the full-vocabulary comparisons at T = 2048 (``--small``: V = 32768, d = 256, T = 512)
 with measured peak memory, as before (several minutes; the baselines take 20-50 s a run here).
 ``--quick`` runs the default on tiny sizes (V = 2048, d = 32, T = 64 / 256) without memory figures.
 ``--against REV`` times today's scorer against its ``row_stats.py`` at git revision REV (loaded
-beside it, ``RowStats`` swapped round-robin in one process) at section 6's sizes plus rows as wide
-as the vocabulary and empty rows, with the peak RSS growth of each (issue 26: ``--against 1798eb0``;
-run with ``MALLOC_MMAP_THRESHOLD_=65536``).
+beside it, ``RowStats`` swapped round-robin in one process) at the default's sizes plus rows as wide
+as the vocabulary and empty rows, with the peak RSS growth of each (``--against 1798eb0``: the scorer before its row sums ran in
+float64; run with ``MALLOC_MMAP_THRESHOLD_=65536``).
 
 Supports are drawn like real runs by ``sampling_mask.data.synthetic.rollout`` (top_k 512, top_p 0.95: about
 46% singletons, median 2, mean about 8); the printed line shows the drawn statistics.
@@ -64,12 +65,12 @@ from sampling_mask.reference_scorer import masked_logprobs, masked_logprobs_from
 SIZES = {
     "full": dict(vocab=151936, dim=1024, tokens=2048),
     "full8k": dict(vocab=151936, dim=1024, tokens=8192),
-    "issue7": dict(vocab=151936, dim=1024, tokens=512),
+    "full512": dict(vocab=151936, dim=1024, tokens=512),
     "small": dict(vocab=32768, dim=256, tokens=512),
     "warmup": dict(vocab=2048, dim=32, tokens=64),
     "tiny4x": dict(vocab=2048, dim=32, tokens=256),
 }
-#: Issue 16, target 6: the hidden path's time over the naive pair-gather's, and its peak memory beyond
+#: Targets: the hidden path's time over the naive pair-gather's, and its peak memory beyond
 #: the gradients over the full-vocabulary path's, at most.
 PAIR_GATHER_TIME_TARGET = 1.2
 FULL_VOCAB_MEMORY_TARGET = 0.1
@@ -219,7 +220,7 @@ def measure_peak(method: str, size: str) -> int:
 def compare(
     label: str, ours: str, base: str, c: dict[str, Any], size: str, repeats: int, base_repeats: int | None = None
 ) -> None:
-    """The issue-7 comparison with measured peak memory (``--full-vocab``)."""
+    """The full-vocabulary comparison with measured peak memory (``--full-vocab``)."""
     t_ours = median_seconds(ours, c, repeats)
     t_base = median_seconds(base, c, base_repeats or repeats)
     m_ours, m_base = measure_peak(ours, size), measure_peak(base, size)
@@ -258,13 +259,13 @@ def full_vocab_bytes(tokens: int, vocab: int) -> int:
 
 
 def report(quick: bool, repeats: int) -> dict[str, Any]:
-    """Issue 16 target 6 and the issue-7 time ratios (see the module docstring); prints, returns figures."""
+    """The pair-gather and full-vocabulary time ratios (see the module docstring); prints, returns figures."""
     mib = 1 << 20
     figures: dict[str, Any] = {"pair_gather": {}}
     sizes = ("warmup", "tiny4x") if quick else ("full", "full8k")
     head = SIZES[sizes[0]]
     print(
-        f"issue 16 target 6: masked_logprobs_from_hidden vs a naive pair-gather in plain autograd, fwd+bwd, "
+        f"pair-gather: masked_logprobs_from_hidden vs a naive pair-gather in plain autograd, fwd+bwd, "
         f"fp32, V={head['vocab']} d={head['dim']}, {torch.get_num_threads()} threads, medians of {repeats} "
         "round-robin"
     )
@@ -294,13 +295,13 @@ def report(quick: bool, repeats: int) -> dict[str, Any]:
             f"+ their gradient, computed); ratio {ratio:.4f} "
             f"(target <= {FULL_VOCAB_MEMORY_TARGET}: {_verdict(ratio <= FULL_VOCAB_MEMORY_TARGET)})"
         )
-    size = "warmup" if quick else "issue7"
+    size = "warmup" if quick else "full512"
     c = with_logits(build(size))
     t = race_methods(["hidden_ours", "logits_ours"], c, repeats)
     t.update({name: median_seconds(name, c, 1) for name in ("hidden_full_vocab", "logits_dense_mask")})
-    figures["issue7"] = dict(tokens=c["tokens"], **t)
+    figures["full_vocab"] = dict(tokens=c["tokens"], **t)
     print(
-        f"issue 7 at T={c['tokens']} (ours: medians of {repeats} round-robin; full-vocabulary baselines run once; "
+        f"full vocabulary at T={c['tokens']} (ours: medians of {repeats} round-robin; full-vocabulary baselines run once; "
         "--full-vocab: T=2048 with memory): "
         f"hidden ours {t['hidden_ours']:.3f} s vs log_softmax(hidden @ W.T) {t['hidden_full_vocab']:.3f} s, "
         f"ratio {t['hidden_ours'] / t['hidden_full_vocab']:.3f}; logits ours {t['logits_ours']:.3f} s vs "
@@ -377,16 +378,16 @@ def against(rev: str, quick: bool, repeats: int) -> None:
 
         return run
 
-    cfg = SIZES["tiny4x" if quick else "issue7"]
+    cfg = SIZES["tiny4x" if quick else "full512"]
     cases: list[tuple[str, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], None]]] = [
-        (f"hidden, T={SIZES[size]['tokens']} (section 6)", lambda size=size: build(size), hidden_ours)
+        (f"hidden, T={SIZES[size]['tokens']} (pair-gather sizes)", lambda size=size: build(size), hidden_ours)
         for size in (("warmup", "tiny4x") if quick else ("full", "full8k"))
     ]
     cases += [
-        (f"hidden, T={cfg['tokens']} (issue 7)", lambda: build("tiny4x" if quick else "issue7"), hidden_ours),
+        (f"hidden, T={cfg['tokens']} (full vocabulary)", lambda: build("tiny4x" if quick else "full512"), hidden_ours),
         (
-            f"logits, T={cfg['tokens']} (issue 7)",
-            lambda: with_logits(build("tiny4x" if quick else "issue7")),
+            f"logits, T={cfg['tokens']} (full vocabulary)",
+            lambda: with_logits(build("tiny4x" if quick else "full512")),
             logits_ours,
         ),
     ]
@@ -438,7 +439,11 @@ def against(rev: str, quick: bool, repeats: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, no memory figures")
-    parser.add_argument("--full-vocab", action="store_true", help="issue 7 at T=2048 with measured memory (slow)")
+    parser.add_argument(
+        "--full-vocab",
+        action="store_true",
+        help="the full-vocabulary comparisons at T=2048 with measured memory (slow)",
+    )
     parser.add_argument("--small", action="store_true", help="with --full-vocab: V=32768, d=256, T=512")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
@@ -448,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--against",
         metavar="REV",
-        help="compare with the scorer's row_stats.py at git revision REV, side by side (e.g. 1798eb0, issue 26)",
+        help="compare with the scorer's row_stats.py at git revision REV, side by side (e.g. 1798eb0)",
     )
     parser.add_argument("--child", choices=sorted(METHODS), help=argparse.SUPPRESS)
     parser.add_argument("--size", choices=sorted(SIZES), default="full", help=argparse.SUPPRESS)

@@ -1,4 +1,4 @@
-"""Replay's step overhead inside TRL: ``ReplayGRPOTrainer`` against ``GRPOTrainer`` (issue 33).
+"""Replay's step overhead inside TRL: ``ReplayGRPOTrainer`` against ``GRPOTrainer``.
 
 ``python benchmarks/bench_trl_step.py [--vocab 2000] [--rounds 15] [--threads 1] [--top-k 20] [--top-p 0.8]
 [--processes 1,2]``

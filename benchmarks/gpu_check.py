@@ -11,7 +11,7 @@ For each path it prints the median time of 3 runs after a warm-up (``torch.cuda.
 ``torch.cuda.max_memory_allocated`` during one run beyond what was allocated before it, and the
 largest error against float64 on the CPU (from the same fp32 / bf16 values): log-probs, entropy and
 the gradient (logits, or hidden states), next to the error of the fp32 ``masked_fill`` +
-``torch.logsumexp`` reference on the same device. Verdict per path (issue 26): fp32 errors at most 2x
+``torch.logsumexp`` reference on the same device. Verdict per path: fp32 errors at most 2x
 the reference's plus 1e-6, bf16 at most the reference's plus 1e-6, logits-gradient rows summing to 0
 within 1e-5 (fp32; a bf16 gradient is rounded to bf16, so only its values are judged), the audit's
 log-probs within 1e-4 of float64. Exit status 0 when every verdict

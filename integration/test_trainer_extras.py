@@ -15,7 +15,11 @@ pytest.importorskip("trl")
 transformers = pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ["tests/test_adapters_transformers.py", "tests/test_adapters_trl.py", "tests/test_docs_trainers.py"]
+TESTS = [
+    "tests/test_trainers_transformers.py",
+    "tests/test_trainers_trl.py",
+    "tests/test_trainers_call_sites.py::test_the_page_has_one_block_per_trainer",
+]
 
 
 @pytest.mark.timeout(1500)

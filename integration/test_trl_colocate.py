@@ -1,4 +1,4 @@
-"""TRL's vLLM colocate path run for real (issue 33): ``ReplayGRPOTrainer(use_vllm=True,
+"""TRL's vLLM colocate path run for real: ``ReplayGRPOTrainer(use_vllm=True,
 vllm_mode="colocate")`` takes its masks from the real engine, and TRL's own
 ``vllm_importance_sampling_correction`` sees ratios of 1 at step 0 with replay, and the kept mass
 without (plain ``GRPOTrainer``). Each trainer runs in its own process (``trl_colocate.py``).

@@ -43,7 +43,7 @@ CONFIGS: dict[str, dict[str, float]] = {
     "top_p=0.95,min_p=0.1": {"temperature": 0.7, "top_p": 0.95, "min_p": 0.1},
 }
 LISTED = 20  # processed log-probs listed per position (vLLM's default max_logprobs)
-#: The audit's row classes the suite accepts besides ``equal`` under ``rule="vllm"`` (issue 36: vLLM's
+#: The audit's row classes the suite accepts besides ``equal`` under ``rule="vllm"`` (vLLM's
 #: Triton top-p kernel drops the least likely id when min-p has left few); ``rule="vllm-triton"``
 #: must reproduce every row.
 ACCEPTED_CLASSES = {"vllm_triton_top_p_drop"}

@@ -1,4 +1,5 @@
-"""Payloads of issue 18's amplification table, shared by ``tests/test_amplification.py`` and the
+"""Amplification payloads (a few bytes or KB that declare millions of rows or gigabytes), shared by
+``tests/test_limits_amplification.py`` and the
 server load test (``benchmarks/bench_server_load.py``); imported as ``from amplification_payloads import ...``.
 
 Each builder returns bytes; :data:`PAYLOADS` lists every one with its format and the error code it

@@ -1,5 +1,5 @@
 """What a capture from transformers is checked against: ``generate()``'s own processed scores (imported
-as ``from capture_checks import ...`` by the ``test_capture_*`` modules)."""
+as ``from capture_checks import ...`` by the ``test_trainers_transformers*`` modules)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 import gc
 import os
+from pathlib import Path
 
+import pytest
+from cli_run import mask_files
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -14,3 +17,9 @@ def pytest_collection_finish(session: object) -> None:
     clean states, and the collector's own full passes) from walking them again."""
     gc.collect()
     gc.freeze()
+
+
+@pytest.fixture(scope="module")
+def cli_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The files the command-line tests run on (``cli_run.mask_files``), once per test module."""
+    return mask_files(tmp_path_factory.mktemp("cli"))

@@ -39,3 +39,11 @@ def sample_mask(
         support_logprobs=np.array([-0.1, -2.5, 0.0, -3.0, -1.5, -0.25], np.float32),
         metadata=dict(SAMPLE_METADATA if metadata is None else metadata),
     )
+
+
+def random_mask(seed: int, rows: int = 400) -> SamplingMask:
+    """``rows`` rows of 0 to 5 distinct ids below 1000, drawn from ``seed``, in two segments."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 6, size=rows)
+    ids = [rng.choice(1000, size=int(k), replace=False).tolist() for k in lengths]
+    return SamplingMask.from_rows(ids, vocab_size=1000, cu_seqlens=[0, rows // 2, rows])

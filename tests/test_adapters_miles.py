@@ -20,7 +20,7 @@ def _sample(**fields):
     return SimpleNamespace(response_length=len(CASE["rows"]), **fields)
 
 
-def test_defect_8_default_field_names_round_trip():
+def test_default_field_names_round_trip():
     sample = _sample(
         rollout_sampling_mask_ids=CASE["rollout_sampling_mask_ids"],
         rollout_sampling_mask_offsets=CASE["rollout_sampling_mask_offsets"],
@@ -37,7 +37,7 @@ def test_defect_8_default_field_names_round_trip():
     assert miles.from_sample(_sample(**fields[0])) == mask.replace(vocab_size=None)
 
 
-def test_defect_8_rollout_sampling_mask_with_logprobs_round_trips():
+def test_rollout_sampling_mask_with_logprobs_round_trips():
     holder = SimpleNamespace(
         _ids=torch.tensor(CASE["rollout_sampling_mask_ids"], dtype=torch.int32),
         _offsets=torch.tensor(CASE["rollout_sampling_mask_offsets"], dtype=torch.int64),
@@ -56,7 +56,7 @@ def test_defect_8_rollout_sampling_mask_with_logprobs_round_trips():
     assert without[0]["logprobs"] is None
 
 
-def test_defect_8_empty_rows_are_refused_both_ways():
+def test_empty_rows_are_refused_both_ways():
     with pytest.raises(SamplingMaskError) as err:
         miles.from_sample(([1, 2], [0, 1, 1, 2]))
     assert err.value.code is ErrorCode.E_OFFSETS and err.value.row == 1
@@ -96,7 +96,7 @@ def test_samples_and_errors():
     assert err.value.code is ErrorCode.E_SCHEMA
 
 
-def test_defect_8_rollout_sampling_mask_refuses_unnormalized_logprobs():
+def test_rollout_sampling_mask_refuses_unnormalized_logprobs():
     ok = SamplingMask.from_rows([[1, 2], [3]], support_logprobs=np.log([0.25, 0.75, 1.0]))
     assert len(miles.to_rollout_sampling_masks(ok)) == 1
     for bad in ([0.25, 0.5, 1.0], [0.25, 0.75, 0.5]):

@@ -29,7 +29,7 @@ def _b64(values) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_defect_7_array_like_msgpack_round_trips_byte_for_byte(name):
+def test_array_like_msgpack_round_trips_byte_for_byte(name):
     case = CASES[name]
     upstream = _raw(case["sampling_mask_msgpack"])
     assert upstream[:1] == b"\x93" and upstream[-1:] == b"\xc0"  # [ids, counts, nil]: an array, not a map
@@ -45,7 +45,7 @@ def test_defect_7_array_like_msgpack_round_trips_byte_for_byte(name):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_defect_7_logprobs_are_read_and_written(name):
+def test_logprobs_are_read_and_written(name):
     case = CASES[name]
     upstream = _raw(case["sampling_mask_with_logprobs_msgpack"])
     assert upstream[:1] == b"\x93"
@@ -73,7 +73,7 @@ def test_verifiers_objects_read(name):
         assert prime_rl.from_wire(node) == mask
 
 
-def test_defect_7_count_zero_means_no_mask_or_over_cap():
+def test_count_zero_means_no_mask_or_over_cap():
     case = CASES["over_cap_row_ships_count_zero"]
     mask = prime_rl.from_wire(_raw(case["sampling_mask_msgpack"]))
     # prime-rl's capture cannot ship a 513-wide kept set: that sampled row arrives with count 0.
@@ -165,7 +165,7 @@ def _packed() -> SamplingMask:
     return concat([SamplingMask.from_rows(rows) for rows in TRAINER["samples"]])
 
 
-def test_defect_7_packed_shift_once_over_the_whole_sequence():
+def test_packed_shift_once_over_the_whole_sequence():
     mask = _packed()
     assert mask.cu_seqlens.tolist() == TRAINER["cu_seqlens"]
     tensor = prime_rl.to_trainer_tensor(mask)
@@ -181,12 +181,15 @@ def test_defect_7_packed_shift_once_over_the_whole_sequence():
     assert err.value.code is ErrorCode.E_SCHEMA and err.value.row == 1
 
 
-def test_defect_7_context_parallel_split_is_torch_chunk_over_the_packed_sequence():
+def test_context_parallel_split_is_torch_chunk_over_the_packed_sequence():
     p = TRAINER["cp_size"]
     assert [prime_rl.context_parallel_packed_rows(12, p, r).tolist() for r in range(p)] == TRAINER[
         "label_positions_shards"
     ]
-    assert TRAINER["label_positions_shards"] == [list(range(6)), list(range(6, 12))]  # issue 12's example
+    assert TRAINER["label_positions_shards"] == [
+        list(range(6)),
+        list(range(6, 12)),
+    ]  # 12 packed tokens on 2 ranks: 6 each
     tensor = prime_rl.to_trainer_tensor(_packed())
     shifted = prime_rl.shift_packed_left(_packed())
     for rank in range(p):
@@ -247,7 +250,7 @@ def test_packed_context_parallel_rows_refuse_non_integers(args):
 
 
 def test_msgpack_payload_objects_count_against_max_bytes() -> None:
-    """An array_like payload of many tiny objects is refused by the object budget, not built (issue 24)."""
+    """An array_like payload of many tiny objects is refused by the object budget, not built."""
     import msgpack
 
     from sampling_mask import Limits

@@ -106,7 +106,7 @@ def test_chunked_ambiguity_needs_the_mode():
     assert err.value.code is ErrorCode.E_OFFSETS
 
 
-# ---------------------------------------------------------------------------- issue 12: SGLang defect 6
+# ---------------------------------------------------------------------------- SGLang's own objects: support mode, chunks, routes
 # tests/fixtures/upstream/sglang-0.5.23 was built with SGLang 0.5.23's own SamplingMaskChunk and OpenAI
 # pydantic classes (tests/fixtures/upstream/make_vllm_sglang.py).
 UPSTREAM = Path(__file__).resolve().parent / "fixtures" / "upstream" / "sglang-0.5.23"
@@ -117,7 +117,7 @@ def _load(name: str):
     return [json.loads(line) for line in text.splitlines()] if name.endswith(".jsonl") else json.loads(text)
 
 
-def test_defect_6_support_mode_logprobs_are_accepted():
+def test_support_mode_logprobs_are_accepted():
     selected = sglang.from_response(_load("generate_selected.json"), vocab_size=96)
     support = sglang.from_response(_load("generate_support.json"), vocab_size=96)
     assert support.same_support(selected) and support.to_rows() == selected.to_rows()
@@ -140,7 +140,7 @@ def test_defect_6_support_mode_logprobs_are_accepted():
     assert err.value.code is ErrorCode.E_SCHEMA
 
 
-def test_defect_6_truncated_flags_are_read_per_row():
+def test_truncated_flags_are_read_per_row():
     """``output_token_sampling_mask_truncated`` exists only in the unmerged SGLang PR #34037."""
     clean = {**META_INFO, "output_token_sampling_mask_truncated": [False, False, False, False]}
     assert sglang.from_meta_info(clean).metadata == {}
@@ -155,7 +155,7 @@ def test_defect_6_truncated_flags_are_read_per_row():
     assert err.value.code is ErrorCode.E_SHAPE
 
 
-def test_defect_6_incremental_stream_keeps_a_running_length():
+def test_incremental_stream_keeps_a_running_length():
     chunks = _load("generate_stream.jsonl")
     assert chunks[1]["meta_info"]["output_token_sampling_mask_length"] != len(
         chunks[1]["meta_info"]["output_token_sampling_mask"]
@@ -170,7 +170,7 @@ def test_defect_6_incremental_stream_keeps_a_running_length():
     assert err.value.code is ErrorCode.E_SHAPE and err.value.field == "chunk[1].output_token_sampling_mask_length"
 
 
-def test_defect_6_chat_completion_route():
+def test_chat_completion_route():
     chat = _load("chat_completion.json")
     (mask,) = sglang.from_chat_response(chat, vocab_size=96)
     assert mask == sglang.from_response(_load("generate_selected.json"), vocab_size=96)

@@ -162,7 +162,7 @@ def test_stepwise_steps_equal_skyrl_samples(name):
     assert np.array_equal(trace.mask[prompt_lengths[0] :].to_dense(top_k), merged)
 
 
-def test_stepwise_issue_29_lengths():
+def test_stepwise_step_ends_after_the_generation_or_the_observation():
     trace = _replay(STEPWISE["cases"]["three_turns_final_observation"])
     ends = trace.step_mask(cumulative=True).cu_seqlens
     assert np.diff(ends).tolist() == [11, 22, 42]  # steps end with their generation

@@ -15,7 +15,7 @@ from sampling_mask.adapters import slime
 CASE = json.loads((Path(__file__).parent / "fixtures/upstream/trainers/trainers.json").read_text())["slime"]
 
 
-def test_defect_8_meta_info_keys_round_trip():
+def test_meta_info_keys_round_trip():
     for meta, rows in ((CASE["meta_info_turn1"], CASE["turns"][0]), (CASE["meta_info_turn2"], CASE["turns"][1])):
         mask = slime.from_meta_info(meta, vocab_size=16)
         assert mask.to_rows() == rows
@@ -31,7 +31,7 @@ def test_defect_8_meta_info_keys_round_trip():
     assert err.value.code is ErrorCode.E_SCHEMA
 
 
-def test_defect_8_sample_fields_with_tool_rows_round_trip():
+def test_sample_fields_with_tool_rows_round_trip():
     assert CASE["dtypes"] == ["torch.int32", "torch.int32"]
     sample = SimpleNamespace(
         response_length=len(CASE["rows"]),

@@ -212,7 +212,7 @@ def test_fast_list_path_is_as_strict_as_the_generic_path(rows):
     assert fast == generic
 
 
-# ---------------------------------------------------------------------------- issue 12: vLLM defects 1-5
+# ---------------------------------------------------------------------------- vLLM's own objects: engine CSR, outputs, routes
 # The fixtures under tests/fixtures/upstream/vllm-0.32 were built by vLLM 0.32's own classes
 # (tests/fixtures/upstream/make_vllm_sglang.py); those under tests/fixtures/vllm-0.32 by the
 # shared fixture script with vLLM's code.
@@ -244,7 +244,7 @@ def _lists(z: dict) -> dict:
     }
 
 
-def test_defect_1_engine_csr_offsets_none_is_one_position(tensors, shared_tensors, outputs):
+def test_engine_csr_offsets_none_is_one_position(tensors, shared_tensors, outputs):
     single = vllm.from_engine_csr({"token_ids": tensors["single_token_ids"], "offsets": None}, vocab_size=96)
     assert single.to_rows() == outputs["engine_lists"]["single_slice"]
     shared = SimpleNamespace(token_ids=shared_tensors["single_slice_token_ids"], offsets=None)
@@ -256,7 +256,7 @@ def test_defect_1_engine_csr_offsets_none_is_one_position(tensors, shared_tensor
     assert err.value.code is ErrorCode.E_OFFSETS
 
 
-def test_defect_2_sampling_mask_lists_as_completion_sampling_mask(tensors, outputs):
+def test_sampling_mask_lists_as_completion_sampling_mask(tensors, outputs):
     lists_type = NamedTuple_like()
     output = SimpleNamespace(
         sampling_mask=lists_type(tensors["multi_token_ids"], tensors["multi_offsets"]),
@@ -281,7 +281,7 @@ def NamedTuple_like():
 
 
 @pytest.mark.parametrize("source", ["upstream", "shared"])
-def test_defect_3_engine_tensors_with_junk_wide_rows_and_speculative_slots(source, tensors, shared_tensors):
+def test_engine_tensors_with_junk_wide_rows_and_speculative_slots(source, tensors, shared_tensors):
     z = tensors if source == "upstream" else shared_tensors
     mask = vllm.from_engine_tensors(z, z["num_sampled_tokens"])
     expected = vllm.from_engine_csr(_lists(z), vocab_size=int(z["vocab_size"]))
@@ -311,7 +311,7 @@ def test_defect_3_engine_tensors_with_junk_wide_rows_and_speculative_slots(sourc
     assert err.value.code is ErrorCode.E_RANGE and err.value.field == "num_sampled_tokens"
 
 
-def test_defect_3_engine_tensors_round_trip_speculative_and_wide_rows(tensors):
+def test_engine_tensors_round_trip_speculative_and_wide_rows(tensors):
     mask = vllm.from_engine_tensors(tensors, tensors["num_sampled_tokens"])
     written = vllm.to_engine_tensors(mask, width=8, rows_per_request=int(tensors["rows_per_request"]))
     assert np.array_equal(written["counts"], tensors["counts"])  # inactive slots: count 0
@@ -322,7 +322,7 @@ def test_defect_3_engine_tensors_round_trip_speculative_and_wide_rows(tensors):
     assert back.to_rows() == mask.to_rows() and back.num_segments == 1
 
 
-def test_defect_4_generate_route_body_and_stream_agree(shared_tensors):
+def test_generate_route_body_and_stream_agree(shared_tensors):
     body = json.loads((UPSTREAM / "generate_response.json").read_text())
     chunks = [json.loads(line) for line in (UPSTREAM / "generate_stream.jsonl").read_text().splitlines()]
     with pytest.raises(SamplingMaskError) as err:  # the third choice was aborted
@@ -345,7 +345,7 @@ def test_defect_4_generate_route_body_and_stream_agree(shared_tensors):
     assert vllm.from_generate_response(shared)[0].row(0).tolist() == shared_tensors["single_slice_token_ids"].tolist()
 
 
-def test_defect_4_stream_chunk_rows_must_match_its_tokens():
+def test_stream_chunk_rows_must_match_its_tokens():
     chunk = {"choices": [{"index": 0, "token_ids": [3, 4], "sampling_mask": [[3]]}]}
     with pytest.raises(SamplingMaskError) as err:
         vllm.from_generate_stream([chunk])
@@ -356,7 +356,7 @@ def test_defect_4_stream_chunk_rows_must_match_its_tokens():
     assert err.value.code is ErrorCode.E_SCHEMA
 
 
-def test_defect_4_generate_logprobs_listing(outputs):
+def test_generate_logprobs_listing(outputs):
     body = json.loads((UPSTREAM / "generate_response.json").read_text())
     choice = body["choices"][0]
     with pytest.raises(SamplingMaskError) as err:  # 3 logprobs; ties make some supports wider
@@ -377,7 +377,7 @@ def test_defect_4_generate_logprobs_listing(outputs):
     assert vllm.from_generate_logprobs(shared, allow_truncated=True).metadata["truncated_rows"] == 3
 
 
-def test_defect_5_flat_logprobs_tie_widened_rows_are_refused_or_flagged(outputs):
+def test_flat_logprobs_tie_widened_rows_are_refused_or_flagged(outputs):
     flat = outputs["flat_logprobs"][0]
     exact = vllm.from_completion_output(outputs["outputs"][0], vocab_size=96)
     widths = exact.row_lengths

@@ -83,7 +83,7 @@ def test_peers_and_decode_scaling_figures(quick_run: tuple[dict[str, Any], str, 
     # Every validated form has a peak-memory verdict, compact included (it decodes in windows).
     assert "msgpack compact" in scaling["worst_validated_peak"]
     assert "peak extra memory <= 0.25x" in text
-    # Target 4: every in-place form gets a growth figure and a verdict against 1.5x per 10x rows.
+    # Every in-place form gets a growth figure and a verdict against 1.5x per 10x rows.
     growth = scaling["trusted_growth_per_10x"]
     assert set(bench._IN_PLACE_FORMS) <= set(growth) and all(g > 0 for g in growth.values())
     for form in bench._IN_PLACE_FORMS:

@@ -1,12 +1,19 @@
-"""The core's shared input checks (issue 28): strict integers, float arrays with an explicit integer
-policy, and "raise at the first bad row"; one rule per use in the model."""
+"""The core's shared input checks: strict integers (a boolean is never an id, a target, a count or an
+offset, in the model's constructors and the adapters built on them, as in JSON), float arrays with an
+explicit integer policy, and "raise at the first bad row"; one rule per use in the model."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import numpy as np
 import pytest
+from file_checks import raised_code
 
+import sampling_mask
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
+from sampling_mask.adapters import miles, sglang, skyrl, vllm
 from sampling_mask.core import checks, layouts
 
 
@@ -71,3 +78,35 @@ def test_raise_at_first_names_the_first_bad_row_and_its_value() -> None:
 def test_the_layouts_still_offer_the_host_array_helpers() -> None:
     assert layouts.as_host_array is checks.as_host_array
     assert not hasattr(layouts, "as_float_array")  # one spelling, with its integer policy, in checks
+
+
+# ---------------------------------------------------------------------------------------------- booleans
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: SamplingMask.from_rows([[True, False]]),
+        lambda: SamplingMask.from_rows([[3, True]]),
+        lambda: SamplingMask.from_rows([[3], [True]], vocab_size=10),
+        lambda: SamplingMask.from_ragged([1, True], [0, 2]),
+        lambda: SamplingMask.from_ragged([1, 2], [0, 1, True]),
+        lambda: SamplingMask.from_counts([1, 2], [True, 1]),
+        lambda: SamplingMask.from_dense([[1, True]]),
+        lambda: SamplingMask.from_rows([[1], [2]], sampled_token_ids=[1, True]),
+        lambda: SamplingMask.from_rows([[1], [2]], cu_seqlens=[0, True, 2]),
+        lambda: vllm.from_token_ids([[True, False]]),
+        lambda: vllm.from_token_ids([[1], [2]], sampled_token_ids=[1, True]),
+        lambda: vllm.from_generate_choice({"sampling_mask": [[True, False]]}),
+        lambda: vllm.from_generate_choice({"sampling_mask": [[1], [2]], "token_ids": [1, True]}),
+        lambda: sglang.from_meta_info({"output_token_sampling_mask": [[True, 3]]}),
+        lambda: skyrl.from_dense([[1, True]]),
+        lambda: miles.from_sample({"rollout_sampling_mask_ids": [1, True], "rollout_sampling_mask_offsets": [0, 2]}),
+        lambda: miles.from_sample({"rollout_sampling_mask_ids": [1, 2], "rollout_sampling_mask_offsets": [0, True, 2]}),
+    ],
+)
+def test_booleans_are_not_ids_targets_or_counts(call: Any) -> None:
+    assert raised_code(call) == "E_DTYPE"
+
+
+def test_json_and_python_agree_on_booleans() -> None:
+    assert raised_code(lambda: sampling_mask.decode(b"[[true, false]]", format="json-rows")) == "E_DTYPE"
+    assert raised_code(lambda: SamplingMask.from_rows(json.loads("[[true, false]]"))) == "E_DTYPE"

@@ -145,7 +145,7 @@ def test_usage_errors(rollout, capsys):
     assert "E_SHAPE" in capsys.readouterr().err
 
 
-# --------------------------------------------------------------------------- issue 28: what the audit prints
+# --------------------------------------------------------------------------- what the audit prints
 def test_prints_the_temperature_it_used(rollout, capsys):
     """The companion's temperature is named, not "temperature off" / null."""
     path, z = rollout

@@ -1,13 +1,15 @@
-"""``sampling-mask stats`` and ``validate`` over a directory or glob of files: one report per file."""
+"""``sampling-mask stats`` and ``validate`` over a directory or glob of files: one report per file,
+and entries that are not regular files (a dangling symlink, a FIFO) listed as not read."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_cli import one_error_line, run
+from cli_run import one_error_line, run, run_module
 
 import sampling_mask as sm
 from sampling_mask.codecs import dataset as ds_codec
@@ -15,6 +17,8 @@ from sampling_mask.data import synthetic
 from sampling_mask.data.stats import summarize
 
 pytest.importorskip("pyarrow")
+
+posix = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX: FIFOs and symlinks")
 
 
 @pytest.fixture
@@ -67,3 +71,21 @@ def test_directory_usage_errors(tmp_path: Path, dataset) -> None:
     sidecar = tmp_path / "sampled.json"
     sidecar.write_text("[]")
     one_error_line(run("validate", root, "--sampled", sidecar), "E_USAGE")
+
+
+@posix
+@pytest.mark.slow
+def test_cli_lists_dangling_links_and_fifos_as_not_read(tmp_path: Path) -> None:
+    """A directory with a dangling symlink and a FIFO is not "valid": both are listed as not read."""
+    sm.save(sm.SamplingMask.from_rows([[1], [2, 3]], vocab_size=10), tmp_path / "good.arrow")
+    os.symlink("missing.arrow", tmp_path / "dangling.arrow")
+    os.mkfifo(tmp_path / "f.arrow")
+    proc = run_module("validate", tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (
+        f"not read: {tmp_path / 'dangling.arrow'}" in proc.stdout and f"not read: {tmp_path / 'f.arrow'}" in proc.stdout
+    )
+    assert "3 files checked, 2 invalid (2 not read)" in proc.stdout
+    proc = run_module("stats", tmp_path, "--json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 1 and doc["failed_files"] == 2, proc.stdout

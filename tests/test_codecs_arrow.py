@@ -1,9 +1,11 @@
-"""Arrow IPC file / stream and Parquet: schema, zero copy, streaming, compression, validation."""
+"""Arrow IPC file / stream and Parquet: schema, zero copy, streaming, compression, validation; a cut or
+corrupt stream gives back every complete batch before its error, which says how many there were."""
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,8 +13,10 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from mask_examples import sample_mask  # noqa: E402
+from file_checks import raised_code, read_until_error  # noqa: E402
+from mask_examples import random_mask, sample_mask  # noqa: E402
 
+import sampling_mask  # noqa: E402
 from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMask, SamplingMaskError, codecs, concat  # noqa: E402
 from sampling_mask.codecs import arrow  # noqa: E402
 
@@ -272,25 +276,6 @@ def test_streaming_writer_appends_batches(tmp_path) -> None:
     assert arrow.read_table(tmp_path / "declared.arrows").schema.metadata[b"sampling_mask.id_order"] == b"ascending"
 
 
-def test_truncated_stream_reports_complete_batches(tmp_path) -> None:
-    mask = sample_mask()
-    path = tmp_path / "s.arrows"
-    with codecs.open_writer(path) as writer:
-        for _ in range(3):
-            writer.write(mask)
-    data = path.read_bytes()
-    cut = tmp_path / "cut.arrows"
-    cut.write_bytes(data[: len(data) * 2 // 3])
-    seen = []
-    with pytest.raises(SamplingMaskError) as err:
-        for item in codecs.iter_masks(cut):
-            seen.append(item)
-    assert err.value.code == ErrorCode.E_ENCODING
-    assert err.value.value == len(seen) >= 1
-    assert f"after {len(seen)} complete record batches" in str(err.value)
-    assert all(item == mask for item in seen)
-
-
 # ---------------------------------------------------------------------------------------------- validation
 def test_non_monotonic_offsets() -> None:
     assert error_code(lambda: arrow.mask_from_table(mask_table([0, 2], [0, 3, 1], [1, 2, 3]))) == ErrorCode.E_OFFSETS
@@ -439,3 +424,98 @@ def test_row_wider_than_the_limit_is_found_with_the_ids(large_lists: bool) -> No
         codecs.decode(data, limits=DEFAULT_LIMITS.replace(max_width=4))
     assert (info.value.code, info.value.row, info.value.value) == (ErrorCode.E_LIMIT, 4, 6)
     assert codecs.decode(data, limits=DEFAULT_LIMITS.replace(max_width=6)).to_rows() == rows
+
+
+def test_valid_unicode_metadata_round_trips_through_arrow() -> None:
+    mask = SamplingMask.from_rows([[1]], metadata={"modèle": "😀"})
+    assert sampling_mask.decode(sampling_mask.encode(mask, "arrow"), format="arrow") == mask
+
+
+# ---------------------------------------------------------------------------------------------- cut streams
+BATCHES = [random_mask(seed, rows=60 + seed) for seed in range(3)]
+
+
+def test_truncated_stream_reports_complete_batches(tmp_path) -> None:
+    mask = sample_mask()
+    path = tmp_path / "s.arrows"
+    with codecs.open_writer(path) as writer:
+        for _ in range(3):
+            writer.write(mask)
+    data = path.read_bytes()
+    cut = tmp_path / "cut.arrows"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    seen = []
+    with pytest.raises(SamplingMaskError) as err:
+        for item in codecs.iter_masks(cut):
+            seen.append(item)
+    assert err.value.code == ErrorCode.E_ENCODING
+    assert err.value.value == len(seen) >= 1
+    assert f"after {len(seen)} complete record batches" in str(err.value)
+    assert all(item == mask for item in seen)
+
+
+def _stream(masks: list[SamplingMask]) -> bytes:
+    import pyarrow as pa
+
+    from sampling_mask.codecs import arrow
+
+    sink = pa.BufferOutputStream()
+    with arrow.Writer(sink, "arrows") as writer:
+        for mask in masks:
+            writer.write(mask)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def test_stream_cut_at_a_batch_boundary_is_not_complete(tmp_path: Any) -> None:
+    pytest.importorskip("pyarrow")
+    batches = [SamplingMask.from_rows([[1, 2], [3]]), SamplingMask.from_rows([[4]])]
+    data = _stream(batches)
+    assert data.endswith(b"\xff\xff\xff\xff\x00\x00\x00\x00")
+    cut = data[:-8]  # exactly at the end of the last batch: no end-of-stream marker
+    got: list[SamplingMask] = []
+    with pytest.raises(SamplingMaskError) as info:
+        got.extend(sampling_mask.codecs.iter_masks(cut, format="arrows"))
+    assert got == batches
+    assert info.value.code.value == "E_ENCODING" and info.value.value == 2
+    assert "end-of-stream" in info.value.message and "after 2 complete record batches" in str(info.value)
+    assert raised_code(lambda: sampling_mask.decode(cut, format="arrows")) == "E_ENCODING"
+    assert sampling_mask.decode(data, format="arrows") == sampling_mask.concat(batches)
+    path = tmp_path / "cut.arrows"
+    path.write_bytes(cut)
+    from sampling_mask.cli import main
+
+    assert main(["validate", str(path)]) == 1
+
+
+def test_pre_0_15_end_marker_counts_as_complete() -> None:
+    pytest.importorskip("pyarrow")
+    from sampling_mask.codecs import ipc_bounds
+
+    data = _stream([SamplingMask.from_rows([[1]])])
+    assert ipc_bounds.batch_costs(data, "arrows").complete
+    assert not ipc_bounds.batch_costs(data[:-8], "arrows").complete
+    assert not ipc_bounds.batch_costs(data[:-4], "arrows").complete  # a continuation without its length
+
+
+@pytest.mark.parametrize("cut_back", [9, 100, 300])
+def test_cut_stream_yields_complete_batches_then_counts_them(tmp_path, cut_back: int) -> None:
+    data = _stream(BATCHES)
+    got, error = read_until_error(data[: len(data) - cut_back])
+    assert got == BATCHES[: len(got)], "a batch before the cut changed"
+    assert len(got) == 2, f"expected the two batches before the cut, got {len(got)}"
+    assert error is not None, "a batch cut in the middle must be reported"
+    assert f"after {len(got)} complete record batches" in str(error)
+    assert error.value == len(got)
+    path = tmp_path / "cut.arrows"
+    path.write_bytes(data[: len(data) - cut_back])
+    from_file, file_error = read_until_error(path)
+    assert from_file == got and file_error is not None and file_error.value == len(got)
+
+
+def test_corrupt_batch_is_reported_after_the_good_ones() -> None:
+    data = bytearray(_stream(BATCHES))
+    third = data.rfind(b"\xff\xff\xff\xff", 0, len(data) - 8)  # the last message's continuation marker
+    data[third + 8 : third + 40] = b"\xee" * 32  # garble its metadata
+    got, error = read_until_error(bytes(data))
+    assert got == BATCHES[:2]
+    assert error is not None and "after 2 complete record batches" in str(error)

@@ -1,4 +1,5 @@
-"""JSON forms: the lossless document, bare nested lists and the SkyRL base64 envelope."""
+"""JSON forms: the lossless document, bare nested lists and the SkyRL base64 envelope; metadata text is
+valid Unicode, numbers past float64 are out of range, base64 padding is canonical."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import math
 import mask_examples
 import numpy as np
 import pytest
+from file_checks import raised_code
 from hypothesis import given
 from hypothesis import strategies as st
 from mask_examples import SAMPLE_METADATA
 
+import sampling_mask
 from sampling_mask import DEFAULT_LIMITS, ErrorCode, SamplingMask, SamplingMaskError, codecs
 from sampling_mask.codecs import json as json_codec
 
@@ -238,3 +241,52 @@ def test_nested_lists_convert_without_a_per_id_loop() -> None:
     rows = [[i % 97, (i + 1) % 97] for i in range(5_000)]
     mask = json_codec.decode(json.dumps(rows))
     assert mask.nnz == 10_000 and mask.row(4_999).tolist() == [52, 53]
+
+
+def test_lone_surrogate_in_json_metadata_is_refused() -> None:
+    doc = b'{"sampling_mask": 1, "rows": [[1]], "metadata": {"\\ud800": 1}}'
+    assert raised_code(lambda: sampling_mask.decode(doc)) == "E_ENCODING"
+    value = b'{"sampling_mask": 1, "rows": [[1]], "metadata": {"producer": "\\udfff"}}'
+    assert raised_code(lambda: sampling_mask.decode(value)) == "E_ENCODING"
+    assert raised_code(lambda: SamplingMask.from_rows([[1]], metadata={"\ud800": 1})) == "E_ENCODING"
+
+
+@pytest.mark.parametrize("text", ["AAAAAB==", "AAAAAAB=", "AAAAAA9="])
+def test_non_canonical_base64_padding_bits_are_refused(text: str) -> None:
+    nbytes = 4 if text.endswith("==") else 5
+    shape = [1, 1] if nbytes == 4 else None
+    if shape is None:  # five bytes: not a dense int32 shape; check the helper directly
+        from sampling_mask.codecs.buffers import decode_base64
+
+        assert raised_code(lambda: decode_base64(text, 5, sampling_mask.DEFAULT_LIMITS, field="data")) == "E_ENCODING"
+        return
+    env = json.dumps({"data": text, "shape": shape, "dtype": "int32"}).encode()
+    assert raised_code(lambda: sampling_mask.decode(env, format="base64")) == "E_ENCODING"
+    good = json.dumps({"data": "AAAAAA==", "shape": shape, "dtype": "int32"}).encode()
+    assert sampling_mask.decode(good, format="base64").to_rows() == [[0]]
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        '{"sampling_mask":1,"rows":[[1]],"temperature":[-1e999]}',
+        '{"sampling_mask":1,"rows":[[1]],"sampled_logprobs":[1e999]}',
+        '{"sampling_mask":1,"rows":[[1]],"metadata":{"x":-1e999}}',
+    ],
+)
+def test_json_number_past_float64_is_out_of_range(doc: str) -> None:
+    import sampling_mask
+    from sampling_mask import ErrorCode, SamplingMaskError
+
+    with pytest.raises(SamplingMaskError) as info:
+        sampling_mask.decode(doc.encode())
+    assert info.value.code is ErrorCode.E_RANGE
+
+
+def test_json_infinity_strings_still_decode() -> None:
+    import math
+
+    import sampling_mask
+
+    mask = sampling_mask.decode(b'{"sampling_mask":1,"rows":[[1]],"sampled_logprobs":["-Infinity"]}')
+    assert math.isinf(float(mask.companions["sampled_logprobs"][0]))

@@ -1,13 +1,15 @@
-"""Decoding is thread-safe and returns read-only arrays.
+"""Decoding is thread-safe and returns read-only arrays that share nothing writable.
 
 Eight threads decode the same payloads and different payloads, in different orders, many times: every
 result equals the single-threaded decode, the payload bytes are unchanged, and no returned array can
-be written (so a consumer cannot corrupt a buffer another decode shares).
+be written (so a consumer cannot corrupt a buffer another decode shares). A writable input buffer is
+copied once before decoding, so changing it afterwards cannot change a validated mask.
 """
 
 from __future__ import annotations
 
 import random
+import struct
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -177,3 +179,23 @@ def test_threads_share_one_mask_safely() -> None:
     with ThreadPoolExecutor(THREADS) as pool:
         for result in pool.map(work, range(THREADS)):
             assert result == reference
+
+
+@pytest.mark.parametrize("fmt", ["msgpack", "arrow", "arrows"])
+def test_a_writable_input_buffer_cannot_change_a_decoded_mask(fmt: str) -> None:
+    if fmt != "msgpack":
+        pytest.importorskip("pyarrow")
+    mask = SamplingMask.from_rows([[1000001, 1000002], [1000003]])
+    data = sampling_mask.encode(mask, fmt)
+    buf = bytearray(data)
+    decoded = sampling_mask.decode(buf, format=fmt)
+    at = bytes(buf).find(struct.pack("<3i", 1000001, 1000002, 1000003))
+    assert at > 0
+    buf[at : at + 4] = struct.pack("<i", 7)
+    assert decoded == mask and not decoded.ids.flags.writeable
+    with pytest.raises(ValueError):
+        decoded.ids[0] = 7
+    # bytes are immutable: zero-copy views; copy=True: the mask owns its arrays
+    view = np.frombuffer(data, np.uint8)
+    assert np.shares_memory(sampling_mask.decode(data, format=fmt).ids, view)
+    assert not np.shares_memory(sampling_mask.decode(data, format=fmt, copy=True).ids, view)

@@ -1,5 +1,6 @@
-"""Datasets of many files (codecs.dataset), safetensors, the torch data pipeline, and the data tools
-people already use (each skipped when its package is absent)."""
+"""Datasets of many files (codecs.dataset), the torch data pipeline, and the data tools people already
+use (each skipped when its package is absent); ``write_dataset`` writes through the one atomic writer,
+never through a planted symlink, and leaves nothing behind when it refuses a partition."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
+from file_checks import listing
 
 import sampling_mask as sm
+from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
 from sampling_mask.codecs import dataset as ds_codec
+from sampling_mask.codecs import write_dataset
 from sampling_mask.data import synthetic
 
 pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
@@ -182,46 +187,6 @@ def test_partition_strings_are_quoted(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["run=a%2Fb", "run=c%20d"]
     got = sm.codecs.open_dataset(tmp_path).read(filter={"run": "a/b"})
     assert got.mask == mask.segment(0) and got.columns["run"].tolist() == ["a/b"]
-
-
-# ------------------------------------------------------------------------------------------ safetensors
-def test_safetensors_round_trip(tmp_path):
-    pytest.importorskip("safetensors")
-    from sampling_mask.codecs import safetensors as st_codec
-
-    mask = _rollout(50, 25, seed=5).replace(metadata={"top_p": 0.9, "engine": "vllm"})
-    path = tmp_path / "mask.safetensors"
-    st_codec.save_file(mask, path)
-    back = st_codec.load_file(path)
-    assert back == mask and back.metadata == {"top_p": 0.9, "engine": "vllm"}
-    from safetensors.numpy import load_file
-
-    raw = load_file(str(path))
-    assert raw["sampling_mask.ids"].dtype == np.int32 and raw["sampling_mask.offsets"].dtype == np.int64
-
-
-def test_safetensors_bad_files(tmp_path):
-    pytest.importorskip("safetensors")
-    from safetensors.numpy import save_file
-
-    from sampling_mask.codecs import safetensors as st_codec
-
-    bad = tmp_path / "bad.safetensors"
-    bad.write_bytes(b"\xff" * 40)
-    with pytest.raises(sm.SamplingMaskError) as err:
-        st_codec.load_file(bad)
-    assert err.value.code is sm.ErrorCode.E_ENCODING
-    tensors, header = st_codec.to_tensors(_rollout(20, 10, seed=6))
-    tensors["sampling_mask.offsets"] = tensors["sampling_mask.offsets"][::-1].copy()
-    save_file(tensors, str(tmp_path / "offsets.safetensors"), metadata=header)
-    with pytest.raises(sm.SamplingMaskError) as err:
-        st_codec.load_file(tmp_path / "offsets.safetensors")
-    assert err.value.code is sm.ErrorCode.E_OFFSETS
-    del tensors["sampling_mask.ids"]
-    save_file(tensors, str(tmp_path / "noids.safetensors"), metadata={**header, "sampling_mask.version": "2"})
-    with pytest.raises(sm.SamplingMaskError) as err:
-        st_codec.load_file(tmp_path / "noids.safetensors")
-    assert err.value.code is sm.ErrorCode.E_SCHEMA and err.value.field == "sampling_mask.ids"
 
 
 # ------------------------------------------------------------------------------------------ torch pipeline
@@ -454,3 +419,51 @@ def test_ray_data_map_batches_rebuilds_masks(parquet_dir, rollout):
         ray.shutdown()
     assert sum(r["nnz"] for r in out) == mask.nnz
     assert sum(r["segments"] for r in out) == mask.num_segments
+
+
+# ------------------------------------------------------------------------------------------ write_dataset: destinations
+def _parts(values: list[object]) -> tuple[SamplingMask, dict[str, list[object]]]:
+    mask = SamplingMask.from_rows([[1]] * len(values), cu_seqlens=list(range(len(values) + 1)))
+    return mask, {"step": values}
+
+
+def test_write_dataset_refuses_a_long_partition_value_and_leaves_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    value = "v" * 300
+    with pytest.raises(SamplingMaskError) as info:
+        write_dataset(tmp_path, [_parts(["ok"]), _parts(["a", value])], partition_by=["step"])
+    assert info.value.code is ErrorCode.E_SCHEMA
+    assert info.value.field == "step" and str(info.value.value).startswith("v" * 60)
+    assert listing(tmp_path) == []  # the first part's file and folder are removed again
+
+
+def test_write_dataset_never_writes_through_a_planted_symlink(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    base, outside = tmp_path / "base", tmp_path / "outside"
+    base.mkdir()
+    outside.mkdir()
+    (base / "step=b").symlink_to(outside)
+    with pytest.raises(SamplingMaskError) as info:
+        write_dataset(base, _parts(["a", "b"]), partition_by=["step"])
+    assert info.value.code is ErrorCode.E_ENCODING
+    assert list(outside.iterdir()) == []
+    assert listing(base) == ["step=b"]
+
+
+def test_write_dataset_refuses_a_partition_key_with_a_separator(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    mask = SamplingMask.from_rows([[1]])
+    with pytest.raises(SamplingMaskError) as info:
+        write_dataset(tmp_path / "b", (mask, {"../x": ["a"]}), partition_by=["../x"])
+    assert info.value.code is ErrorCode.E_SCHEMA
+    assert not (tmp_path / "x=a").exists() and not (tmp_path / "b").exists()
+
+
+def test_write_dataset_still_writes(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    files = write_dataset(tmp_path, [_parts([1, 2, 1])], partition_by=["step"])
+    assert sorted(Path(f).parent.name for f in files) == ["step=1", "step=2"]
+    total = sum(m.num_segments for m in (sm.load(f) for f in files))
+    assert total == 3
+    assert not [p for p in tmp_path.rglob(".*.tmp")]
+    assert np.array_equal(sm.load(files[0]).ids, [1] * sm.load(files[0]).nnz)

@@ -4,8 +4,8 @@ Each target runs in its own process (``fuzz/run.py --runs N``, libFuzzer's ``-ru
 ``-rss_limit_mb`` and ``-timeout``): an exception other than ``SamplingMaskError``, a crash, a hang
 or a memory blow-up makes the process exit non-zero and fails that target's case, and the process
 must report exactly N inputs run, each both ways. The count, not a time, bounds the work, so a
-busy machine takes longer but runs the same test (issue 34: a count reached in 5 s failed at 98
-of 100 under load). N per target (:func:`runs_for`) is about 5 s of fuzzing on two quiet cores,
+busy machine takes longer but runs the same test (a time limit that a count reached in 5 s on quiet
+cores failed at 98 of 100 under load). N per target (:func:`runs_for`) is about 5 s of fuzzing on two quiet cores,
 the time budget of the earlier timed runs; ``SAMPLING_MASK_FUZZ_SCALE`` multiplies it (default 1).
 Two targets run at a time (two cores). Each target runs with ``--both``: every input as is, then
 under ``Limits.for_untrusted_input`` with the memory bound asserted per execution, in one process

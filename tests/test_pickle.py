@@ -65,3 +65,15 @@ def test_any_mask_survives_pickle(mask: SamplingMask) -> None:
     payload = pickle.dumps(mask, protocol=5, buffer_callback=buffers.append)
     assert pickle.loads(payload, buffers=buffers) == mask
     assert pickle.loads(pickle.dumps(mask)) == mask
+
+
+def test_pickled_masks_stay_read_only_in_band_and_out_of_band() -> None:
+    m = SamplingMask.from_rows(
+        [[5, 1], [], [7]], vocab_size=10, cu_seqlens=[0, 2, 3], sampled_token_ids=[5, -1, 7], metadata={"producer": "t"}
+    )
+    for protocol in (2, 5):
+        back = pickle.loads(pickle.dumps(m, protocol=protocol))
+        assert back == m and not back.ids.flags.writeable
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(m, protocol=5, buffer_callback=buffers.append)
+    assert buffers and pickle.loads(data, buffers=buffers) == m

@@ -1,4 +1,4 @@
-"""One API, one set of habits (issue 14, section 5): names IDEs can see, one argument order, one spelling."""
+"""One API, one set of habits: names IDEs can see, one argument order, one spelling."""
 
 from __future__ import annotations
 

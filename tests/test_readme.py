@@ -1,4 +1,4 @@
-"""Every Python block of README.md and of the pages in docs/ runs as written (issues 14 and 28).
+"""Every Python block of README.md and of the pages in docs/ runs as written.
 
 Each block runs on its own, in a fresh interpreter whose working folder is an empty temporary one,
 so a block cannot lean on a name another block defined. A block that warns fails: every warning a

@@ -1,4 +1,4 @@
-"""``benchmarks/gpu_check.py`` (issue 26): without CUDA it says so and exits 0; its checks run dry on the CPU."""
+"""``benchmarks/gpu_check.py``: without CUDA it says so and exits 0; its checks run dry on the CPU."""
 
 from __future__ import annotations
 

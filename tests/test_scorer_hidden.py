@@ -262,7 +262,7 @@ def test_a_weight_released_before_backward_is_refused_by_name():
     """DeepSpeed ZeRO-3 partitions a parameter read outside its module's forward again before the
     backward (its data becomes shape ``(0,)``): the backward refuses it, naming it (``E_SHAPE``), instead
     of reading it (an IndexError before). Scored inside the head's own forward, ZeRO-3's hooks gather it
-    again first (``tests/test_trl_sharded.py``)."""
+    again first (``tests/test_trainers_trl_sharded.py``)."""
     mask, targets, hidden, weight, bias, tau = make_case(7, dtype=torch.float32)
     weight = torch.nn.Parameter(weight)
     hidden = hidden.clone().requires_grad_()

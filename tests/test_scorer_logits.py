@@ -230,7 +230,8 @@ def test_policies(empty_rows, missing_target):
 
 
 def test_row_counters_say_what_happened():
-    """Issue 26: empty rows without a target are counted as empty (``empty_rows`` once read 0 for them)."""
+    """Every empty row counts in ``empty_rows``, with a target or without one; ``empty_rows_full_vocab``
+    and ``no_target_rows`` say how each was scored."""
     logits = torch.from_numpy(np.random.default_rng(4).normal(0, 1, (7, 12)))
     mask = SamplingMask.from_rows([[1, 2], [], [], [3], [], [4, 5], [6]], vocab_size=12)
     targets = np.array([2, -1, -1, 9, 11, -100, 6])  # rows 1, 2 empty without a target; row 5 ignore_index
@@ -248,7 +249,7 @@ def test_row_counters_say_what_happened():
 
 @pytest.mark.parametrize("tau", [0.7, 2, np.float64(0.7), torch.tensor(0.7)])
 def test_scalar_temperature_companion(tau):
-    """Issue 26: the temperature companion takes a scalar wherever the scorer's ``temperature=`` does."""
+    """The temperature companion takes a scalar wherever the scorer's ``temperature=`` does."""
     rows = [[1, 2], [3], [0, 4, 5]]
     logits = torch.from_numpy(np.random.default_rng(5).normal(0, 2, (3, 6)))
     want = masked_logprobs(

@@ -1,4 +1,4 @@
-"""Scorer precision at every support width (issue 26): errors against float64 do not grow with a row's width.
+"""Scorer precision at every support width: errors against float64 do not grow with a row's width.
 
 One ragged mask holds two rows of each width in ``WIDTHS`` (V = 151,936, the last width the whole
 vocabulary) and one empty row scored over the full vocabulary (the tile path). Criteria, per row:

@@ -1,4 +1,4 @@
-"""The scorer in a real training loop (issue 14, section 4): ``fill_value`` for rows that cannot be
+"""The scorer in a real training loop: ``fill_value`` for rows that cannot be
 scored, Hugging Face's ``-100`` labels through ``ignore_index``, and gradients that stay finite."""
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def _valid(rows: int, fmt: str = "msgpack") -> bytes:
 
 
 def test_header_flood_stays_within_the_bound(patient: int) -> None:
-    """Row "header flood": 48 connections each sending 97 header lines of 64 KB (6.3 MB): each is
+    """48 connections each sending 97 header lines of 64 KB (6.3 MB): each is
     answered 431 after ``HEADER_BYTES`` and the server's peak memory stays within its bound."""
     idle = stats(patient)
     line = b"X-Pad: " + b"a" * (64_000 - 9) + b"\r\n"
@@ -91,7 +91,7 @@ def test_headers_over_the_cap_are_a_431(patient: int) -> None:
 
 
 def test_small_requests_are_answered_while_declared_bodies_never_come(patient: int) -> None:
-    """Row "declared but unsent bodies": four clients declare 8 MiB and send nothing; a 20 B and a
+    """Four clients declare 8 MiB and send nothing; a 20 B and a
     200 KB request are answered while the four still wait (the server answers them only after its
     20 s stall timeout), so they were not queued behind them."""
     stalled = [socket.create_connection(("127.0.0.1", patient), timeout=TIMEOUT) for _ in range(4)]
@@ -113,7 +113,7 @@ def test_small_requests_are_answered_while_declared_bodies_never_come(patient: i
 
 
 def test_a_stalled_body_loses_its_reservation_at_the_stall_timeout(strict: int) -> None:
-    """Row "declared but unsent bodies": a client that sends 1 MiB of an 8 MiB body and stops is
+    """A client that sends 1 MiB of an 8 MiB body and stops is
     answered 408 at the 1 s stall timeout, long before the body's 30 s deadline; then a 5 MB request,
     which fits the large lane only once the 8 MiB reservation is given back, is admitted and decoded
     (held, it would wait the 30 s queue timeout and get a 503)."""

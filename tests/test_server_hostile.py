@@ -59,7 +59,7 @@ def _chunked(payload: bytes) -> tuple[bytes, int]:
     ],
 )
 def test_a_body_framed_two_ways_is_refused_and_its_connection_closed(port: int, framing: str, status: int) -> None:
-    """Row "CL + TE": the issue's request (``Content-Length`` and ``Transfer-Encoding: chunked``, a
+    """A smuggling request (``Content-Length`` and ``Transfer-Encoding: chunked``, a
     ``GET /stats`` inside the chunk) and its variants get one refusal and a closed connection: the
     GET inside the body, and one sent after the whole message, are never answered (RFC 9112 section
     6.1: reject, or frame by chunked and close)."""
@@ -97,7 +97,7 @@ def patient() -> Iterator[int]:
 
 
 def test_bodies_completed_together_are_admitted_in_turn(patient: int) -> None:
-    """Row "reservations make progress": 64 clients each send all but the last byte of a valid 7.7 MB
+    """64 clients each send all but the last byte of a valid 7.7 MB
     body, then, once all have (or after 2 s), the last bytes together. A request takes its whole cost
     from the lane in one step and waits holding nothing, so the lane's four admitted bodies finish
     and the next are admitted: every one of the 64 is decoded. (Reserving a body's bytes as they
@@ -137,7 +137,7 @@ def test_bodies_completed_together_are_admitted_in_turn(patient: int) -> None:
 
 
 def test_slow_heads_leave_small_requests_their_capacity(port: int) -> None:
-    """Row "slowloris": 70 connections each send part of a head and stop; then 22 small requests,
+    """70 connections each send part of a head and stop; then 22 small requests,
     sent together, are all answered 200, while the 70 are still open and unanswered (they hold a
     connection each, nothing of the memory lanes)."""
     import sampling_mask

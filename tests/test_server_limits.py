@@ -55,7 +55,7 @@ def _send_held(port: int, body: bytes, hold: threading.Event) -> tuple[int, dict
 
 
 def _adversarial(size: int = 8 << 20) -> bytes:
-    """Row 11: a dense [2**24, 0] mask and an ignored bin that pads the body to ``size`` bytes."""
+    """A dense [2**24, 0] mask and an ignored bin that pads the body to ``size`` bytes."""
     import msgpack
 
     dense = {"dtype": "int32", "shape": [1 << 24, 0], "data": b""}
@@ -126,7 +126,7 @@ def test_documented_bound_covers_the_largest_requests() -> None:
     assert memory_bound(8 << 20, 2, 2) == 2 * request_cost(8 << 20) + 2 * request_cost(64 << 10) + connections
 
 
-def test_row_14_shape_past_numpy_is_a_400(port: int) -> None:
+def test_a_shape_past_numpy_is_a_400(port: int) -> None:
     import msgpack
 
     body = msgpack.packb(
@@ -136,7 +136,7 @@ def test_row_14_shape_past_numpy_is_a_400(port: int) -> None:
     assert (status, answer.get("code")) in ((400, "E_LIMIT"), (400, "E_SHAPE")), answer
 
 
-def test_row_15_concurrent_adversarial_bodies_stay_within_the_bound(port: int) -> None:
+def test_concurrent_adversarial_bodies_stay_within_the_bound(port: int) -> None:
     idle = stats(port)
     body = _adversarial()
     answers = _parallel(8, lambda i: post(port, body))
@@ -146,7 +146,7 @@ def test_row_15_concurrent_adversarial_bodies_stay_within_the_bound(port: int) -
     assert growth <= after["memory_bound_mib"], (growth, after)
 
 
-def test_row_16_small_request_answered_while_large_ones_are_in_flight(patient_port: int) -> None:
+def test_a_small_request_is_answered_while_large_ones_are_in_flight(patient_port: int) -> None:
     small, nnz = _small_valid()
     large = _adversarial(6 << 20)
     # Six large requests in flight: each sends a MiB and holds its reservation (or waits for one,
@@ -170,7 +170,7 @@ def test_row_16_small_request_answered_while_large_ones_are_in_flight(patient_po
 
 
 def _one_row_row_groups(rows: int) -> bytes:
-    """Row 13: a valid Parquet file of one-row row groups (about 230 bytes each), built in a child
+    """A valid Parquet file of one-row row groups (about 230 bytes each), built in a child
     process so that pyarrow's pools in this one stay untouched."""
     code = (
         "import io, sys, numpy as np, pyarrow.parquet as pq, sampling_mask as sm\n"
@@ -184,8 +184,8 @@ def _one_row_row_groups(rows: int) -> bytes:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, env=env, timeout=120).stdout
 
 
-def test_row_16_small_request_answered_while_row_13_bodies_are_decoded(patient_port: int) -> None:
-    """The issue's own case: six concurrent Parquet bodies of one-row row groups (5 MB, each refused
+def test_a_small_request_is_answered_while_one_row_row_group_bodies_are_decoded(patient_port: int) -> None:
+    """Six concurrent Parquet bodies of one-row row groups (5 MB, each refused
     by its per-row-group cost after reading its footer), then one small valid request, answered before
     the last of the six (an order, not a time: it is not queued behind them)."""
     small, nnz = _small_valid()

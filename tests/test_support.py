@@ -23,7 +23,7 @@ FIXTURE = rules_script.read_fixture()
 
 
 #: The rules ``make_support_rules.py`` checks against the engines' torch code; ``"vllm-triton"``
-#: (vLLM's Triton kernel) is checked in test_audit_engine_behaviours.py.
+#: (vLLM's Triton kernel) is checked in test_support_audit.py.
 TORCH_RULES = tuple(r for r in RULES if r != "vllm-triton")
 
 

@@ -140,7 +140,7 @@ def _single_turn_template(last_turn_eos: bool) -> TraceBuilder:
     return builder
 
 
-def test_defect_10_truncate_keeps_the_removed_eos_at_the_cut():
+def test_truncate_keeps_the_removed_eos_at_the_cut():
     builder = _single_turn_template(last_turn_eos=True)
     builder.truncate(7)  # SkyRL's finalize(extra_rows=len(final obs)): cut right where the EOS sat
     final_ids = [50, 51, 10, 11, 60, 61, 12, EOS]
@@ -152,7 +152,7 @@ def test_defect_10_truncate_keeps_the_removed_eos_at_the_cut():
     assert builder.finalize(6, restore_eos="last").token_ids.tolist() == final_ids[:6]
 
 
-def test_defect_10_skyrl_synthetic_eos_after_a_turn_without_eos():
+def test_skyrl_synthetic_eos_after_a_turn_without_eos():
     # stop_reason != "length" and the response does not end with EOS: SkyRL appends an EOS whose
     # support is padding (dropped_eos_sample_support is None for the last turn).
     builder = _single_turn_template(last_turn_eos=False)
@@ -164,14 +164,14 @@ def test_defect_10_skyrl_synthetic_eos_after_a_turn_without_eos():
     assert trace.mask.to_rows()[6:] == [[12], [14, 13], []]
 
 
-def test_defect_10_skyrl_length_stop_appends_nothing():
+def test_skyrl_length_stop_appends_nothing():
     builder = _single_turn_template(last_turn_eos=False)
     builder.truncate(8)
     trace = builder.finalize(8, restore_eos="last", token_ids=[50, 51, 10, 11, 60, 61, 12, 14])
     assert trace.mask.to_rows()[2:] == [[10, 30], [11], [], [], [12], [14, 13]]
 
 
-def test_defect_10_skyrl_multi_turn_template_keeps_every_eos():
+def test_skyrl_multi_turn_template_keeps_every_eos():
     # _update_agent_loop_state_with_multiturn_chat_template: no EOS removal; the final observation is cut.
     builder = _turns()
     builder.add_observation([60, 61])
@@ -183,7 +183,7 @@ def test_defect_10_skyrl_multi_turn_template_keeps_every_eos():
     assert trace.step_bounds.tolist() == [0, 5, 9]
 
 
-def test_defect_10_skyrl_added_eos_after_a_stop_string_is_padding():
+def test_skyrl_added_eos_after_a_stop_string_is_padding():
     # append_eos_token_after_stop_str_in_multi_turn: the appended EOS was not sampled (padding row).
     builder = TraceBuilder(vocab_size=100)
     builder.add_prompt([50])

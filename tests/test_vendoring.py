@@ -1,7 +1,7 @@
-"""Vendoring (issue 2 section 5, issue 14 sections 2 and 8): ``sampling-mask vendor`` copies the core folder
-and the chosen codecs into another package; the copy works under another name, imports only what it
-declares, names its release in every file, refuses to overwrite local changes, and its masks are accepted
-by the installed library through the mask protocol.
+"""Vendoring: ``sampling-mask vendor`` copies the core folder and the chosen codecs into another
+package; the copy works under another name, imports only what it declares, names its release in every
+file, refuses to overwrite local changes, never writes or deletes through a symlink or a tampered
+manifest, and its masks are accepted by the installed library through the mask protocol.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from file_checks import listing
 
 import sampling_mask as sm
 from sampling_mask import ErrorCode, SamplingMask, SamplingMaskError
@@ -381,7 +382,7 @@ def test_anything_else_is_refused_with_an_error_code_everywhere(obj: object, cod
     assert scored.value.code is expected
 
 
-# ---------------------------------------------------------------------------- issue 28: one contract in the copy
+# ---------------------------------------------------------------------------- one codec contract in the copy
 def test_the_copy_offers_top_level_encode_and_decode_for_the_formats_it_holds(vendored: object) -> None:
     v: Any = vendored
     assert v.codecs.FORMATS == ("msgpack", "json", "json-rows", "base64")
@@ -424,9 +425,9 @@ def test_masks_of_copies_and_of_the_library_compare_equal(tmp_path: Path, vendor
 
 
 def test_the_vendored_msgpack_codec_needs_no_msgpack_package(vendored: object, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The copy writes the envelope with its own writer (issue 37): with ``import msgpack`` failing it
+    """The copy writes the envelope with its own writer: with ``import msgpack`` failing it
     encodes the library's bytes; a missing package is named as a pip package, not as an extra of a
-    sampling-mask that is not installed. (tests/test_msgpack_writer.py does it in a fresh interpreter.)"""
+    sampling-mask that is not installed. (tests/test_codecs_msgpack.py does it in a fresh interpreter.)"""
     v: Any = vendored
     mask = v.SamplingMask.from_rows([[5, 1], [7]], vocab_size=10, metadata={"top_k": 2})
     monkeypatch.setitem(sys.modules, "msgpack", None)
@@ -476,3 +477,49 @@ def test_copied_docstrings_name_the_copy_not_the_library(vendored: object) -> No
     for name in ("json", "msgpack"):
         result = doctest.testmod(importlib.import_module(f"{v.__name__}.codecs.{name}"))
         assert result.attempted and not result.failed, name
+
+
+# ---------------------------------------------------------------------------- destinations: symlinks and manifests
+def _vendor(dest: Path, *flags: str) -> int:
+    return main(["-q", "vendor", str(dest), "--package", dest.name, "--codecs", "json", *flags])
+
+
+def test_vendor_refuses_a_codecs_folder_linked_outside(tmp_path: Path) -> None:
+    dest, outside = tmp_path / "pkg", tmp_path / "outside"
+    assert _vendor(dest) == 0
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    for child in (dest / "codecs").iterdir():
+        child.unlink()
+    (dest / "codecs").rmdir()
+    (dest / "codecs").symlink_to(outside)
+    for flags in ((), ("--force",)):
+        assert _vendor(dest, *flags) == 2
+        assert listing(outside) == ["keep.txt"] and (outside / "keep.txt").read_text() == "mine"
+
+
+def test_vendor_never_deletes_through_a_tampered_manifest(tmp_path: Path) -> None:
+    dest, outside = tmp_path / "pkg", tmp_path / "outside"
+    assert _vendor(dest) == 0
+    outside.mkdir()
+    (outside / "victim.txt").write_text("victim")
+    (dest / "lnk").symlink_to(outside)
+    manifest = json.loads((dest / "VENDORED.json").read_text())
+    manifest["files"]["lnk/victim.txt"] = "0" * 64
+    (dest / "VENDORED.json").write_text(json.dumps(manifest))
+    before = {p: p.read_bytes() for p in dest.rglob("*.py")}
+    assert _vendor(dest, "--force") == 2
+    assert (outside / "victim.txt").read_text() == "victim"
+    assert {p: p.read_bytes() for p in dest.rglob("*.py")} == before  # refused before anything was written
+
+
+def test_vendor_with_a_manifest_entry_naming_a_folder_keeps_working(tmp_path: Path) -> None:
+    dest = tmp_path / "pkg"
+    assert _vendor(dest) == 0
+    manifest = json.loads((dest / "VENDORED.json").read_text())
+    manifest["files"]["core"] = "0" * 64
+    (dest / "VENDORED.json").write_text(json.dumps(manifest))
+    assert _vendor(dest) == 0
+    assert _vendor(dest) == 0
+    assert "core" not in json.loads((dest / "VENDORED.json").read_text())["files"]
+    assert (dest / "core" / "model.py").is_file()

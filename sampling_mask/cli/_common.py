@@ -86,7 +86,7 @@ def out(template: str = "", /, *, err: bool = False, **values: object) -> None:
     command line's own words, a literal; each ``{name}`` in it is filled from ``values``: a number
     as it is (so ``{rows:,}`` formats it), anything else (every string that comes from a file or a
     path: names, metadata, messages) through :func:`shown`, escaped and cut at ``SHOWN_CHARS``.
-    ``tests/test_cli_untrusted_output.py`` checks that the command line prints through nothing else."""
+    ``tests/test_cli_limits.py`` checks that the command line prints through nothing else."""
     fields = {
         name: value if isinstance(value, numbers.Number) and not isinstance(value, bool) else shown(value)
         for name, value in values.items()

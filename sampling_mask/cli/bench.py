@@ -10,11 +10,11 @@ round-robin (A, B, C, A, B, C, ...) so that both see the same machine state. Wor
 3. the compact layout vs the information bound, raw ragged, zstd-3 and sorted deltas + zstd-9.
 4. bytes per token of every format, next to JSON, the prime-rl wire and SkyRL dense rows.
 5. dense / nested lists / bitmask <-> ragged vs naive per-row baselines.
-6. (the reference scorer: ``python benchmarks/bench_scorer.py`` of a source checkout, needs torch;
-   numbered here so that the sections keep BENCHMARKS.md's numbers)
+6. (the reference scorer: ``python benchmarks/bench_scorer.py`` of a source checkout, needs torch)
 7. scaling from 1k to 1M rows (``--plot PATH`` writes a PNG when matplotlib is installed).
 8. peers: the binary transports engines and trainers use today (vLLM's msgspec lists and raw CSR,
-   prime-rl, SkyRL base64 dense, ``np.save``, zstd, memcpy) next to ours, with issue 16's targets.
+   prime-rl, SkyRL base64 dense, ``np.save``, zstd, memcpy) next to ours, with the decode and encode
+   targets (BENCHMARKS.md, "Targets at a glance").
 9. decode scaling, 10k to 10M tokens: time and peak extra memory of every form, validated and
    trusted (``--plot PATH`` also writes ``PATH``'s stem + ``_decode.png``).
 
@@ -65,7 +65,7 @@ _TARGETS = {
     "encode_over_copy": 3.0,  # encode time over a numpy copy of the same bytes, at most
     "bitmask_speedup": 5.0,
     "compact_over_bound": 1.4,  # uniform ids, at most
-    "compact_decode_over_zstd": 1.0,  # at most (issue 16, target 8; issue 7 asked for 2.0)
+    "compact_decode_over_zstd": 1.0,  # compact decode over a zstd-3 decompress of the raw arrays, at most
     "decode_peak_extra": 0.25,  # peak extra memory of a validated decode over the decoded arrays, at most
 }
 
@@ -936,7 +936,7 @@ def bench_peers(
         f" {mask.num_rows} rows"
     )
     figures: dict[str, Any] = {"decode_s": d, "encode_s": e, "bytes": {k: len(v) for k, v in payloads.items() if v}}
-    # Targets of issue 16, printed as ratios of this run.
+    # The peers' targets, printed as ratios of this run.
     checks: list[tuple[str, float, float, bool]] = []
     np_load = d["np.save / np.load"]
     for label in ("ours: msgpack ragged (default), validated", "ours: Arrow stream, large lists, validated"):
@@ -1017,7 +1017,7 @@ def bench_peers(
         )
         figures["companions_over_mask"] = with_companions
     report.table(
-        ["target (issue 16)", "measured", "target", ""],
+        ["check", "measured", "target", ""],
         [[name, f"{value:.3g}", f"{target:g}", _verdict(ok)] for name, value, target, ok in checks],
     )
     figures["targets"] = {name: value for name, value, _, _ in checks}
@@ -1049,15 +1049,15 @@ _SCALING_FORMS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("Arrow stream, int32 lists", "arrows", {}, "pyarrow"),
     ("Arrow stream, large lists", "arrows", {"large_lists": True}, "pyarrow"),
 )
-#: Forms whose trusted decode reads the offsets in place (issue 16, target 4: O(1) in rows, growth
-#: <= 1.5x per 10x rows); the others build offsets from counts or blobs, O(rows) by design.
+#: Forms whose trusted decode reads the offsets in place (O(1) in rows: growth <= 1.5x per 10x rows);
+#: the others build offsets from counts or blobs, O(rows) by design.
 _IN_PLACE_FORMS = (
     "msgpack int64 offsets",
     "msgpack int32 offsets",
     "Arrow stream, int32 lists",
     "Arrow stream, large lists",
 )
-#: Issue 16, target 4: the most a trusted in-place decode may grow per 10x rows.
+#: The most a trusted in-place decode may grow per 10x rows.
 _TRUSTED_GROWTH_TARGET = 1.5
 
 
@@ -1124,7 +1124,7 @@ def bench_decode_scaling(
             if name.endswith(", trusted")
         }
         report.line(
-            f"  trusted decode growth per 10x rows ({sizes[-2]:,} -> {sizes[-1]:,} tokens; target 4 of issue 16: "
+            f"  trusted decode growth per 10x rows ({sizes[-2]:,} -> {sizes[-1]:,} tokens; target: "
             f"<= {_TRUSTED_GROWTH_TARGET}x where the offsets are read in place), peak bytes allocated at "
             f"{sizes[-1]:,} tokens (tracemalloc, the returned mask included):"
         )

@@ -208,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     companion_bytes = sum(values.dtype.itemsize for values in mask.companions.values())
     out(
         "  B/token is the whole file: the mask, its {companions} ({names}: {bytes} B/token) and fixed headers, which "
-        "weigh on small rollouts; the README's bytes per token are the mask alone at 1M tokens (BENCHMARKS.md section 4)",
+        "weigh on small rollouts; the bytes per token in BENCHMARKS.md (wire size) are the mask alone at 1M tokens",
         companions=plural(len(mask.companions), "companion"),
         names=", ".join(mask.companions),
         bytes=companion_bytes,

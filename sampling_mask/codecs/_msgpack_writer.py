@@ -17,7 +17,7 @@ string of 4 GiB or more, another type, containers nested deeper than :data:`MAX_
 (msgpack-python's own ``ExtType`` and ``Timestamp`` objects are not values here: no ``ext`` is written.)
 Lists and dicts of scalars (an ARRAY's shape, the metadata) take a one-pass path; deeper values an
 iterative one, so no nesting can exhaust the Python stack. Tested against msgpack-python itself:
-``tests/test_msgpack_writer.py``.
+``tests/test_codecs_msgpack.py``.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ UNTRUSTED_CAP_BYTES = 1 << 30
 #: What a decode holds at its peak per row (:func:`output_nbytes`): the int64 offsets, and the
 #: temporaries of building and validating them (counts widened to int64, row lengths, the dense or
 #: compact row scan). Measured 16-28 bytes a row on empty and zero-width rows (msgpack ragged /
-#: counts / dense / compact, base64, Arrow and Parquet compact: ``tests/test_memory_bounds.py``).
+#: counts / dense / compact, base64, Arrow and Parquet compact: ``tests/test_limits_accounting.py``).
 DECODE_ROW_BYTES = 32
 
 
@@ -79,7 +79,7 @@ class Limits:
         (:data:`DECODE_ROW_BYTES` a row, the parsed JSON / msgpack objects, the decompressed
         buffers), so bytes that only pad the input raise it no faster than 12 per byte. Under
         these limits no input grows a decoder's peak memory by more than max(16 x input size,
-        64 MiB) (``tests/test_amplification.py``, ``tests/test_memory_bounds.py``).
+        64 MiB) (``tests/test_limits_amplification.py``, ``tests/test_limits_accounting.py``).
         """
         size = check_count(input_size, 1 << 62, "input size")
         budget = min(UNTRUSTED_CAP_BYTES, max(UNTRUSTED_FLOOR_BYTES, UNTRUSTED_EXPANSION * size))

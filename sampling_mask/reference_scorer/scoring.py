@@ -49,8 +49,7 @@ class MaskedScores:
     vocabulary because their row was empty (``empty_rows="full"`` and a target, or entropy alone);
     ``no_target_rows``: rows without a target (``-1``, or ``ignore_index``), not scored, whatever
     their support; ``missing_target_rows``: rows whose target is outside their non-empty support,
-    the rows the ``missing_target`` policy applied to. Until issue 26 ``empty_rows`` counted only
-    empty rows that had a target.
+    the rows the ``missing_target`` policy applied to.
     """
 
     logprobs: torch.Tensor | None

@@ -15,7 +15,7 @@ has an EOS criterion (``has_eos_stopping_criteria``; ``_prepare_special_tokens``
 when ``pad_token_id`` is unset): those tokens were never sampled.
 
 **What is accepted** (each has an exactness test against ``generate()``'s own processed scores,
-``tests/test_adapters_transformers*.py`` and ``tests/test_capture_*.py``); everything else is a
+``tests/test_trainers_transformers*.py``); everything else is a
 :class:`SamplingMaskError` (``E_SCHEMA``) naming what it refused:
 
 - decoding: multinomial sampling (``do_sample=True``, ``GenerationMixin._sample``), and assisted

@@ -28,7 +28,7 @@ by verl's own postprocessing, :func:`add_to_data_proto` checks the trainer's con
 :class:`SamplingMask` of ``total_nnz`` rows (this rank's share under SP, :func:`sequence_shard`), and
 :func:`logprobs_from_logits` is the drop-in replacement of verl's function with the mask as one more
 argument: rows with ids are renormalized over them, rows without (prompts, padding, tool tokens) are
-scored over the full vocabulary as verl does. ``tests/test_trainer_call_sites.py`` runs those sites,
+scored over the full vocabulary as verl does. ``tests/test_trainers_call_sites.py`` runs those sites,
 copied from the wheel. Each tensor argument is checked by :func:`~sampling_mask.core.checks.checked_tensor`
 with its own dtypes (float logits; integer labels, ids and masks).
 """

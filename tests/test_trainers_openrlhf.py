@@ -1,4 +1,4 @@
-"""OpenRLHF 0.11.2 (issue 27, part 3): the vLLM completion's mask aligned like the ``Experience``'s
+"""OpenRLHF 0.11.2: the vLLM completion's mask aligned like the ``Experience``'s
 ``rollout_log_probs`` and the masked ``log_probs_from_logits``, checked against OpenRLHF's own
 function (fixture built by ``tests/fixtures/upstream/trainers/make_verl_openrlhf.py``)."""
 
@@ -72,7 +72,7 @@ def test_experience_alignment_like_rollout_log_probs() -> None:
     assert batch.shape[0] == len(done) and batch.shape[1] == max(m.shape[1] for m in masks)
 
 
-# ---- issue 33: rolled labels, packed samples, malformed input ----------------------------------------
+# ---- rolled labels, packed samples, malformed input --------------------------------------------------
 
 _COMPLETION = {"token_ids": [7, 9], "sampling_mask": [[3, 7], [9]]}
 

@@ -1,4 +1,4 @@
-"""Capture from transformers' ``generate()`` (issue 27, part 1), on tiny random-weight models built
+"""Capture from transformers' ``generate()``, on tiny random-weight models built
 from a config (no downloads): the recorded rows are the support of the processed scores, replay over
 them reproduces the sampler's own log-probs, and ``rule="hf"`` applies the defaults generate() uses."""
 
@@ -174,7 +174,7 @@ def test_hf_rule_applies_generates_defaults_from_the_models_config(model, name: 
         got[rows, torch.from_numpy(support.ids.astype(np.int64))] = True
         assert int((got != expected).any(dim=1).sum()) == 0
         assert hf_config.sampler_settings(model.generation_config)["top_k"] == hf_config.generation_defaults()["top_k"]
-        # without generate()'s defaults the rule keeps more on (nearly) every row: the issue's bug
+        # without generate()'s defaults the rule keeps more on (nearly) every row
         plain = support_from_logits(raw, rule="hf", **settings)
         assert (plain.row_lengths > support.row_lengths).mean() > 0.5
         # the audit takes the config too and agrees on every row

@@ -1,7 +1,8 @@
-"""Issue 33 item 4: the lines docs/trainers.md tells verl / OpenRLHF users to add, applied to the call
-sites copied from the released wheels (verl 0.9.1, OpenRLHF 0.11.2; ``verl_call_sites.py`` /
+"""docs/trainers.md's instructions hold: the page shows each trainer integration (tests/test_readme.py
+runs its blocks, as every docs page's), and the lines it tells verl / OpenRLHF users to add, applied to
+the call sites copied from the released wheels (verl 0.9.1, OpenRLHF 0.11.2; ``verl_call_sites.py`` /
 ``openrlhf_call_sites.py``, written by ``tests/fixtures/upstream/trainers/make_verl_openrlhf.py``), run
-end to end and checked against float64 renormalizations over each token's recorded support."""
+end to end and agree with float64 renormalizations over each token's recorded support."""
 
 from __future__ import annotations
 
@@ -394,3 +395,16 @@ def _sequence_parallel_checks(rank: int) -> None:
 def test_verl_ulysses_and_openrlhf_ring_attention_on_two_gloo_processes() -> None:
     """One spawn runs both checks; a failing assertion on either rank fails this test with its traceback."""
     spawn(_sequence_parallel_checks, world=WORLD)
+
+
+# ----------------------------------------------------------------------------------------------- the page
+_BLOCK = re.compile(r"(?:<!-- readme-test: needs (?P<needs>[\w.]+) -->\s*\n)?```python\n(?P<code>.*?)```", re.S)
+
+
+BLOCKS = [(PAGE.count("\n", 0, m.start("code")) + 1, m.group("code"), m.group("needs")) for m in _BLOCK.finditer(PAGE)]
+
+
+def test_the_page_has_one_block_per_trainer() -> None:
+    assert len(BLOCKS) >= 4  # transformers, TRL, verl, OpenRLHF
+    for name in ("trainers.transformers", "trainers.trl", "trainers import verl", "trainers import openrlhf"):
+        assert any(name in code for _, code, _ in BLOCKS), name

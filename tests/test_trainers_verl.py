@@ -1,4 +1,4 @@
-"""verl 0.9.1 (issue 27, part 3): the vLLM rollout's mask carried into ``DataProto`` and the masked
+"""verl 0.9.1: the vLLM rollout's mask carried into ``DataProto`` and the masked
 ``logprobs_from_logits``, checked against verl's own function (fixture built by
 ``tests/fixtures/upstream/trainers/make_verl_openrlhf.py`` from the released wheel)."""
 
@@ -90,7 +90,7 @@ def test_rollout_output_to_data_proto_batch() -> None:
     assert err.value.code is ErrorCode.E_SHAPE
 
 
-# ---- issue 33: a SamplingMask at the remove-padding layout, width-0 masks, malformed input ----------
+# ---- a SamplingMask at the remove-padding layout, width-0 masks, malformed input -------------------
 
 
 def _mask_and_reference(g: torch.Generator, n: int, vocab: int):

@@ -1,7 +1,10 @@
-"""Issue 24, the read side: datasets, the DataLoader dataset and the command line read only through
-the codecs' one batch reader (``codecs/batch_reader.py``), so every attack the codecs hold is held
-there too. One test per row of the issue's table that the read side owns (1-6, 13, 17) and per
-smaller point. Where a crash or memory is at stake the call runs in a fork (``memory_probe.in_fork``):
+"""The codecs' one batch reader (``codecs/batch_reader.py``): datasets, the DataLoader dataset and the
+command line read Arrow / Parquet only through it, so every attack the codecs hold is held there too.
+Bad user columns are an encoding error naming the column and row, never a crash; FIFOs, symlink loops,
+dangling links and stray files are reported by path while every good sequence is still delivered;
+each batch's cost comes from the metadata and is checked before it is read, so compressed empty rows
+and one-row row groups stay within the untrusted bound. Where a crash or memory is at stake the call
+runs in a fork (``memory_probe.in_fork``):
 a SIGBUS or SIGABRT is a failed test, not a lost worker. Nothing may block on a FIFO or a symlink
 loop: such calls run in a thread (or a subprocess) with a deadline.
 """
@@ -10,9 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from sampling_mask.codecs import arrow
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cli_run import run_module  # noqa: E402
+from file_checks import code_of, within  # noqa: E402
 from memory_probe import in_fork, untrusted_bound_mb  # noqa: E402
 
 pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
@@ -32,33 +35,6 @@ pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
 posix = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX: FIFOs and symlinks")
 MASK = sm.SamplingMask.from_rows([[1], [2, 3], [4], []], vocab_size=10, cu_seqlens=[0, 1, 2, 3, 4])
 NAMES = ["a", "bb", "ccc", "dddd"]
-
-
-#: Seconds before a call counts as blocked: far beyond the work on any machine (a working call takes
-#: milliseconds; a blocked one never returns), so the verdict does not depend on the machine's speed.
-HANG_SECONDS = 300
-
-
-def _within(seconds: float, call: Any) -> Any:
-    """``call()``'s result (or the exception it raised), failing, not hanging, past ``seconds``."""
-    out: list[Any] = []
-
-    def run() -> None:
-        try:
-            out.append(call())
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            out.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), "blocked (a FIFO, a device or a symlink loop)"
-    return out[0]
-
-
-def _code(result: Any) -> str:
-    assert isinstance(result, sm.SamplingMaskError), repr(result)
-    return result.code.value
 
 
 def _good(directory: Path, name: str = "good", fmt: str = "arrow") -> Path:
@@ -79,19 +55,7 @@ def _bad_offsets_file(path: Path) -> Path:
     return path
 
 
-def _cli(*args: Any, timeout: float = HANG_SECONDS) -> subprocess.CompletedProcess[str]:
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run(
-        [sys.executable, "-m", "sampling_mask", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-
-
-# ---------------------------------------------------------------------------------------------- row 1
+# ---------------------------------------------------------------------------------------------- user columns
 def _first_error(call: Any) -> dict[str, Any]:
     """``call()`` in a fork: the code, field and segment of the SamplingMaskError it raised."""
 
@@ -107,8 +71,8 @@ def _first_error(call: Any) -> dict[str, Any]:
 
 
 def test_bad_user_column_offsets_are_an_encoding_error_never_a_crash(tmp_path: Path) -> None:
-    """Row 1: every reader rejects the file naming the column and row; none crashes or returns bytes
-    from outside the buffer (each call in its own fork)."""
+    """A user column's offset past its data: every reader rejects the file naming the column and row;
+    none crashes or returns bytes from outside the buffer (each call in its own fork)."""
     torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     path = _bad_offsets_file(tmp_path / "d" / "x.arrow")
     assert path.stat().st_size < 2000
@@ -126,14 +90,14 @@ def test_bad_user_column_offsets_are_an_encoding_error_never_a_crash(tmp_path: P
     with pytest.raises(sm.SamplingMaskError) as err:
         sm.codecs.open_dataset(path.parent).read()
     assert err.value.field == "name" and err.value.segment == 1 and str(path) in str(err.value)
-    proc = _cli("validate", path, "--json")
+    proc = run_module("validate", path, "--json")
     doc = json.loads(proc.stdout)
     assert proc.returncode == 1 and not doc["valid"] and doc["error"]["field"] == "name", proc.stdout
 
 
 def test_bad_utf8_in_a_user_column_names_its_row(tmp_path: Path) -> None:
     """A user string column with valid offsets but bad UTF-8 in table row 2: E_ENCODING naming the
-    column and the row, from every reader (the raw UnicodeDecodeError of the issue never escapes)."""
+    column and the row, from every reader (never a raw UnicodeDecodeError)."""
     torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     table = arrow.table_from_mask(MASK)
     offsets = pa.py_buffer(np.array([0, 1, 2, 3, 4], np.int32).tobytes())
@@ -151,56 +115,54 @@ def test_bad_utf8_in_a_user_column_names_its_row(tmp_path: Path) -> None:
         assert err.value.code is sm.ErrorCode.E_ENCODING and err.value.field == "name" and err.value.segment == 2
 
 
-# ---------------------------------------------------------------------------------------------- rows 2, 4
+# ---------------------------------------------------------------------------------------------- special files and links
 @posix
 @pytest.mark.parametrize("fmt", ["arrow", "parquet"])
 def test_sequence_dataset_refuses_a_fifo_at_once(tmp_path: Path, fmt: str) -> None:
-    """Row 2: a FIFO named like a data file is E_ENCODING "not a regular file", at once; with
+    """A FIFO named like a data file is E_ENCODING "not a regular file", at once; with
     ``on_error="report"`` it is listed and the good file still indexed."""
     torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     _good(tmp_path, fmt=fmt)
     os.mkfifo(tmp_path / f"x.{fmt}")
-    error = _within(HANG_SECONDS, lambda: torch_data.SequenceDataset(tmp_path))
-    assert _code(error) == "E_ENCODING" and "not a regular file" in str(error) and f"x.{fmt}" in str(error)
-    dataset = _within(HANG_SECONDS, lambda: torch_data.SequenceDataset(tmp_path, columns=["name"], on_error="report"))
+    error = within(lambda: torch_data.SequenceDataset(tmp_path))
+    assert code_of(error) == "E_ENCODING" and "not a regular file" in str(error) and f"x.{fmt}" in str(error)
+    dataset = within(lambda: torch_data.SequenceDataset(tmp_path, columns=["name"], on_error="report"))
     assert len(dataset) == 4 and [e.path for e in dataset.errors] == [str(tmp_path / f"x.{fmt}")]
     assert [dataset[i].columns["name"] for i in range(4)] == NAMES
 
 
 @posix
 def test_open_dataset_reports_a_fifo_with_a_user_column_filter(tmp_path: Path) -> None:
-    """Row 4: a FIFO in the tree plus a filter on a user column: reported by path, other files delivered."""
+    """A FIFO in the tree plus a filter on a user column: reported by path, other files delivered."""
     _good(tmp_path / "step=1")
     _good(tmp_path / "step=2")
     os.mkfifo(tmp_path / "step=1" / "f.arrow")
     dataset = sm.codecs.open_dataset(tmp_path)
-    got = _within(HANG_SECONDS, lambda: dataset.read(filter={"name": ["a", "ccc"]}, on_error="report"))
+    got = within(lambda: dataset.read(filter={"name": ["a", "ccc"]}, on_error="report"))
     assert got.columns["name"].tolist() == ["a", "ccc", "a", "ccc"] and got.mask.num_segments == 4
     assert [(e.path, e.error.code.value) for e in dataset.errors] == [
         (str(tmp_path / "step=1" / "f.arrow"), "E_ENCODING")
     ]
-    assert _code(_within(HANG_SECONDS, lambda: sm.codecs.open_dataset(tmp_path).read())) == "E_ENCODING"
+    assert code_of(within(lambda: sm.codecs.open_dataset(tmp_path).read())) == "E_ENCODING"
 
 
-# ---------------------------------------------------------------------------------------------- row 5
 @posix
 def test_symlink_loops_are_never_followed(tmp_path: Path) -> None:
-    """Row 5: two symlinks ``-> .`` in the tree: a glob over it and ``validate`` of it finish."""
+    """Two symlinks ``-> .`` in the tree: a glob over it and ``validate`` of it finish."""
     data = tmp_path / "d"
     _good(data, fmt="parquet")
     os.symlink(".", data / "l1")
     os.symlink(".", data / "l2")
-    got = _within(HANG_SECONDS, lambda: sm.codecs.open_dataset(str(data / "**" / "*.parquet")).read())
+    got = within(lambda: sm.codecs.open_dataset(str(data / "**" / "*.parquet")).read())
     assert isinstance(got, sm.codecs.dataset.MaskBatch) and got.mask == MASK
-    proc = _cli("validate", data / "**" / "*.parquet")
+    proc = run_module("validate", data / "**" / "*.parquet")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 file checked, 0 invalid" in proc.stdout
 
 
-# ---------------------------------------------------------------------------------------------- row 6
 @posix
 def test_every_bad_entry_is_recorded_and_every_good_sequence_delivered(tmp_path: Path) -> None:
-    """Row 6 and the smaller points: dangling and self-looping links, a stray non-dataset file, other
+    """Dangling and self-looping links, a stray non-dataset file, other
     partition keys, a ``sampling_mask=7/`` directory, a link to a file outside the root, an ``.arrow``
     file in a Parquet tree: each recorded in ``errors`` by path with a code; every good file read."""
     root = tmp_path / "d"
@@ -235,7 +197,7 @@ def test_every_bad_entry_is_recorded_and_every_good_sequence_delivered(tmp_path:
     assert followed.read(on_error="report").mask.num_segments == 4 * (len(good) + 1)
 
 
-# ---------------------------------------------------------------------------------------------- rows 3, 13
+# ---------------------------------------------------------------------------------------------- costs from the metadata
 def _write_in_fork(write: Any) -> None:
     """Build a file in a fork, so that its allocations stay out of this process (and its forks)."""
     event = in_fork(write)
@@ -256,7 +218,7 @@ def _empty_rows_files(directory: Path, rows: int) -> dict[str, Path]:
 
 @pytest.mark.parametrize("fmt", ["arrow", "parquet"])
 def test_empty_rows_are_refused_before_any_allocation(tmp_path: Path, fmt: str) -> None:
-    """Row 3: a few KB of compressed empty rows under untrusted limits: SequenceDataset, open_dataset
+    """A few KB of compressed empty rows under untrusted limits: SequenceDataset, open_dataset
     and the CLI's reader refuse them before reading a batch, as ``load`` does, growing nothing."""
     torch_data = pytest.importorskip("sampling_mask.data.torch_data")
     path = _empty_rows_files(tmp_path, 1 << 22)[fmt]
@@ -274,7 +236,7 @@ def test_empty_rows_are_refused_before_any_allocation(tmp_path: Path, fmt: str) 
 
 
 def test_one_row_row_groups_are_charged_per_row_group(tmp_path: Path) -> None:
-    """Row 13: a valid Parquet file of one-row row groups (and an IPC file of one-row batches) under
+    """A valid Parquet file of one-row row groups (and an IPC file of one-row batches) under
     1 MB: each row group / batch costs its fixed part, so the untrusted budget refuses the Parquet
     file instead of growing past max(16 x input, 64 MiB); both read under the default limits."""
     n = 3000
@@ -318,60 +280,7 @@ def test_untrusted_reads_of_hostile_files_stay_within_the_bound(tmp_path: Path) 
             assert event["rss"] <= untrusted_bound_mb(path.stat().st_size), (path.name, event)
 
 
-# ---------------------------------------------------------------------------------------------- row 17
-@posix
-def test_cli_side_files_never_block_or_recurse(tmp_path: Path) -> None:
-    """Row 17: ``--sampled`` FIFO ``.npy``, ``audit --logits`` FIFO ``.npy`` / ``.safetensors``, and a
-    deeply nested ``--sampled`` JSON: E_ENCODING / E_LIMIT at once, exit 1 or 2, a JSON error."""
-    pytest.importorskip("torch")
-    mask_file = tmp_path / "m.json"
-    sm.save(MASK, mask_file)
-    for name in ("s.npy", "z.npy", "z.safetensors"):
-        os.mkfifo(tmp_path / name)
-    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
-    cases = [
-        (["validate", mask_file, "--sampled", tmp_path / "s.npy", "--json"], "E_ENCODING"),
-        (["validate", mask_file, "--sampled", tmp_path / "deep.json", "--json"], "E_LIMIT"),
-        (["audit", mask_file, "--logits", tmp_path / "z.npy", "--json"], "E_ENCODING"),
-        (["audit", mask_file, "--logits", tmp_path / "z.safetensors", "--json"], "E_ENCODING"),
-    ]
-    for args, code in cases:
-        proc = _cli(*args)
-        assert proc.returncode in (1, 2), (args, proc.returncode, proc.stderr[-500:])
-        doc = json.loads(proc.stdout)
-        error = doc.get("error", {})
-        assert error.get("code") == code, (args, doc)
-
-
-# ---------------------------------------------------------------------------------------------- smaller points
-@posix
-def test_cli_lists_dangling_links_and_fifos_as_not_read(tmp_path: Path) -> None:
-    """A directory with a dangling symlink and a FIFO is not "valid": both are listed as not read."""
-    _good(tmp_path, fmt="arrow")
-    os.symlink("missing.arrow", tmp_path / "dangling.arrow")
-    os.mkfifo(tmp_path / "f.arrow")
-    proc = _cli("validate", tmp_path)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert (
-        f"not read: {tmp_path / 'dangling.arrow'}" in proc.stdout and f"not read: {tmp_path / 'f.arrow'}" in proc.stdout
-    )
-    assert "3 files checked, 2 invalid (2 not read)" in proc.stdout
-    proc = _cli("stats", tmp_path, "--json")
-    doc = json.loads(proc.stdout)
-    assert proc.returncode == 1 and doc["failed_files"] == 2, proc.stdout
-
-
-def test_validate_messages_say_what_was_checked_and_that_a_file_is_truncated(tmp_path: Path) -> None:
-    """Issue 28: a valid file's line names the checks; a cut Parquet file says it is truncated and
-    names no record batch (the footer is at fault, not a batch)."""
-    path = tmp_path / "m.parquet"
-    sm.save(MASK, path, extra_columns={"name": NAMES})
-    proc = _cli("validate", path)
-    assert proc.returncode == 0 and "checked every invariant of the spec: header, offsets" in proc.stdout
-    assert "user columns" in proc.stdout
-    (tmp_path / "cut.parquet").write_bytes(path.read_bytes()[:-7])
-    proc = _cli("validate", tmp_path / "cut.parquet")
-    assert proc.returncode == 1 and "truncated" in proc.stdout and "record batch" not in proc.stdout, proc.stdout
+# ---------------------------------------------------------------------------------------------- batches and entry points
 
 
 def test_sequence_dataset_rows_come_from_the_metadata(tmp_path: Path) -> None:
@@ -389,27 +298,6 @@ def test_sequence_dataset_rows_come_from_the_metadata(tmp_path: Path) -> None:
     with pytest.raises(sm.SamplingMaskError) as err:
         reader.read(0)
     assert err.value.code is sm.ErrorCode.E_ENCODING
-
-
-def test_safetensors_masks_are_read_without_the_package(tmp_path: Path) -> None:
-    """``codecs.safetensors`` reads through its own bounded reader: a round trip, and forged headers
-    are one SamplingMaskError each (never a package error or an allocation sized by the header)."""
-    pytest.importorskip("safetensors")
-    import struct
-
-    from sampling_mask.codecs import safetensors as st
-
-    path = tmp_path / "m.safetensors"
-    st.save_file(MASK, path)
-    assert st.load_file(path) == MASK
-    tensors, meta = st.read_tensors(path, ["sampling_mask.ids"])
-    assert not tensors["sampling_mask.ids"].flags.writeable and meta["sampling_mask.version"] == "1"
-    header = {"sampling_mask.ids": {"dtype": "I32", "shape": [1 << 40], "data_offsets": [0, 4]}}
-    blob = json.dumps(header).encode()
-    (tmp_path / "forged.safetensors").write_bytes(struct.pack("<Q", len(blob)) + blob + b"\0" * 4)
-    with pytest.raises(sm.SamplingMaskError) as err:
-        st.read_tensors(tmp_path / "forged.safetensors")
-    assert err.value.code is sm.ErrorCode.E_BYTES
 
 
 def test_batch_size_bounds_every_batch_of_either_format(tmp_path: Path) -> None:
@@ -432,12 +320,12 @@ def test_every_reader_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
 
     for name in ("t.arrow", "t.parquet", "m.safetensors"):
         os.mkfifo(tmp_path / name)
-    assert _code(_within(HANG_SECONDS, lambda: arrow.read_table(tmp_path / "t.arrow"))) == "E_ENCODING"
-    assert _code(_within(HANG_SECONDS, lambda: st.load_file(tmp_path / "m.safetensors"))) == "E_ENCODING"
-    assert _code(_within(HANG_SECONDS, lambda: st.read_tensors(tmp_path / "m.safetensors"))) == "E_ENCODING"
-    assert _code(_within(HANG_SECONDS, lambda: sm.codecs.open_dataset([str(tmp_path / "t.parquet")]))) == "E_ENCODING"
+    assert code_of(within(lambda: arrow.read_table(tmp_path / "t.arrow"))) == "E_ENCODING"
+    assert code_of(within(lambda: st.load_file(tmp_path / "m.safetensors"))) == "E_ENCODING"
+    assert code_of(within(lambda: st.read_tensors(tmp_path / "m.safetensors"))) == "E_ENCODING"
+    assert code_of(within(lambda: sm.codecs.open_dataset([str(tmp_path / "t.parquet")]))) == "E_ENCODING"
     for command in ("inspect", "stats"):
-        proc = _cli(command, tmp_path / "t.parquet", "--json")
+        proc = run_module(command, tmp_path / "t.parquet", "--json")
         assert proc.returncode == 2 and json.loads(proc.stdout)["error"]["code"] == "E_ENCODING", proc.stdout
 
 

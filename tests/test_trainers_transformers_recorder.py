@@ -1,4 +1,4 @@
-"""``SamplingMaskRecorder`` across ``generate()`` calls (issue 33): a reused recorder never returns
+"""``SamplingMaskRecorder`` across ``generate()`` calls: a reused recorder never returns
 another call's tokens as sampled rows, assisted / speculative / prompt-lookup generation gets a row
 per generated token equal to what the target model's warpers kept, and ``recorder.generate`` (the
 recorder as ``generate()``'s warper stage, the warpers run once) samples exactly what ``generate()``
@@ -49,8 +49,9 @@ def _prompts(n: int, length: int, seed: int):
 
 
 def test_reuse_after_mask_records_the_new_call_only(model) -> None:
-    """issue 33: prompt 3, 3 steps, then a prompt of 6 (= 3 + 3). The second call used to continue
-    the first recording: 6 rows, 3 of them prompt tokens. No truncation, so every id is in a row."""
+    """Prompt 3, 3 steps, then a prompt of 6 (= 3 + 3): the second call is a recording of its own (3
+    rows), never a continuation of the first (6 rows, 3 of them prompt tokens). No truncation, so
+    every id is in a row."""
     gen = _config(temperature=0.7, top_k=0, max_new_tokens=3)
     recorder = hf.SamplingMaskRecorder(gen, model=model)
     torch.manual_seed(0)
@@ -133,9 +134,9 @@ def test_calls_that_continue_nothing_are_refused() -> None:
 def test_assisted_generation_gets_a_row_per_token_equal_to_the_target_warpers(
     model, assistant, kind, how, monkeypatch
 ) -> None:
-    """issue 33: with ``assistant_model=`` 12 tokens were generated and ``mask(out)`` had 1 row.
-    Candidates are scored and rejected (more target calls than tokens); every generated token has its
-    row, and the tokens are those plain generate() samples from the same seed."""
+    """Assisted generation scores and rejects candidates (more target calls than tokens): each of the
+    12 generated tokens has its row, never one row for the whole call, and the tokens are those plain
+    generate() samples from the same seed."""
     lookup = {"prompt_lookup_num_tokens": 3} if kind == "prompt_lookup" else {}
     gen = _config(top_k=20, top_p=0.9, temperature=0.8, max_new_tokens=12, **lookup)
     recorder = hf.SamplingMaskRecorder(gen, model=model)
@@ -224,8 +225,9 @@ class _Records(logging.Handler):
 
 
 def test_generate_with_a_resolved_config_warns_nothing(model, recwarn) -> None:
-    """issue 33: a resolved config carried max_length=20 next to max_new_tokens, a warning on
-    every call; generation arguments beside a generation_config were a second one."""
+    """A config from ``resolve_generation_config`` leaves ``max_length`` unset next to
+    ``max_new_tokens``, and ``recorder.generate`` takes generation arguments beside its own config:
+    neither ``generate()`` call logs or warns anything."""
     records = _Records()
     logger = logging.getLogger("transformers")
     logger.addHandler(records)

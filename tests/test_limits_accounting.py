@@ -1,9 +1,10 @@
-"""Memory accounting (issue 24, rows 10-12 and 14, "Memory accounting"): under
+"""Memory accounting: under
 ``Limits.for_untrusted_input(len(payload))`` no payload, padded or not, grows a decoder's peak RSS
 past max(16 x payload, 64 MiB). A decode charges what it really holds at its peak against one
 budget: ``DECODE_ROW_BYTES`` a row, every msgpack container / string / bin view as the reader
 builds it, the parsed JSON objects. Padding (an ignored bin or string) raises the budget by 12 bytes
-a byte only. Each case runs in a fork of a child process (``memory_probe``); POSIX only.
+a byte only; a dense dimension past numpy's index range is ``E_LIMIT``. Each case runs in a fork of a
+child process (``memory_probe``); POSIX only.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.slow  # forks or spawns processes, or runs for seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
-PAD = 11_200_000  # the issue's 11.2 MB: raises the untrusted budget to 134 MB
+PAD = 11_200_000  # 11.2 MB of padding: raises the untrusted budget to 134 MB
 
 
 def _envelope(**fields: Any) -> bytes:
@@ -97,19 +98,19 @@ def _decode(data: bytes) -> Any:
 
 #: label -> (builder, codes accepted); each must stay within max(16 x input, 64 MiB)
 CASES: dict[str, tuple[Callable[[], bytes], tuple[str, ...]]] = {
-    "row 10: msgpack 1M empty maps under an unknown key": (lambda: _envelope(junk=[{}] * 1_000_000), ("E_LIMIT",)),
-    "row 10: msgpack 1M empty arrays under an unknown key": (lambda: _envelope(junk=[[]] * 1_000_000), ("E_LIMIT",)),
+    "msgpack 1M empty maps under an unknown key": (lambda: _envelope(junk=[{}] * 1_000_000), ("E_LIMIT",)),
+    "msgpack 1M empty arrays under an unknown key": (lambda: _envelope(junk=[[]] * 1_000_000), ("E_LIMIT",)),
     "msgpack 500k one-byte bins under an unknown key": (lambda: _envelope(junk=[b"x"] * 500_000), ("E_LIMIT",)),
     "msgpack 300k short strings under an unknown key": (lambda: _envelope(junk=["ab"] * 300_000), ("E_LIMIT",)),
-    "row 11: msgpack dense [2**24, 0] + 11.2 MB ignored bin": (
+    "msgpack dense [2**24, 0] + 11.2 MB ignored bin": (
         lambda: _dense(1 << 24, junk=bytes(PAD)),
         ("E_LIMIT",),
     ),
-    "row 11: msgpack dense [2**24, 0] + 11.2 MB ignored str": (
+    "msgpack dense [2**24, 0] + 11.2 MB ignored str": (
         lambda: _dense(1 << 24, junk="x" * PAD),
         ("E_LIMIT",),
     ),
-    "row 11: base64 [2**24, 0] + 11.2 MB ignored string": (lambda: _base64(1 << 24, PAD), ("E_LIMIT",)),
+    "base64 [2**24, 0] + 11.2 MB ignored string": (lambda: _base64(1 << 24, PAD), ("E_LIMIT",)),
     "msgpack dense [2**22, 0] + 11.2 MB ignored bin (fits the budget)": (
         lambda: _dense(1 << 22, junk=bytes(PAD)),
         ("OK", "E_LIMIT"),
@@ -118,13 +119,13 @@ CASES: dict[str, tuple[Callable[[], bytes], tuple[str, ...]]] = {
     "msgpack counts 2**22 empty rows": (lambda: _counts(1 << 22), ("OK", "E_LIMIT")),
     "msgpack counts 2**17 empty rows": (lambda: _counts(1 << 17), ("OK",)),
     "msgpack counts 2**20 empty rows + 11.2 MB ignored bin": (lambda: _counts(1 << 20, PAD), ("OK",)),
-    "row 12: msgpack compact 2**22 empty rows": (_compact("msgpack", 1 << 22), ("OK", "E_LIMIT")),
-    "row 12: arrow compact 2**22 empty rows": (_compact("arrow", 1 << 22), ("OK", "E_LIMIT")),
-    "row 12: arrows compact 2**24 empty rows": (_compact("arrows", 1 << 24), ("OK", "E_LIMIT")),
-    "row 12: parquet compact 2**22 empty rows": (_compact("parquet", 1 << 22), ("OK", "E_LIMIT")),
+    "msgpack compact 2**22 empty rows": (_compact("msgpack", 1 << 22), ("OK", "E_LIMIT")),
+    "arrow compact 2**22 empty rows": (_compact("arrow", 1 << 22), ("OK", "E_LIMIT")),
+    "arrows compact 2**24 empty rows": (_compact("arrows", 1 << 24), ("OK", "E_LIMIT")),
+    "parquet compact 2**22 empty rows": (_compact("parquet", 1 << 22), ("OK", "E_LIMIT")),
     "msgpack compact rows of 2**17 consecutive ids + 5 MiB ignored bin": (_wide_compact("msgpack"), ("OK", "E_LIMIT")),
     "arrow compact rows of 2**17 consecutive ids + 5 MiB user column": (_wide_compact("arrow"), ("OK", "E_LIMIT")),
-    "row 14: msgpack dense [2**64 - 1, 0]": (lambda: _dense((1 << 64) - 1), ("E_LIMIT", "E_SHAPE")),
+    "msgpack dense [2**64 - 1, 0]": (lambda: _dense((1 << 64) - 1), ("E_LIMIT", "E_SHAPE")),
     "base64 [2**64 - 1, 0]": (lambda: _base64((1 << 64) - 1), ("E_LIMIT", "E_SHAPE")),
 }
 
@@ -154,42 +155,6 @@ def test_padded_or_not_within_the_bound(results: dict[str, dict[str, Any]], labe
     assert event["rss"] <= bound, f"{label}: peak RSS grew {event['rss']} MiB, bound {bound:.0f} MiB"
 
 
-def test_padding_raises_the_budget_by_12_bytes_a_byte_only() -> None:
-    from sampling_mask import Limits
-    from sampling_mask.core.limits import DECODE_ROW_BYTES, UNTRUSTED_EXPANSION
-
-    limits = Limits.for_untrusted_input(PAD)
-    assert limits.max_bytes == UNTRUSTED_EXPANSION * PAD < 16 * PAD
-    assert limits.max_rows * DECODE_ROW_BYTES <= limits.max_bytes
-
-
-def test_msgpack_reader_charges_what_it_builds() -> None:
-    pytest.importorskip("msgpack")
-    from sampling_mask import ErrorCode, SamplingMaskError
-    from sampling_mask.codecs import _msgpack_reader
-
-    data = _envelope(junk=[{}] * 1000)
-    obj, held = _msgpack_reader.read_counted(data, max_depth=16)
-    assert len(obj["junk"]) == 1000
-    assert held >= 1000 * (_msgpack_reader.MAP_BYTES[0] + _msgpack_reader.LIST_BYTES[1])
-    with pytest.raises(SamplingMaskError) as info:
-        _msgpack_reader.read(data, max_depth=16, max_bytes=held - 1)
-    assert info.value.code is ErrorCode.E_LIMIT
-
-
-def test_msgpack_nil_offsets_with_counts_read_as_counts() -> None:
-    pytest.importorskip("msgpack")
-    import sampling_mask
-
-    data = _envelope(
-        ids={"dtype": "int32", "shape": [1], "data": b"\x05\x00\x00\x00"},
-        counts={"dtype": "uint8", "shape": [2], "data": b"\x01\x00"},
-        offsets=None,
-    )
-    mask = sampling_mask.decode(data)
-    assert mask.to_rows() == [[5], []]
-
-
 def test_dense_shape_past_numpy_is_a_limit_error() -> None:
     pytest.importorskip("msgpack")
     import sampling_mask
@@ -198,45 +163,6 @@ def test_dense_shape_past_numpy_is_a_limit_error() -> None:
     with pytest.raises(SamplingMaskError) as info:
         sampling_mask.decode(_dense((1 << 64) - 1))
     assert info.value.code in (ErrorCode.E_LIMIT, ErrorCode.E_SHAPE)
-
-
-def test_dense_shape_past_numpy_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Row 14 through the CLI: exit 1 or 2 with the code, never exit 3 (E_INTERNAL)."""
-    pytest.importorskip("msgpack")
-    from sampling_mask.cli import main
-
-    path = tmp_path / "shape.msgpack"
-    path.write_bytes(_dense((1 << 64) - 1))
-    for command in ("validate", "inspect"):
-        assert main([command, str(path)]) in (1, 2), command
-        output = capsys.readouterr()
-        assert "E_LIMIT" in output.out + output.err and "E_INTERNAL" not in output.out + output.err
-
-
-@pytest.mark.parametrize(
-    "doc",
-    [
-        '{"sampling_mask":1,"rows":[[1]],"temperature":[-1e999]}',
-        '{"sampling_mask":1,"rows":[[1]],"sampled_logprobs":[1e999]}',
-        '{"sampling_mask":1,"rows":[[1]],"metadata":{"x":-1e999}}',
-    ],
-)
-def test_json_number_past_float64_is_out_of_range(doc: str) -> None:
-    import sampling_mask
-    from sampling_mask import ErrorCode, SamplingMaskError
-
-    with pytest.raises(SamplingMaskError) as info:
-        sampling_mask.decode(doc.encode())
-    assert info.value.code is ErrorCode.E_RANGE
-
-
-def test_json_infinity_strings_still_decode() -> None:
-    import math
-
-    import sampling_mask
-
-    mask = sampling_mask.decode(b'{"sampling_mask":1,"rows":[[1]],"sampled_logprobs":["-Infinity"]}')
-    assert math.isinf(float(mask.companions["sampled_logprobs"][0]))
 
 
 if __name__ == "__main__":

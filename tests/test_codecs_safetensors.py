@@ -1,8 +1,8 @@
-"""``codecs.safetensors`` (issue 34, rows "load_file" and "safetensors header"): float companions in
-BF16 / F16 / F32 / F64 load exactly (BF16 by its bits) or are refused with a code; forged header
-shapes, 70 dimensions, a lone surrogate in ``__metadata__`` and odd ``from_tensors`` inputs are
-``SamplingMaskError``. Files are written by hand (8-byte length, JSON header, raw buffer), so no
-safetensors package is needed."""
+"""``codecs.safetensors``: masks round-trip through the codec's own bounded reader; float companions
+in BF16 / F16 / F32 / F64 load exactly (BF16 by its bits) or are refused with a code; forged header
+shapes, 70 dimensions, a lone surrogate in ``__metadata__``, bad offsets, missing ids and odd
+``from_tensors`` inputs are ``SamplingMaskError``. Most files are written by hand (8-byte length,
+JSON header, raw buffer), so no safetensors package is needed for them."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 import sampling_mask as sm
 from sampling_mask import ErrorCode, SamplingMaskError
 from sampling_mask.codecs import safetensors as st
+from sampling_mask.data import synthetic
 
 MASK = sm.SamplingMask.from_rows([[1, 2], [3]], vocab_size=8)
 HEADER = {"sampling_mask.version": "1", "sampling_mask.vocab_size": "8", "sampling_mask.id_order": "ascending"}
@@ -208,3 +209,59 @@ def test_a_metadata_number_past_float64_is_out_of_range(tmp_path: Path, text: st
     with pytest.raises(SamplingMaskError) as info:
         sm.codecs.decode(json_text, format="json")
     assert info.value.code is code
+
+
+def test_safetensors_masks_are_read_without_the_package(tmp_path: Path) -> None:
+    """``codecs.safetensors`` reads through its own bounded reader: a round trip, and forged headers
+    are one SamplingMaskError each (never a package error or an allocation sized by the header)."""
+    pytest.importorskip("safetensors")
+    path = tmp_path / "m.safetensors"
+    st.save_file(MASK, path)
+    assert st.load_file(path) == MASK
+    tensors, meta = st.read_tensors(path, ["sampling_mask.ids"])
+    assert not tensors["sampling_mask.ids"].flags.writeable and meta["sampling_mask.version"] == "1"
+    header = {"sampling_mask.ids": {"dtype": "I32", "shape": [1 << 40], "data_offsets": [0, 4]}}
+    blob = json.dumps(header).encode()
+    (tmp_path / "forged.safetensors").write_bytes(struct.pack("<Q", len(blob)) + blob + b"\0" * 4)
+    with pytest.raises(sm.SamplingMaskError) as err:
+        st.read_tensors(tmp_path / "forged.safetensors")
+    assert err.value.code is sm.ErrorCode.E_BYTES
+
+
+def test_safetensors_round_trip(tmp_path):
+    pytest.importorskip("safetensors")
+    from sampling_mask.codecs import safetensors as st_codec
+
+    mask = synthetic.rollout(50, seed=5, segment_length=25).replace(metadata={"top_p": 0.9, "engine": "vllm"})
+    path = tmp_path / "mask.safetensors"
+    st_codec.save_file(mask, path)
+    back = st_codec.load_file(path)
+    assert back == mask and back.metadata == {"top_p": 0.9, "engine": "vllm"}
+    from safetensors.numpy import load_file
+
+    raw = load_file(str(path))
+    assert raw["sampling_mask.ids"].dtype == np.int32 and raw["sampling_mask.offsets"].dtype == np.int64
+
+
+def test_safetensors_bad_files(tmp_path):
+    pytest.importorskip("safetensors")
+    from safetensors.numpy import save_file
+
+    from sampling_mask.codecs import safetensors as st_codec
+
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\xff" * 40)
+    with pytest.raises(sm.SamplingMaskError) as err:
+        st_codec.load_file(bad)
+    assert err.value.code is sm.ErrorCode.E_ENCODING
+    tensors, header = st_codec.to_tensors(synthetic.rollout(20, seed=6, segment_length=10))
+    tensors["sampling_mask.offsets"] = tensors["sampling_mask.offsets"][::-1].copy()
+    save_file(tensors, str(tmp_path / "offsets.safetensors"), metadata=header)
+    with pytest.raises(sm.SamplingMaskError) as err:
+        st_codec.load_file(tmp_path / "offsets.safetensors")
+    assert err.value.code is sm.ErrorCode.E_OFFSETS
+    del tensors["sampling_mask.ids"]
+    save_file(tensors, str(tmp_path / "noids.safetensors"), metadata={**header, "sampling_mask.version": "2"})
+    with pytest.raises(sm.SamplingMaskError) as err:
+        st_codec.load_file(tmp_path / "noids.safetensors")
+    assert err.value.code is sm.ErrorCode.E_SCHEMA and err.value.field == "sampling_mask.ids"

@@ -1,9 +1,9 @@
-"""Sampling replay in TRL 1.16.0's GRPOTrainer (issue 27, part 2).
+"""Sampling replay in TRL 1.16.0's GRPOTrainer: ``ReplayGRPOTrainer`` and its vLLM paths.
 
 The whole loop runs on CPU: a tiny random-weight Qwen2 built from a config, a word-level tokenizer
 built here, two GRPO steps per sampler setting with transformers generation. In the first step,
 before any update, the mean over tokens of exp(trainer logp - sampler logp) is 1 with replay and the
-tokens' mean kept probability mass without it (TRL issue #6789 / PR #7269's table, on a tiny model).
+tokens' mean kept probability mass without it (the table of huggingface/trl#6789 / #7269, on a tiny model).
 The vLLM paths are tested with vLLM's own output classes where they import, else with the fixture
 that ``tests/fixtures/upstream/make_vllm_sglang.py`` built with them.
 """

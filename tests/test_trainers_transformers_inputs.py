@@ -1,4 +1,4 @@
-"""``from_generate_output`` and the recorder on malformed or extreme input (issue 33): every number
+"""``from_generate_output`` and the recorder on malformed or extreme input: every number
 equals a float64 recomputation, huge scores stay exact, NaN / +inf scores are refused (a score is
 finite, or -inf for a filtered id), and anything malformed is a ``SamplingMaskError`` with a code and
 the field named, never a TypeError / RuntimeError / ValueError of torch, numpy or transformers."""
@@ -79,7 +79,8 @@ def test_every_number_equals_a_float64_recomputation(scale: float) -> None:
 
 
 def test_five_equal_huge_scores_give_log_one_fifth() -> None:
-    """issue 33: five equal scores of 3e38 gave 0.0 (the float32 log-sum-exp lost log 5)."""
+    """Five equal scores of 3e38 give log(1/5): the row maximum is subtracted first (a float32
+    log-sum-exp of the raw scores loses log 5 and gives 0.0)."""
     step = torch.full((1, V), float("-inf"))
     step[0, :5] = 3e38
     out = {"sequences": torch.tensor([[1, 3]]), "scores": (step,)}

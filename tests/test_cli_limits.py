@@ -1,20 +1,21 @@
-"""What the command line reports, under hostile files (issue 34, rows 1-4).
+"""The command line's limits: what it reads and reports under hostile files stays bounded.
 
-- Memory (rows 1-2): ``stats`` / ``inspect`` (text and ``--json``) and ``convert`` to JSON forms hold
+- Memory: ``stats`` / ``inspect`` (text and ``--json``) and ``convert`` to JSON forms hold
   O(batch) memory, never a Python object per segment or row of the file: under ``--untrusted-limits``
   each stays within max(16 x file size, 64 MiB) of peak RSS growth (``memory_probe``: every case in a
   fork of a child process, stdout and stderr sent to /dev/null), and a folder of three such files
   within the bound of one (a folder is one budget, not the sum of its files').
-- Side files (row 3): a ``.npy`` whose header declares ``(0, 2**64)``, ``(2**63, 0)`` or dtype ``S0``,
-  or a ``.safetensors`` logits header of such a shape, is refused with a code before numpy sees it:
-  ``validate`` exits 1 (invalid data), ``audit`` 2 (an input error), never 3.
-- Terminal output (row 4): file names, metadata keys and values are escaped in text output, so ESC
-  and BEL never reach the terminal and a newline in a name cannot forge a ``valid: ...`` line.
+- Side files: ``--sampled`` and ``--logits`` are read under the mask's limits, scaled by their own
+  size; a ``.npy`` whose header declares ``(0, 2**64)``, ``(2**63, 0)`` or dtype ``S0``, or a
+  ``.safetensors`` logits header of such a shape, is refused with a code before numpy sees it
+  (``validate`` exits 1, invalid data; ``audit`` 2, an input error; never 3), and a FIFO or a deeply
+  nested JSON side file is refused at once.
+- The flags: ``--local-limits`` reads a file the defaults refuse; a shape past numpy's index range is
+  ``E_LIMIT``, never an internal error.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import io
 import json
@@ -31,17 +32,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+from cli_run import run_module  # noqa: E402
 from memory_probe import child_main, child_results, untrusted_bound_mb  # noqa: E402
 
 import sampling_mask as sm  # noqa: E402
 from sampling_mask.cli import main  # noqa: E402
 
 MiB = 1 << 20
+posix = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX: FIFOs and symlinks")
 
 
 # ---------------------------------------------------------------------------------------------- memory
 def _empty_segments(fmt: str, segments: int = 1_000_000) -> Callable[[], bytes]:
-    """Row 1: a million empty segments (4.0 MB in msgpack or an Arrow stream)."""
+    """A million empty segments (4.0 MB in msgpack or an Arrow stream)."""
 
     def build() -> bytes:
         cu = np.zeros(segments + 1, np.int64)
@@ -52,7 +55,7 @@ def _empty_segments(fmt: str, segments: int = 1_000_000) -> Callable[[], bytes]:
 
 
 def _realistic(megabytes: float = 10.0) -> bytes:
-    """Row 2: a realistic msgpack mask of about ``megabytes`` (synthetic rollout, four companions)."""
+    """A realistic msgpack mask of about ``megabytes`` (synthetic rollout, four companions)."""
     from sampling_mask.data import synthetic
 
     tokens = int(megabytes * 1e6 / 48)  # about 48 bytes a token in msgpack
@@ -60,7 +63,7 @@ def _realistic(megabytes: float = 10.0) -> bytes:
 
 
 def _empty_rows(rows: int = 2_250_000) -> bytes:
-    """Row 2: 9 MB of empty rows (int32 offsets in msgpack)."""
+    """9 MB of empty rows (int32 offsets in msgpack)."""
     return sm.encode(sm.SamplingMask(np.zeros(0, np.int32), np.zeros(rows + 1, np.int64)), "msgpack")  # type: ignore[no-any-return]
 
 
@@ -98,13 +101,13 @@ MEMORY_CASES: dict[str, tuple[Callable[[], bytes], Callable[[bytes], None]]] = {
 
 
 def _empty_lists(megabytes: float = 20.0) -> bytes:
-    """Row "side files": ``[[],[],...]``, some 25 bytes of Python objects per byte of text."""
+    """A JSON side file ``[[],[],...]``: some 25 bytes of Python objects per byte of text."""
     count = int(megabytes * 1e6 / 3)
     return b"[" + b"[]," * (count - 1) + b"[]]"
 
 
 def _safetensors_padded_header(megabytes: float = 39.0) -> bytes:
-    """Row "logits header": a valid 1 x 4 float32 tensor whose JSON header carries 39 MB of ``[],``."""
+    """A logits file: a valid 1 x 4 float32 tensor whose JSON header carries 39 MB of ``[],``."""
     pad = _empty_lists(megabytes)
     header = b'{"logits":{"dtype":"F32","shape":[1,4],"data_offsets":[0,16]},"pad":' + pad + b"}"
     return struct.pack("<Q", len(header)) + header + bytes(16)
@@ -114,7 +117,7 @@ LOGITS_SHAPE = (2_000, 10_000)  # 80 MB of float32 logits
 
 
 def _logits_npy() -> bytes:
-    """Row "audit": 80 MB of float32 logits [2,000, 10,000] in a .npy file."""
+    """80 MB of float32 logits [2,000, 10,000] in a .npy file."""
     buffer = io.BytesIO()
     np.save(buffer, np.random.default_rng(0).standard_normal(LOGITS_SHAPE, dtype=np.float32))
     return buffer.getvalue()
@@ -185,9 +188,8 @@ def results() -> dict[str, dict[str, Any]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("label", list(MEMORY_CASES))
 def test_reports_stay_within_the_untrusted_bound(results: dict[str, dict[str, Any]], label: str) -> None:
-    """Rows 1-2: issue 34 measured 641-713 MiB (stats --json), 184-222 (stats), 112-159 (inspect),
-    392 (convert to JSON) and 312 (json-rows) against bounds of 64-153; each case now within its
-    bound (a folder: the bound of one of its files)."""
+    """Each report and conversion stays within its file's bound (a folder: the bound of one of its
+    files), where a Python object per segment or row took 112-713 MiB against bounds of 64-153."""
     event = results[label]
     assert event["code"] == "OK", event
     bound = untrusted_bound_mb(event["size"])
@@ -234,63 +236,14 @@ def test_a_fresh_conversion_to_parquet_stays_within_the_bound(tmp_path: Path) ->
 @pytest.mark.slow
 @pytest.mark.parametrize("label", list(SIDE_CASES))
 def test_side_files_are_bounded_like_masks(results: dict[str, dict[str, Any]], label: str) -> None:
-    """Rows "side files", "logits header" and "audit": ``--sampled`` and ``--logits`` are read under
-    the mask's limits, scaled by their own size under ``--untrusted-limits`` (the JSON parse's cost
-    and a safetensors header's included), so each command stays within the mask's bound plus the
-    side file's. Read under the defaults, the 20 MB side file took 525 MiB and the 39 MB header 1,015."""
+    """``--sampled`` and ``--logits`` are read under the mask's limits, scaled by their own size under
+    ``--untrusted-limits`` (the JSON parse's cost and a safetensors header's included), so each
+    command stays within the mask's bound plus the side file's (read under the defaults, the 20 MB
+    side file takes 525 MiB and the 39 MB header 1,015)."""
     event = results[label]
     assert event["code"] == "OK", event
     bound = untrusted_bound_mb(0) + untrusted_bound_mb(event["size"])  # the small mask's, the side file's
     assert event["rss"] <= bound, f"{label}: peak RSS grew {event['rss']} MiB, bound {bound:.0f} MiB"
-
-
-def test_per_segment_figures_are_exact_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks of 7 segments / 50 rows (one long segment from its histogram), kept, spooled or both,
-    give every segment's figures as a per-segment reference computes them."""
-    from sampling_mask.data import stats
-
-    monkeypatch.setattr(stats, "_CHUNK_SEGMENTS", 7)
-    monkeypatch.setattr(stats, "_CHUNK_ROWS", 50)
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(0, 6, 300) * (rng.random(300) < 0.7)
-    rows = [list(range(int(n))) for n in lengths]
-    cu = [0, *sorted(rng.integers(0, 300, 30).tolist()), 120, 120, 300]  # an empty segment, a long one
-    mask = sm.SamplingMask.from_rows(rows, cu_seqlens=sorted(cu))
-    reference: dict[str, list[Any]] = {k: [] for k in stats.SEGMENT_FIELDS}
-    for b in range(mask.num_segments):
-        seg = np.diff(mask.segment(b).offsets)
-        have = seg[seg > 0]
-        reference["rows"].append(seg.size)
-        reference["empty_rows"].append(int((seg == 0).sum()))
-        reference["ids"].append(int(seg.sum()))
-        reference["mean_support"].append(float(have.mean()) if have.size else None)
-        reference["median_support"].append(float(np.median(have)) if have.size else None)
-        reference["max_support"].append(int(have.max()) if have.size else 0)
-    for options in ({}, {"spool": True}, {"keep": 0, "spool": True}):
-        summary = stats.SupportSummary(**options)  # type: ignore[arg-type]
-        summary.add(mask)
-        assert summary.to_dict()["per_segment"] == reference, options
-    head = stats.SupportSummary(keep=5)
-    head.add(mask)
-    assert {k: v.tolist() for k, v in head.per_segment().items()}["rows"] == reference["rows"][:5]
-    assert head.segment_rows() == {
-        "min": 0,
-        "median": float(np.median(reference["rows"])),
-        "max": max(reference["rows"]),
-    }
-
-
-def test_stats_json_per_segment_is_written_in_chunks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``stats --json`` of 70,000 segments (more than one chunk): every value, NaN as null."""
-    from sampling_mask.data import stats
-
-    cu = np.concatenate(([0], np.repeat(np.arange(1, 35_001), 2)))  # 70,000 segments, every other empty
-    mask = sm.SamplingMask.from_rows([[i % 7] if i % 3 else [] for i in range(35_000)], cu_seqlens=cu)
-    sm.save(mask, tmp_path / "m.msgpack")
-    assert main(["stats", str(tmp_path / "m.msgpack"), "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    expected = stats.summarize(mask).to_dict()
-    assert report["per_segment"] == expected["per_segment"] and len(report["per_segment"]["rows"]) == 70_000
 
 
 # ---------------------------------------------------------------------------------------------- side files
@@ -323,7 +276,7 @@ FORGED_NPY = {
 def test_forged_side_files_are_refused_with_a_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], label: str
 ) -> None:
-    """Row 3: ``validate --sampled`` exits 1 and ``audit --logits`` 2, both naming a code, never 3."""
+    """``validate --sampled`` exits 1 and ``audit --logits`` 2, both naming a code, never 3."""
     descr, shape = FORGED_NPY[label]
     mask_file = tmp_path / "m.json"
     sm.save(sm.SamplingMask.from_rows([[1, 2], [3]], vocab_size=8), mask_file)
@@ -348,131 +301,63 @@ def test_forged_safetensors_logits_are_refused_with_a_code(
     assert "error: E_" in capsys.readouterr().err
 
 
-# ---------------------------------------------------------------------------------------------- terminal
-HOSTILE = "x\x1b[2J\x07\nvalid: forged.arrow (1 row) \u202e"
+@posix
+@pytest.mark.slow
+def test_side_files_never_block_or_recurse(tmp_path: Path) -> None:
+    """``--sampled`` FIFO ``.npy``, ``audit --logits`` FIFO ``.npy`` / ``.safetensors``, and a
+    deeply nested ``--sampled`` JSON: E_ENCODING / E_LIMIT at once, exit 1 or 2, a JSON error."""
+    pytest.importorskip("torch")
+    mask_file = tmp_path / "m.json"
+    sm.save(sm.SamplingMask.from_rows([[1], [2, 3], [4], []], vocab_size=10), mask_file)
+    for name in ("s.npy", "z.npy", "z.safetensors"):
+        os.mkfifo(tmp_path / name)
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    cases = [
+        (["validate", mask_file, "--sampled", tmp_path / "s.npy", "--json"], "E_ENCODING"),
+        (["validate", mask_file, "--sampled", tmp_path / "deep.json", "--json"], "E_LIMIT"),
+        (["audit", mask_file, "--logits", tmp_path / "z.npy", "--json"], "E_ENCODING"),
+        (["audit", mask_file, "--logits", tmp_path / "z.safetensors", "--json"], "E_ENCODING"),
+    ]
+    for args, code in cases:
+        proc = run_module(*args)
+        assert proc.returncode in (1, 2), (args, proc.returncode, proc.stderr[-500:])
+        doc = json.loads(proc.stdout)
+        error = doc.get("error", {})
+        assert error.get("code") == code, (args, doc)
 
 
-def _no_terminal_control(text: str) -> None:
-    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, text
-    assert not any(line.startswith("valid: forged") for line in text.splitlines()), text
+# ---------------------------------------------------------------------------------------------- the flags
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="newlines and ESC in file names")
-def test_file_derived_text_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Row 4: ``inspect``, ``validate DIR`` and ``stats DIR`` print names and metadata escaped (one
-    line per file, ``\\x1b`` / ``\\n`` as text); ``--json`` still carries them exactly."""
-    folder = tmp_path / "d"
-    folder.mkdir()
-    mask = sm.SamplingMask.from_rows([[1]], vocab_size=8, metadata={HOSTILE: HOSTILE})
-    hostile = folder / f"{HOSTILE}.arrow"
-    sm.save(mask, hostile)
-    sm.save(mask, folder / "plain.arrow")
-    assert main(["inspect", str(hostile)]) == 0
-    text = capsys.readouterr().out
-    _no_terminal_control(text)
-    assert "\\x1b[2J\\x07\\nvalid: forged" in text
-    for command in ("validate", "stats"):
-        assert main([command, str(folder)]) == 0
-        text = capsys.readouterr().out
-        _no_terminal_control(text)
-        assert len(text.splitlines()) == (3 if command == "validate" else 5), text
-    assert main(["validate", str(folder), "--json"]) == 0
-    assert str(hostile) in [f["file"] for f in json.loads(capsys.readouterr().out)["files"]]
-
-
-def test_escaping_is_one_function() -> None:
-    from sampling_mask.cli._common import SHOWN_CHARS, shown
-
-    assert shown("a\x1bb\x07c\nd\\e") == "a\\x1bb\\x07c\\nd\\\\e"
-    assert shown("é \u202e \udcff") == "é \\u202e \\udcff"
-    assert shown("plain text: 1,234") == "plain text: 1,234"
-    assert shown("\n" * 1_000_000) == "\\n" * SHOWN_CHARS + "... (1,000,000 characters)"
-
-
-FORGED = "x\nvalid: forged.msgpack (msgpack, 9 rows, 1 segment, 9 ids; checked every invariant of the spec)\n.msgpack"
-
-
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs and symlinks")
-@pytest.mark.parametrize("entry", ["dangling symlink", "FIFO", "directory symlink"])
-def test_entries_not_read_cannot_forge_a_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str) -> None:
-    """Row "not read": a dangling symlink, a FIFO or a symlink to a directory whose name holds a
-    newline and a ``valid: ...`` line is listed on one line of its own through ``validate DIR``,
-    ``validate GLOB`` and ``stats DIR``; the forged line never starts a line."""
-    folder = tmp_path / "d"
-    folder.mkdir()
-    sm.save(sm.SamplingMask.from_rows([[1]], vocab_size=8), folder / "plain.msgpack")
-    forged = folder / FORGED
-    if entry == "dangling symlink":
-        forged.symlink_to(tmp_path / "missing.msgpack")
-    elif entry == "FIFO":
-        os.mkfifo(forged)
-    else:
-        forged.symlink_to(tmp_path)
-    for argv, lines in (
-        (["validate", str(folder)], 3),  # not read, valid, the total
-        (["validate", str(folder / "*.msgpack")], 3),
-        (["stats", str(folder)], 4 + 1),  # not read, the file, the total, support sizes, one histogram bucket
-    ):
-        assert main(argv) == 1, argv
-        text = capsys.readouterr().out
-        _no_terminal_control(text)
-        assert len(text.splitlines()) == lines, text
-        assert sum("forged.msgpack" in line for line in text.splitlines()) == 1, text
-
-
-def test_a_long_value_from_a_file_is_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Row "text output": a 1 MB metadata value is shown cut at ``SHOWN_CHARS`` on one line that says
-    how long it was; ``--json`` still carries all of it."""
-    from sampling_mask.cli._common import SHOWN_CHARS
-
-    value = "v" * 1_000_000
-    sm.save(sm.SamplingMask.from_rows([[1]], vocab_size=8, metadata={"note": value}), tmp_path / "m.msgpack")
-    assert main(["inspect", str(tmp_path / "m.msgpack")]) == 0
-    text = capsys.readouterr().out
-    assert max(map(len, text.splitlines())) < SHOWN_CHARS + 100, max(map(len, text.splitlines()))
-    assert "note='" + "v" * SHOWN_CHARS + "... (1,000,000 characters)'" in text
-    assert main(["inspect", str(tmp_path / "m.msgpack"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["metadata"]["note"] == value
-
-
-def _calls(tree: ast.AST) -> list[tuple[str, ast.Call]]:
-    """Every call in ``tree`` with the name of the function it is made in."""
-    found = []
-    for scope in ast.walk(tree):
-        if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
-            found += [(scope.name, n) for n in ast.walk(scope) if isinstance(n, ast.Call)]
-    return found
-
-
-def test_the_command_line_prints_through_one_function() -> None:
-    """No text reaches stdout or stderr but through ``cli._common.out``, whose template is always a
-    literal (the command line's own words) and which escapes and cuts every value it is given: no
-    ``print``, and ``sys.stdout`` / ``sys.stderr`` are written only by ``out``, the JSON writer
-    (JSON escapes as it encodes) and the progress line (counts only). The delegated commands
-    (``conformance``, ``bench``) run other tools' reports and are not read here."""
+def test_local_limits_flag_reads_under_local_file_limits(
+    cli_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In-process, with the defaults shrunk below the file's 40 rows: refused with a hint, then read
+    # under LOCAL_FILE_LIMITS with --local-limits (before or after the command).
     from sampling_mask import cli
+    from sampling_mask.cli import _source
 
-    allowed_writers = {"out", "print_json", "_draw", "close"}
-    folder = Path(cli.__file__).parent
-    checked = 0
-    for path in sorted(folder.glob("*.py")):
-        if path.stem in cli.DELEGATED:
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for function, call in _calls(tree):
-            where = f"{path.name}:{call.lineno} in {function}"
-            func = call.func
-            assert not (isinstance(func, ast.Name) and func.id == "print"), f"print() at {where}"
-            if isinstance(func, ast.Attribute) and func.attr == "write":
-                receiver = ast.unparse(func.value)
-                if "sys.stdout" in receiver or "sys.stderr" in receiver:
-                    assert path.name == "_common.py" and function in allowed_writers, f"a write at {where}"
-            if isinstance(func, ast.Name) and func.id == "out":
-                checked += 1
-                assert not call.args or (
-                    isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)
-                ), f"out() with a template that is not a literal at {where}"
-    assert checked > 30
+    monkeypatch.setattr(_source, "DEFAULT_LIMITS", sm.DEFAULT_LIMITS.replace(max_rows=10))
+    for path in (cli_files["arrows"], cli_files["json"]):
+        assert cli.main(["inspect", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("sampling-mask: error: E_LIMIT: ") and "--local-limits" in err
+        assert cli.main(["--local-limits", "inspect", str(path)]) == 0
+        assert cli.main(["inspect", str(path), "--local-limits"]) == 0
+        assert "rows          40 in 5 segments" in capsys.readouterr().out
+
+
+def test_dense_shape_past_numpy_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dense shape ``[2**64 - 1, 0]``: ``validate`` and ``inspect`` exit 1 or 2 naming ``E_LIMIT``,
+    never 3 (``E_INTERNAL``)."""
+    msgpack = pytest.importorskip("msgpack")
+    dense = {"dtype": "int32", "shape": [(1 << 64) - 1, 0], "data": b""}
+    path = tmp_path / "shape.msgpack"
+    path.write_bytes(msgpack.packb({"sampling_mask": 1, "layout": "dense", "dense": dense}, use_bin_type=True))
+    for command in ("validate", "inspect"):
+        assert main([command, str(path)]) in (1, 2), command
+        output = capsys.readouterr()
+        assert "E_LIMIT" in output.out + output.err and "E_INTERNAL" not in output.out + output.err
 
 
 if __name__ == "__main__":

@@ -138,7 +138,7 @@ def test_deep_rows_from_a_caller_or_the_network_are_refused_by_name():
 
 
 def test_public_readers_spell_out_their_options():
-    """Issue 28: no public ``from_*`` reader takes ``**kwargs``; pass-through options still arrive."""
+    """No public ``from_*`` reader takes ``**kwargs``; pass-through options still arrive."""
     import inspect
 
     for module in (miles, nemo_rl, prime_rl, sglang, skyrl, slime, vllm):

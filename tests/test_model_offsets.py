@@ -1,4 +1,4 @@
-"""int32 offsets held as they are (issue 16, target 4): ``SamplingMask.stored_offsets`` keeps the int32
+"""The model's offsets: int32 offsets are held as they are. ``SamplingMask.stored_offsets`` keeps the int32
 offsets of an Arrow ``list`` column or of int32 wire offsets without a copy, ``offsets`` still reads
 int64, derived masks widen before int32 could overflow, and validation gives the codes int64 gives.
 """
